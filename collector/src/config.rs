@@ -1,0 +1,101 @@
+//! Configuration from environment variables, parsed once at injection.
+//!
+//! `gmem-prof record` sets these; a container or job spec can set them by
+//! hand with no CLI in front (see the collector README).
+
+use std::path::PathBuf;
+
+/// Where each process writes its trace file (a directory). Default: the
+/// current directory.
+pub const ENV_DIR: &str = "GMEM_PROF_DIR";
+/// Path of the libcupti to load. Default: search (see `find_cupti`).
+pub const ENV_CUPTI: &str = "GMEM_PROF_CUPTI";
+/// "0" turns kernel tracing off (lowest overhead).
+pub const ENV_KERNELS: &str = "GMEM_PROF_KERNELS";
+/// Native stack depth per allocation; "0" turns stacks off.
+pub const ENV_STACK_DEPTH: &str = "GMEM_PROF_STACK_DEPTH";
+/// "1" also captures stacks of frees.
+pub const ENV_FREE_STACKS: &str = "GMEM_PROF_FREE_STACKS";
+/// How often buffered data reaches the file, in milliseconds.
+pub const ENV_FLUSH_MS: &str = "GMEM_PROF_FLUSH_MS";
+/// "1" accepts a libcupti whose API version differs from the bindings.
+pub const ENV_ANY_CUPTI: &str = "GMEM_PROF_ALLOW_ANY_CUPTI";
+/// "1" makes the collector do nothing in this process.
+pub const ENV_DISABLE: &str = "GMEM_PROF_DISABLE";
+/// Set by `gmem-prof record`: the collector then leaves messages to the CLI
+/// instead of printing them on the app's stderr.
+pub const ENV_UNDER_CLI: &str = "GMEM_PROF_UNDER_CLI";
+
+pub const DEFAULT_STACK_DEPTH: usize = 64;
+pub const MAX_STACK_DEPTH: usize = 256;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub dir: PathBuf,
+    pub cupti: Option<String>,
+    pub kernels: bool,
+    pub stack_depth: usize,
+    pub free_stacks: bool,
+    pub flush_ms: u64,
+    pub allow_any_cupti: bool,
+    pub disabled: bool,
+    pub under_cli: bool,
+}
+
+fn flag(name: &str, default: bool) -> bool {
+    match std::env::var(name) {
+        Ok(v) => !matches!(v.trim(), "0" | "" | "false" | "no" | "off"),
+        Err(_) => default,
+    }
+}
+
+fn number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        Config {
+            dir: std::env::var_os(ENV_DIR)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            cupti: std::env::var(ENV_CUPTI).ok().filter(|s| !s.is_empty()),
+            kernels: flag(ENV_KERNELS, true),
+            stack_depth: (number(ENV_STACK_DEPTH, DEFAULT_STACK_DEPTH as u64) as usize)
+                .min(MAX_STACK_DEPTH),
+            free_stacks: flag(ENV_FREE_STACKS, false),
+            flush_ms: number(ENV_FLUSH_MS, 200).clamp(10, 10_000),
+            allow_any_cupti: flag(ENV_ANY_CUPTI, false),
+            disabled: flag(ENV_DISABLE, false),
+            under_cli: flag(ENV_UNDER_CLI, false),
+        }
+    }
+}
+
+/// The libcupti to load when none was named and the process has none yet:
+/// the CUDA toolkit's copies, then the linker's search path.
+pub fn find_cupti() -> Option<String> {
+    let mut roots: Vec<String> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(v) = std::env::var(var) {
+            if !v.is_empty() {
+                roots.push(v);
+            }
+        }
+    }
+    roots.push("/usr/local/cuda".into());
+    for root in roots {
+        for sub in ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "lib64"] {
+            let p = format!("{root}/{sub}/libcupti.so.13");
+            if std::path::Path::new(&p).exists() {
+                return Some(p);
+            }
+        }
+    }
+    // Let the dynamic linker search its usual path for the versioned name.
+    Some("libcupti.so.13".into())
+}

@@ -1,0 +1,266 @@
+//! Raw FFI to libcupti: the one module of the collector that calls CUPTI.
+//!
+//! We load libcupti ourselves (dlopen of one chosen path) and resolve the few
+//! functions we use, instead of going through cudarc's loader: cudarc tries
+//! several library names (which could load a second, different copy) and
+//! panics when a library or symbol is missing, and a panic has no place in
+//! someone else's process. cudarc still gives us the record and parameter
+//! layouts (bindgen-generated from CUPTI 13.0's headers).
+//!
+//! CUPTI's enums are C enums; Rust enums must never hold an undeclared value,
+//! so every enum-typed value crossing this boundary is read as a `u32`.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::ptr;
+
+/// CUPTI's status codes we act on.
+pub const CUPTI_SUCCESS: u32 = 0;
+pub const CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: u32 = 39;
+
+pub const DOMAIN_DRIVER_API: u32 = 1;
+pub const DOMAIN_RESOURCE: u32 = 3;
+pub const SITE_ENTER: u32 = 0;
+pub const SITE_EXIT: u32 = 1;
+pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
+
+pub const KIND_DEVICE: u32 = 8;
+pub const KIND_CONCURRENT_KERNEL: u32 = 10;
+pub const KIND_MEMORY2: u32 = 49;
+pub const KIND_MEMORY_POOL: u32 = 50;
+
+pub const ATTR_DEVICE_BUFFER_SIZE: u32 = 0;
+pub const ATTR_DEVICE_BUFFER_POOL_LIMIT: u32 = 2;
+
+pub const FLUSH_FORCED: u32 = 1;
+
+/// The CUPTI API version our record layouts come from (cudarc `cuda-13000`).
+pub const BINDINGS_API_VERSION: u32 = 130001;
+
+pub type Subscriber = *mut c_void;
+pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
+pub type BufferRequested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
+pub type BufferCompleted = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
+
+/// The functions we call, resolved from one loaded libcupti.
+pub struct Cupti {
+    pub path: String,
+    get_version: unsafe extern "C" fn(*mut u32) -> u32,
+    get_result_string: unsafe extern "C" fn(u32, *mut *const c_char) -> u32,
+    subscribe: unsafe extern "C" fn(*mut Subscriber, Option<ApiCallback>, *mut c_void) -> u32,
+    enable_callback: unsafe extern "C" fn(u32, Subscriber, u32, u32) -> u32,
+    activity_enable: unsafe extern "C" fn(u32) -> u32,
+    activity_register_callbacks:
+        unsafe extern "C" fn(Option<BufferRequested>, Option<BufferCompleted>) -> u32,
+    activity_get_next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> u32,
+    activity_flush_all: unsafe extern "C" fn(u32) -> u32,
+    activity_get_num_dropped: unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32,
+    activity_get_attribute: unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32,
+    get_timestamp: unsafe extern "C" fn(*mut u64) -> u32,
+}
+
+/// The loaded library's handle is kept open for the life of the process.
+// SAFETY: the struct holds only function pointers into a library that is
+// never unloaded, and CUPTI's functions are documented as thread-safe.
+unsafe impl Send for Cupti {}
+// SAFETY: as above.
+unsafe impl Sync for Cupti {}
+
+impl Cupti {
+    /// Loads libcupti from `path` (RTLD_GLOBAL, so a framework that links
+    /// libcupti.so.13 later gets this same copy by soname) and resolves our
+    /// functions. Errors name what was missing.
+    pub fn load(path: &str) -> Result<Cupti, String> {
+        let cpath = CString::new(path).map_err(|_| format!("bad libcupti path {path:?}"))?;
+        // SAFETY: dlopen with a valid NUL-terminated path; the handle is leaked
+        // on purpose (the library stays loaded for the process's life).
+        let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if handle.is_null() {
+            return Err(format!("cannot load {path}: {}", dlerror()));
+        }
+        macro_rules! sym {
+            ($name:literal) => {{
+                let n = concat!($name, "\0");
+                // SAFETY: handle is a live dlopen handle and n is NUL-terminated.
+                let p = unsafe { libc::dlsym(handle, n.as_ptr().cast()) };
+                if p.is_null() {
+                    return Err(format!("{path} has no symbol {}", $name));
+                }
+                // SAFETY: the symbol is CUPTI's function of that name, whose C
+                // signature the field's type mirrors (cupti_*.h, CUDA 13.0).
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }};
+        }
+        Ok(Cupti {
+            path: path.to_string(),
+            get_version: sym!("cuptiGetVersion"),
+            get_result_string: sym!("cuptiGetResultString"),
+            subscribe: sym!("cuptiSubscribe"),
+            enable_callback: sym!("cuptiEnableCallback"),
+            activity_enable: sym!("cuptiActivityEnable"),
+            activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
+            activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
+            activity_flush_all: sym!("cuptiActivityFlushAll"),
+            activity_get_num_dropped: sym!("cuptiActivityGetNumDroppedRecords"),
+            activity_get_attribute: sym!("cuptiActivityGetAttribute"),
+            get_timestamp: sym!("cuptiGetTimestamp"),
+        })
+    }
+
+    pub fn version(&self) -> Result<u32, String> {
+        let mut v = 0u32;
+        // SAFETY: v is a valid out pointer.
+        self.check(unsafe { (self.get_version)(&mut v) }, "cuptiGetVersion")?;
+        Ok(v)
+    }
+
+    pub fn result_string(&self, code: u32) -> String {
+        let mut s: *const c_char = ptr::null();
+        // SAFETY: s is a valid out pointer; CUPTI returns a static string.
+        let rc = unsafe { (self.get_result_string)(code, &mut s) };
+        if rc != CUPTI_SUCCESS || s.is_null() {
+            return format!("CUPTI error {code}");
+        }
+        // SAFETY: non-null, NUL-terminated static string from CUPTI.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    }
+
+    fn check(&self, rc: u32, what: &str) -> Result<(), String> {
+        if rc == CUPTI_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("{what} failed: {} ({rc})", self.result_string(rc)))
+        }
+    }
+
+    /// Subscribes `callback`; Err carries CUPTI's code so the caller can
+    /// recognise "another client holds the subscriber slot".
+    pub fn subscribe(&self, callback: ApiCallback) -> Result<Subscriber, (u32, String)> {
+        let mut sub: Subscriber = ptr::null_mut();
+        // SAFETY: sub is a valid out pointer; callback is an extern "C" fn
+        // with CUpti_CallbackFunc's signature and lives forever.
+        let rc = unsafe { (self.subscribe)(&mut sub, Some(callback), ptr::null_mut()) };
+        if rc == CUPTI_SUCCESS {
+            Ok(sub)
+        } else {
+            Err((rc, self.result_string(rc)))
+        }
+    }
+
+    pub fn enable_callback(&self, sub: Subscriber, domain: u32, cbid: u32) -> Result<(), String> {
+        // SAFETY: sub came from a successful subscribe.
+        let rc = unsafe { (self.enable_callback)(1, sub, domain, cbid) };
+        self.check(rc, "cuptiEnableCallback")
+    }
+
+    pub fn activity_enable(&self, kind: u32) -> Result<(), String> {
+        // SAFETY: plain value argument.
+        self.check(unsafe { (self.activity_enable)(kind) }, "cuptiActivityEnable")
+    }
+
+    pub fn register_buffers(&self, req: BufferRequested, done: BufferCompleted) -> Result<(), String> {
+        // SAFETY: both are extern "C" fns with CUPTI's buffer callback signatures.
+        let rc = unsafe { (self.activity_register_callbacks)(Some(req), Some(done)) };
+        self.check(rc, "cuptiActivityRegisterCallbacks")
+    }
+
+    pub fn flush_all(&self, flags: u32) -> u32 {
+        // SAFETY: plain value argument.
+        unsafe { (self.activity_flush_all)(flags) }
+    }
+
+    /// Records CUPTI dropped since the last call (CUPTI resets the count).
+    pub fn dropped_records(&self) -> u64 {
+        let mut n = 0usize;
+        // SAFETY: NULL context + stream 0 asks for the global count; n is a
+        // valid out pointer.
+        let rc = unsafe { (self.activity_get_num_dropped)(ptr::null_mut(), 0, &mut n) };
+        if rc == CUPTI_SUCCESS {
+            n as u64
+        } else {
+            0
+        }
+    }
+
+    pub fn attribute_usize(&self, attr: u32) -> Option<usize> {
+        let mut v = 0usize;
+        let mut size = std::mem::size_of::<usize>();
+        // SAFETY: value points to a usize and size says so.
+        let rc = unsafe {
+            (self.activity_get_attribute)(attr, &mut size, (&mut v as *mut usize).cast())
+        };
+        (rc == CUPTI_SUCCESS).then_some(v)
+    }
+
+    #[inline]
+    pub fn timestamp(&self) -> u64 {
+        let mut t = 0u64;
+        // SAFETY: t is a valid out pointer.
+        unsafe { (self.get_timestamp)(&mut t) };
+        t
+    }
+
+    /// Calls `f` with each record of a completed activity buffer, as a pointer
+    /// to the record and its kind.
+    ///
+    /// # Safety
+    /// `buffer`/`valid` must be a buffer CUPTI handed to our completion callback.
+    pub unsafe fn for_each_record(&self, buffer: *mut u8, valid: usize, mut f: impl FnMut(*const u8, u32)) {
+        let mut rec: *mut c_void = ptr::null_mut();
+        loop {
+            // SAFETY: the caller guarantees the buffer; rec is CUPTI's cursor.
+            let rc = unsafe { (self.activity_get_next_record)(buffer, valid, &mut rec) };
+            if rc != CUPTI_SUCCESS || rec.is_null() {
+                break;
+            }
+            // SAFETY: every activity record starts with its u32 kind.
+            let kind = unsafe { ptr::read_unaligned(rec as *const u32) };
+            f(rec as *const u8, kind);
+        }
+    }
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated thread-local string.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Is a library with this soname already loaded in the process?
+pub fn loaded_path_of(soname: &str) -> Option<String> {
+    let c = CString::new(soname).ok()?;
+    // SAFETY: RTLD_NOLOAD only looks the library up; a handle found this way
+    // holds a reference we keep (the library stays loaded anyway).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return None;
+    }
+    let mut map: *mut libc::c_void = ptr::null_mut();
+    // SAFETY: RTLD_DI_LINKMAP writes a struct link_map* to map.
+    let rc = unsafe { libc::dlinfo(h, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut c_void).cast()) };
+    if rc != 0 || map.is_null() {
+        return Some(soname.to_string());
+    }
+    // SAFETY: struct link_map { ElfW(Addr) l_addr; char *l_name; ... }.
+    let name = unsafe { *(map as *const *const c_char).add(1) };
+    if name.is_null() {
+        return Some(soname.to_string());
+    }
+    // SAFETY: l_name is a NUL-terminated string owned by the loader.
+    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+}
+
+/// Reads a field of a C struct at `base + offset`, unaligned.
+///
+/// # Safety
+/// `base + offset .. + size_of::<T>()` must lie inside a live record, and
+/// every bit pattern must be a valid T (use integer types only).
+#[inline]
+pub unsafe fn field<T: Copy>(base: *const u8, offset: usize) -> T {
+    // SAFETY: guaranteed by the caller.
+    unsafe { ptr::read_unaligned(base.add(offset) as *const T) }
+}

@@ -1,0 +1,34 @@
+//! gmem-prof's collector: the shared library the CUDA driver loads into every
+//! CUDA process started with `CUDA_INJECTION64_PATH` pointing at it.
+//!
+//! It subscribes to CUPTI: driver API callbacks for every allocation and free
+//! call (parameters, return code, thread, native stack), and activity records
+//! for device-side facts (memory kind, pools, streams, kernels). Both are
+//! written, unjoined, to one trace file per process in `GMEM_PROF_DIR`;
+//! `gmem-prof record` merges those files and symbolizes the stacks.
+//!
+//! # Design constraints
+//! - Never harm the host: every entry point runs in `guarded` (no unwinding
+//!   across FFI, no reentry); an internal failure turns profiling off and the
+//!   program goes on. No CUDA calls from callbacks or from InitializeInjection.
+//! - App threads do the minimum: copy parameters and return addresses into a
+//!   bounded queue. Encoding and I/O happen on the collector's writer thread.
+//! - Bounded loss: data reaches the file every `GMEM_PROF_FLUSH_MS` (200 ms),
+//!   so a SIGKILL loses well under a second; drops are counted in the trace.
+
+mod activity;
+mod callbacks;
+pub mod config;
+mod cupti;
+mod session;
+mod sink;
+mod unwind;
+
+/// Called by the CUDA driver during `cuInit` in every process that has
+/// `CUDA_INJECTION64_PATH` set to this library. Returns 1 (success) always:
+/// a collector problem must never fail the program's CUDA initialisation.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> std::ffi::c_int {
+    session::no_unwind((), session::start);
+    1
+}

@@ -1,0 +1,449 @@
+//! The collector's life in one process: start-up inside InitializeInjection,
+//! the writer and flush threads, and the end (atexit, fork).
+
+use std::cell::Cell;
+use std::fs::{File, OpenOptions};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
+
+use gmem_prof_traces::record::{Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
+use gmem_prof_traces::Record;
+
+use crate::activity::{self, Names};
+use crate::callbacks::{current_tid, WATCHED};
+use crate::config::{self, Config};
+use crate::cupti::{self, Cupti};
+use crate::sink::{Sink, Writer, WriterEnv};
+use crate::unwind::Stacks;
+
+pub struct Collector {
+    pub config: Config,
+    pub cupti: Cupti,
+    pub sink: Sink,
+    pub stacks: Option<Stacks>,
+    pub kernel_names: Mutex<Names>,
+    pid: u32,
+    /// Callbacks record only while this is set (cleared at exit, in a fork
+    /// child, and when CUPTI could not be set up).
+    enabled: AtomicBool,
+    shutting_down: AtomicBool,
+    flush_lock: Mutex<()>,
+    cupti_dropped: AtomicU64,
+    writer_done: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+static COLLECTOR: OnceLock<Collector> = OnceLock::new();
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static IN_COLLECTOR: Cell<bool> = const { Cell::new(false) };
+    static COLLECTOR_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+pub fn get() -> Option<&'static Collector> {
+    COLLECTOR.get()
+}
+
+/// True on the collector's own threads.
+pub fn on_collector_thread() -> bool {
+    COLLECTOR_THREAD.with(|c| c.get())
+}
+
+/// For API callbacks: runs `f` unless this thread is already inside one (a
+/// CUDA call made while we handle another must not recurse into us), and
+/// turns a panic into "profiling off" instead of unwinding into the host.
+pub fn guarded<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    let entered = IN_COLLECTOR.with(|c| !c.replace(true));
+    if !entered {
+        return fallback;
+    }
+    let r = no_unwind(fallback, f);
+    IN_COLLECTOR.with(|c| c.set(false));
+    r
+}
+
+/// For everything else that runs on foreign terms (buffer callbacks, which
+/// CUPTI may call from inside our own flush; exit handlers; our threads):
+/// a panic turns profiling off and never unwinds into the host.
+pub fn no_unwind<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            if let Some(c) = COLLECTOR.get() {
+                if c.enabled.swap(false, Ordering::SeqCst) {
+                    c.report(2, "internal error in the collector; profiling is off for the rest of this process".into());
+                }
+            }
+            fallback
+        }
+    }
+}
+
+/// Prints a message from the collector on the program's stderr, once per
+/// message, for errors that could not go into a trace.
+fn say(msg: &str) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    eprintln!("gmem-prof[{pid}]: {msg}");
+}
+
+/// Entry point, called by the CUDA driver from `InitializeInjection`.
+pub fn start() {
+    if STARTED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let config = Config::from_env();
+    if config.disabled {
+        return;
+    }
+    if let Err(e) = start_with(config.clone()) {
+        say(&format!("not profiling this process: {e}"));
+    }
+}
+
+fn start_with(config: Config) -> Result<(), String> {
+    // One libcupti per process: if the program already loaded one (PyTorch
+    // links its own copy and loads it at import, before CUDA starts), use
+    // that one rather than mapping a second copy beside it.
+    let already = cupti::loaded_path_of("libcupti.so.13");
+    let path = already
+        .clone()
+        .or_else(|| config.cupti.clone())
+        .or_else(config::find_cupti)
+        .ok_or("libcupti not found; set GMEM_PROF_CUPTI to its path")?;
+    let cupti = Cupti::load(&path).map_err(|e| {
+        format!("{e} (set GMEM_PROF_CUPTI, or pass --cupti to gmem-prof record, to name the libcupti.so.13 of your CUDA 13 toolkit)")
+    })?;
+    let version = cupti.version()?;
+    let file = open_trace_file(&config.dir)?;
+    let stacks = (config.stack_depth > 0).then(|| Stacks::new(config.stack_depth, true));
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let collector = Collector {
+        config,
+        cupti,
+        sink: Sink::new(),
+        stacks,
+        kernel_names: Mutex::new(Names::default()),
+        pid,
+        enabled: AtomicBool::new(false),
+        shutting_down: AtomicBool::new(false),
+        flush_lock: Mutex::new(()),
+        cupti_dropped: AtomicU64::new(0),
+        writer_done: Mutex::new(None),
+    };
+    let c = match COLLECTOR.set(collector) {
+        Ok(()) => COLLECTOR.get().ok_or("collector vanished")?,
+        Err(_) => return Err("collector started twice".into()),
+    };
+    let mut tids = Vec::new();
+    tids.push(c.spawn_flusher()?);
+    let (writer_tid, done) = c.spawn_writer(file)?;
+    tids.push(writer_tid);
+    if let Ok(mut d) = c.writer_done.lock() {
+        *d = Some(done);
+    }
+    c.sink.push(Record::Process(c.process_info(version, tids)));
+    if let (Some(loaded), Some(asked)) = (&already, &c.config.cupti) {
+        if std::fs::canonicalize(loaded).ok() != std::fs::canonicalize(asked).ok() {
+            c.report(
+                0,
+                format!("the program had already loaded {loaded}; using it instead of {asked} (one libcupti per process)"),
+            );
+        }
+    }
+    // From here on a failure is reported in the trace and the app goes on.
+    let api_ok = version / 100 == cupti::BINDINGS_API_VERSION / 100 || c.config.allow_any_cupti;
+    if !api_ok {
+        c.report(
+            2,
+            format!(
+                "{} has CUPTI API version {version}; this gmem-prof reads the records of \
+                 CUDA 13.0 (API version {}): not profiling. Point GMEM_PROF_CUPTI (or \
+                 --cupti) at a CUDA 13.0 libcupti.so.13, or set GMEM_PROF_ALLOW_ANY_CUPTI=1 \
+                 to try anyway.",
+                c.cupti.path,
+                cupti::BINDINGS_API_VERSION
+            ),
+        );
+    } else if let Err(e) = c.enable_cupti() {
+        c.report(2, e);
+    } else {
+        c.enabled.store(true, Ordering::SeqCst);
+    }
+    // SAFETY: registers plain extern "C" functions with no arguments.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_fork_child));
+    }
+    Ok(())
+}
+
+/// Creates this process's trace file in `dir`, never replacing one.
+fn open_trace_file(dir: &Path) -> Result<File, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    for n in 0..1000u32 {
+        let name = if n == 0 {
+            format!("gmem-prof-{pid}.bin")
+        } else {
+            format!("gmem-prof-{pid}.{n}.bin")
+        };
+        let p: PathBuf = dir.join(name);
+        match OpenOptions::new().write(true).create_new(true).open(&p) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+        }
+    }
+    Err(format!("too many trace files for pid {pid} in {}", dir.display()))
+}
+
+unsafe extern "C" fn on_api(_user: *mut std::ffi::c_void, domain: u32, cbid: u32, data: *const std::ffi::c_void) {
+    guarded((), || {
+        let Some(c) = COLLECTOR.get() else { return };
+        if !c.enabled.load(Ordering::Relaxed) || data.is_null() {
+            return;
+        }
+        if domain == cupti::DOMAIN_DRIVER_API {
+            // SAFETY: CUPTI passes a CUpti_CallbackData for driver API callbacks.
+            unsafe { c.on_driver_call(cbid, data as *const u8) };
+        } else if domain == cupti::DOMAIN_RESOURCE && cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING {
+            // Activity records of a context must be taken before it goes.
+            c.flush_activity(0);
+        }
+    });
+}
+
+extern "C" fn at_exit() {
+    no_unwind((), || {
+        if let Some(c) = COLLECTOR.get() {
+            c.finish();
+        }
+    });
+}
+
+extern "C" fn in_fork_child() {
+    // The child has none of our threads and shares our file: it must not
+    // record into it. (A CUDA program cannot use CUDA in a fork child anyway;
+    // exec'ed children start their own collector.)
+    if let Some(c) = COLLECTOR.get() {
+        c.enabled.store(false, Ordering::SeqCst);
+        c.shutting_down.store(true, Ordering::SeqCst);
+    }
+}
+
+struct Env<'a>(&'a Collector);
+
+impl WriterEnv for Env<'_> {
+    fn now(&self) -> u64 {
+        self.0.cupti.timestamp()
+    }
+    fn new_modules(&self, generation: &mut u64, after: u32) -> Vec<ModuleInfo> {
+        let Some(s) = &self.0.stacks else { return Vec::new() };
+        let g = s.generation();
+        if g == *generation {
+            return Vec::new();
+        }
+        *generation = g;
+        s.modules_after(after)
+            .into_iter()
+            .map(|m| ModuleInfo {
+                id: m.id,
+                path: m.path,
+                bias: m.bias,
+                start: m.range.start,
+                end: m.range.end,
+                build_id: m.build_id,
+            })
+            .collect()
+    }
+    fn cupti_dropped(&self) -> u64 {
+        self.0.cupti_dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Collector {
+    fn enable_cupti(&self) -> Result<(), String> {
+        let sub = self.cupti.subscribe(on_api).map_err(|(code, text)| {
+            if code == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+                "another CUPTI client (Nsight Systems, Nsight Compute, compute-sanitizer, \
+                 torch.profiler/Kineto, …) already holds CUPTI in this process; CUDA 13.0 \
+                 allows only one, so gmem-prof is not profiling it. The program runs on."
+                    .to_string()
+            } else {
+                format!("cuptiSubscribe failed: {text} ({code}); not profiling")
+            }
+        })?;
+        for (cbid, _) in WATCHED {
+            self.cupti.enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
+        }
+        self.cupti
+            .enable_callback(sub, cupti::DOMAIN_RESOURCE, cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING)?;
+        self.cupti
+            .register_buffers(activity::buffer_requested, activity::buffer_completed)?;
+        self.cupti.activity_enable(cupti::KIND_MEMORY2)?;
+        self.cupti.activity_enable(cupti::KIND_MEMORY_POOL)?;
+        self.cupti.activity_enable(cupti::KIND_DEVICE)?;
+        if self.config.kernels {
+            self.cupti.activity_enable(cupti::KIND_CONCURRENT_KERNEL)?;
+        }
+        Ok(())
+    }
+
+    fn process_info(&self, cupti_version: u32, collector_tids: Vec<u32>) -> ProcessInfo {
+        let cmdline = std::fs::read("/proc/self/cmdline")
+            .map(|b| {
+                b.split(|c| *c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let device_buffer = self.cupti.attribute_usize(cupti::ATTR_DEVICE_BUFFER_SIZE).unwrap_or(0)
+            * self.cupti.attribute_usize(cupti::ATTR_DEVICE_BUFFER_POOL_LIMIT).unwrap_or(1).max(1);
+        ProcessInfo {
+            pid: self.pid,
+            // SAFETY: getppid has no preconditions.
+            ppid: unsafe { libc::getppid() } as u32,
+            start: Nanos(self.cupti.timestamp()),
+            hostname: hostname(),
+            exe: std::fs::read_link("/proc/self/exe")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            cmdline,
+            collector_version: env!("CARGO_PKG_VERSION").into(),
+            cupti_api_version: cupti_version,
+            cupti_path: std::fs::canonicalize(&self.cupti.path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| self.cupti.path.clone()),
+            driver_version: driver_version(),
+            kernels_traced: self.config.kernels,
+            stacks_captured: self.stacks.is_some(),
+            cupti_device_buffer_bytes: Bytes(device_buffer as u64),
+            collector_tids,
+        }
+    }
+
+    /// A message for the trace (and for stderr when no CLI will show it).
+    pub fn report(&self, level: u8, text: String) {
+        if !self.config.under_cli && level >= 1 {
+            say(&text);
+        }
+        self.sink.push(Record::Message(Message {
+            time: Nanos(self.cupti.timestamp()),
+            level,
+            text,
+        }));
+    }
+
+    pub fn note_cupti_drops(&self) {
+        let n = self.cupti.dropped_records();
+        if n > 0 {
+            self.cupti_dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn flush_activity(&self, flags: u32) {
+        if let Ok(_g) = self.flush_lock.lock() {
+            self.cupti.flush_all(flags);
+        }
+    }
+
+    fn spawn_flusher(&'static self) -> Result<u32, String> {
+        let (tx, rx) = mpsc::channel();
+        let period = Duration::from_millis(self.config.flush_ms);
+        std::thread::Builder::new()
+            .name("gmem-prof-flush".into())
+            .spawn(move || {
+                COLLECTOR_THREAD.with(|c| c.set(true));
+                let _ = tx.send(current_tid());
+                while !self.shutting_down.load(Ordering::Acquire) {
+                    std::thread::sleep(period);
+                    if self.enabled.load(Ordering::Relaxed) {
+                        no_unwind((), || {
+                            self.flush_activity(0);
+                            self.note_cupti_drops();
+                        });
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        rx.recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "the flush thread did not start".to_string())
+    }
+
+    fn spawn_writer(&'static self, file: File) -> Result<(u32, mpsc::Receiver<()>), String> {
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let writer = Writer::create(file).map_err(|e| format!("cannot write the trace file: {e}"))?;
+        let period = Duration::from_millis(self.config.flush_ms);
+        std::thread::Builder::new()
+            .name("gmem-prof-writer".into())
+            .spawn(move || {
+                COLLECTOR_THREAD.with(|c| c.set(true));
+                let _ = tx.send(current_tid());
+                let env = Env(self);
+                let w = writer.run(&env, &self.sink, period);
+                if let Some(e) = &w.failed {
+                    say(&format!("writing the trace failed: {e}; data after that point is lost"));
+                }
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        let tid = rx
+            .recv_timeout(Duration::from_secs(5))
+            .map_err(|_| "the writer thread did not start".to_string())?;
+        Ok((tid, done_rx))
+    }
+
+    /// At exit: take CUPTI's last records, let the writer finish the file.
+    fn finish(&self) {
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } as u32 != self.pid {
+            return;
+        }
+        if self.shutting_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let was_enabled = self.enabled.swap(false, Ordering::SeqCst);
+        if was_enabled {
+            self.flush_activity(cupti::FLUSH_FORCED);
+            self.note_cupti_drops();
+        }
+        self.sink.close();
+        let done = self.writer_done.lock().ok().and_then(|mut d| d.take());
+        if let Some(done) = done {
+            // Bounded: exiting must never hang on us.
+            let _ = done.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// "580.159.04" from /proc/driver/nvidia/version, if present.
+fn driver_version() -> String {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").unwrap_or_default();
+    text.lines()
+        .next()
+        .and_then(|l| {
+            l.split_whitespace()
+                .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        })
+        .unwrap_or("")
+        .to_string()
+}

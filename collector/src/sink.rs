@@ -1,0 +1,362 @@
+//! From callbacks to the file: a bounded in-memory queue that app threads and
+//! CUPTI's buffer callbacks push to, and the writer thread that turns it into
+//! trace chunks.
+//!
+//! App threads only copy a fixed-size event and its return addresses under a
+//! short lock; interning stacks, encoding, compressing and writing happen on
+//! the writer thread. If the writer falls behind by more than `MAX_PENDING`
+//! items, new items are dropped and counted (the trace says how many), so the
+//! app is never blocked without bound.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gmem_prof_traces::record::{
+    ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd, StackDef, StackId,
+};
+use gmem_prof_traces::{file_header, ChunkEncoder, Record};
+
+/// Items waiting for the writer before new ones are dropped.
+pub const MAX_PENDING: usize = 2_000_000;
+/// A chunk is written when its payload reaches this size…
+const CHUNK_BYTES: usize = 512 << 10;
+
+enum Item {
+    Api {
+        call: ApiCall,
+        frames_at: usize,
+        frames_len: usize,
+        truncated: bool,
+    },
+    Record(Record),
+}
+
+#[derive(Default)]
+struct Pending {
+    items: Vec<Item>,
+    frames: Vec<u64>,
+}
+
+pub struct Sink {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    dropped: AtomicU64,
+    closing: AtomicBool,
+}
+
+impl Sink {
+    pub fn new() -> Sink {
+        Sink {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            dropped: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub fn push_api(&self, call: ApiCall, frames: &[u64], truncated: bool) {
+        let Ok(mut p) = self.pending.lock() else { return };
+        if p.items.len() >= MAX_PENDING {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let frames_at = p.frames.len();
+        p.frames.extend_from_slice(frames);
+        p.items.push(Item::Api {
+            call,
+            frames_at,
+            frames_len: frames.len(),
+            truncated,
+        });
+    }
+
+    pub fn push_records(&self, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        let Ok(mut p) = self.pending.lock() else { return };
+        let room = MAX_PENDING.saturating_sub(p.items.len());
+        let n = records.len();
+        if n > room {
+            self.dropped.fetch_add((n - room) as u64, Ordering::Relaxed);
+        }
+        p.items.extend(records.into_iter().take(room).map(Item::Record));
+    }
+
+    pub fn push(&self, record: Record) {
+        self.push_records(vec![record]);
+    }
+
+    /// Asks the writer to drain everything and finish the file.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.wake.notify_all();
+    }
+
+    fn take(&self, into: &mut Pending, wait: Duration) -> bool {
+        let Ok(mut p) = self.pending.lock() else { return true };
+        if p.items.is_empty() && !self.closing.load(Ordering::Acquire) {
+            p = match self.wake.wait_timeout(p, wait) {
+                Ok((g, _)) => g,
+                Err(_) => return true,
+            };
+        }
+        std::mem::swap(&mut *p, into);
+        self.closing.load(Ordering::Acquire)
+    }
+}
+
+/// Everything the writer needs from the rest of the collector.
+pub trait WriterEnv {
+    fn now(&self) -> u64;
+    /// Modules added since `after` (by id), if stacks are captured.
+    fn new_modules(&self, after_generation: &mut u64, after_id: u32) -> Vec<ModuleInfo>;
+    fn cupti_dropped(&self) -> u64;
+}
+
+/// The writer thread's state: stack interning, the chunk being built, the file.
+pub struct Writer {
+    file: File,
+    enc: ChunkEncoder,
+    out: Vec<u8>,
+    stacks: HashMap<Vec<u64>, StackId>,
+    key: Vec<u64>,
+    next_stack: u32,
+    module_generation: u64,
+    last_module: u32,
+    chunk_started: Instant,
+    last_drops: (u64, u64),
+    pub chunks: u64,
+    pub records: u64,
+    /// First write error, after which the writer stops writing.
+    pub failed: Option<String>,
+}
+
+impl Writer {
+    pub fn create(mut file: File) -> std::io::Result<Writer> {
+        file.write_all(&file_header())?;
+        Ok(Writer {
+            file,
+            enc: ChunkEncoder::new(0),
+            out: Vec::new(),
+            stacks: HashMap::new(),
+            key: Vec::new(),
+            next_stack: 1,
+            module_generation: u64::MAX,
+            last_module: 0,
+            chunk_started: Instant::now(),
+            last_drops: (0, 0),
+            chunks: 0,
+            records: 0,
+            failed: None,
+        })
+    }
+
+    fn emit(&mut self, env: &dyn WriterEnv, r: &Record) {
+        if self.enc.is_empty() {
+            self.enc.reset(env.now());
+            self.chunk_started = Instant::now();
+        }
+        self.enc.push(r);
+        self.records += 1;
+    }
+
+    fn stack_id(&mut self, env: &dyn WriterEnv, frames: &[u64], truncated: bool) -> StackId {
+        if frames.is_empty() {
+            return StackId(0);
+        }
+        self.key.clear();
+        self.key.extend_from_slice(frames);
+        self.key.push(truncated as u64);
+        if let Some(id) = self.stacks.get(&self.key) {
+            return *id;
+        }
+        // New stack: make sure the modules it points into are in the trace.
+        for m in env.new_modules(&mut self.module_generation, self.last_module) {
+            self.last_module = self.last_module.max(m.id);
+            self.emit(env, &Record::Module(m));
+        }
+        let id = StackId(self.next_stack);
+        self.next_stack += 1;
+        self.stacks.insert(self.key.clone(), id);
+        let def = StackDef {
+            id,
+            frames: frames.iter().map(|a| Frame::Native(*a)).collect(),
+            truncated,
+        };
+        self.emit(env, &Record::Stack(def));
+        id
+    }
+
+    fn process(&mut self, env: &dyn WriterEnv, batch: &mut Pending) {
+        for item in batch.items.drain(..) {
+            match item {
+                Item::Record(r) => self.emit(env, &r),
+                Item::Api {
+                    mut call,
+                    frames_at,
+                    frames_len,
+                    truncated,
+                } => {
+                    let frames = &batch.frames[frames_at..frames_at + frames_len];
+                    call.stack = self.stack_id(env, frames, truncated);
+                    self.emit(env, &Record::Api(call));
+                }
+            }
+            if self.enc.len() >= CHUNK_BYTES {
+                self.write_chunk();
+            }
+        }
+        batch.frames.clear();
+    }
+
+    fn note_drops(&mut self, env: &dyn WriterEnv, sink: &Sink) {
+        let now = (env.cupti_dropped(), sink.dropped());
+        if now != self.last_drops {
+            self.last_drops = now;
+            let d = DropCounts {
+                time: Nanos(env.now()),
+                cupti: now.0,
+                collector: now.1,
+            };
+            self.emit(env, &Record::Dropped(d));
+        }
+    }
+
+    fn write_chunk(&mut self) {
+        if self.enc.is_empty() {
+            return;
+        }
+        self.out.clear();
+        self.enc.finish_into(0, true, &mut self.out);
+        self.enc.reset(0);
+        if self.failed.is_none() {
+            match self.file.write_all(&self.out) {
+                Ok(()) => self.chunks += 1,
+                Err(e) => self.failed = Some(e.to_string()),
+            }
+        }
+    }
+
+    /// Runs until the sink is closed; then writes the end records and the
+    /// trailer. `flush_every` bounds how old unwritten data can get.
+    pub fn run(mut self, env: &dyn WriterEnv, sink: &Sink, flush_every: Duration) -> Writer {
+        let mut batch = Pending::default();
+        loop {
+            let closing = sink.take(&mut batch, flush_every / 2);
+            self.process(env, &mut batch);
+            self.note_drops(env, sink);
+            if closing {
+                break;
+            }
+            if self.chunk_started.elapsed() >= flush_every {
+                self.write_chunk();
+            }
+        }
+        // Anything pushed between the last take and close.
+        sink.take(&mut batch, Duration::ZERO);
+        self.process(env, &mut batch);
+        self.note_drops(env, sink);
+        self.emit(env, &Record::ProcessEnd(ProcessEnd { time: Nanos(env.now()) }));
+        self.write_chunk();
+        let trailer = gmem_prof_traces::record::Trailer {
+            chunks: self.chunks + 1,
+            records: self.records + 1,
+        };
+        self.emit(env, &Record::Trailer(trailer));
+        self.write_chunk();
+        let _ = self.file.flush();
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gmem_prof_traces::read_all;
+    use gmem_prof_traces::record::{ApiFunc, Bytes};
+    use std::sync::Arc;
+
+    struct FakeEnv;
+    impl WriterEnv for FakeEnv {
+        fn now(&self) -> u64 {
+            1_000
+        }
+        fn new_modules(&self, g: &mut u64, after: u32) -> Vec<ModuleInfo> {
+            if *g == 1 {
+                return vec![];
+            }
+            *g = 1;
+            (after + 1..=after + 1)
+                .map(|id| ModuleInfo { id, path: "/lib/x.so".into(), start: 0x1000, end: 0x9000, ..Default::default() })
+                .collect()
+        }
+        fn cupti_dropped(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Eight threads push 10,000 events each while the writer runs: every one
+    /// must reach the file, in per-thread order, with its stack interned once.
+    #[test]
+    fn concurrent_pushes_are_all_written() {
+        let dir = std::env::temp_dir().join(format!("gmem-sink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        let sink = Arc::new(Sink::new());
+        let writer = Writer::create(File::create(&path).unwrap()).unwrap();
+        let s2 = sink.clone();
+        let w = std::thread::spawn(move || writer.run(&FakeEnv, &s2, Duration::from_millis(20)));
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let sink = sink.clone();
+                std::thread::spawn(move || {
+                    for i in 0..10_000u64 {
+                        let call = ApiCall {
+                            tid: t,
+                            func: ApiFunc::MEM_ALLOC,
+                            bytes: Bytes(i),
+                            ..Default::default()
+                        };
+                        sink.push_api(call, &[0x1000 + u64::from(t), 0x2000], false);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        sink.close();
+        let w = w.join().unwrap();
+        assert!(w.failed.is_none());
+        let data = std::fs::read(&path).unwrap();
+        let (chunks, warnings) = read_all(&data).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let recs: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
+        let mut next = [0u64; 8];
+        let mut stacks = 0;
+        for r in &recs {
+            match r {
+                Record::Api(a) => {
+                    assert_eq!(a.bytes.0, next[a.tid as usize]);
+                    next[a.tid as usize] += 1;
+                    assert_ne!(a.stack.0, 0);
+                }
+                Record::Stack(_) => stacks += 1,
+                _ => {}
+            }
+        }
+        assert_eq!(next, [10_000; 8]);
+        assert_eq!(stacks, 8);
+        assert!(matches!(recs.last(), Some(Record::Trailer(_))));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

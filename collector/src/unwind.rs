@@ -1,0 +1,674 @@
+//! Native stack capture inside the process, through code built without frame
+//! pointers (libtorch, libcudart), using the DWARF CFI (`.eh_frame`) every
+//! x86-64 ELF module carries, via framehop with a per-thread rule cache.
+//!
+//! The module list comes from `dl_iterate_phdr`. framehop reads each module's
+//! `.eh_frame_hdr`/`.eh_frame` directly from the mapped image (no copies).
+//! When a captured address falls outside every known module, the list is
+//! refreshed (if the loader reports a change) and the capture repeated once.
+
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void, CStr};
+use std::ops::{Deref, Range};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+
+/// Bytes of a module image mapped in this process.
+#[derive(Clone, Copy)]
+pub struct Mapped {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: Mapped points into a read-only, never-written segment of a loaded
+// module; sharing the pointer between threads is as safe as the mapping.
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}
+
+impl Default for Mapped {
+    fn default() -> Self {
+        Mapped {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+        }
+    }
+}
+
+impl Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr/len describe a range inside a loaded module's segment,
+        // checked when the module was registered.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// What the trace records of a module.
+#[derive(Clone, Debug)]
+pub struct ModuleDesc {
+    pub id: u32,
+    pub path: String,
+    pub bias: u64,
+    pub range: Range<u64>,
+    pub build_id: Vec<u8>,
+}
+
+struct Registry {
+    unwinder: UnwinderX86_64<Mapped>,
+    /// Sorted by start address.
+    modules: Vec<ModuleDesc>,
+    /// Address ranges whose frames are ours or CUPTI's (skipped at the top).
+    skip: Vec<Range<u64>>,
+    /// `dlpi_adds + dlpi_subs` when the list was last read.
+    loader_changes: u64,
+    next_id: u32,
+}
+
+pub struct Stacks {
+    registry: RwLock<Registry>,
+    /// Bumped whenever modules are added, so the writer emits them.
+    generation: AtomicU64,
+    depth: usize,
+    /// Leave out frames of the module holding this code (the collector).
+    skip_self: bool,
+}
+
+/// Per-thread unwinding state: framehop's rule cache, and the frames of the
+/// previous capture as (code address, stack pointer) pairs, innermost first.
+struct ThreadUnwind {
+    cache: Option<Box<CacheX86_64>>,
+    frames: [(u64, u64); WALK_LIMIT],
+    prev: [(u64, u64); WALK_LIMIT],
+    prev_len: usize,
+    /// Leading frames of `prev` that were the collector's or CUPTI's.
+    prev_skip: usize,
+    prev_truncated: bool,
+}
+
+/// Frames walked at most: the recorded ones plus the collector's and
+/// CUPTI's own at the top.
+const WALK_LIMIT: usize = crate::config::MAX_STACK_DEPTH + 32;
+
+thread_local! {
+    static THREAD: RefCell<ThreadUnwind> = const {
+        RefCell::new(ThreadUnwind {
+            cache: None,
+            frames: [(0, 0); WALK_LIMIT],
+            prev: [(0, 0); WALK_LIMIT],
+            prev_len: 0,
+            prev_skip: 0,
+            prev_truncated: false,
+        })
+    };
+    static STACK_END: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+struct Reused {
+    walked: usize,
+    skip: usize,
+    truncated: bool,
+}
+
+/// The frame just walked (`t.frames[walked - 1]`) equals `prev[at]`. Checks
+/// that every outer frame of the previous capture is still on the stack (the
+/// return address into frame i sits just below its stack pointer: x86-64's
+/// CFA - 8) and, if so, appends them to `t.frames`.
+fn reuse_callers(
+    t: &mut ThreadUnwind,
+    at: usize,
+    walked: usize,
+    skip: Option<usize>,
+    max_recorded: usize,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<Reused> {
+    // Frames the previous capture skipped at the top are skipped now too:
+    // from the match on, both walks see the same frames.
+    let skip = match skip {
+        Some(k) => k,
+        None => walked - 1 + t.prev_skip.saturating_sub(at),
+    };
+    let rest = t.prev_len - (at + 1);
+    let room = (skip + max_recorded).saturating_sub(walked);
+    let take = rest.min(room);
+    for i in 0..take {
+        let (pc, sp) = t.prev[at + 1 + i];
+        if read_stack(sp.checked_sub(8)?).ok()? != pc {
+            return None;
+        }
+    }
+    t.frames[walked..walked + take].copy_from_slice(&t.prev[at + 1..at + 1 + take]);
+    Some(Reused {
+        walked: walked + take,
+        skip,
+        truncated: t.prev_truncated || rest > room,
+    })
+}
+
+impl Stacks {
+    /// `skip_self`: leave out the collector's own frames (off in unit tests,
+    /// where the collector's code lives in the test executable).
+    pub fn new(depth: usize, skip_self: bool) -> Stacks {
+        let s = Stacks {
+            registry: RwLock::new(Registry {
+                unwinder: UnwinderX86_64::new(),
+                modules: Vec::new(),
+                skip: Vec::new(),
+                loader_changes: u64::MAX,
+                next_id: 1,
+            }),
+            generation: AtomicU64::new(0),
+            depth,
+            skip_self,
+        };
+        s.refresh(true);
+        s
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Modules with id greater than `after`.
+    pub fn modules_after(&self, after: u32) -> Vec<ModuleDesc> {
+        match self.registry.read() {
+            Ok(r) => r.modules.iter().filter(|m| m.id > after).cloned().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Captures the calling thread's return addresses, innermost first,
+    /// leaving out the collector's and CUPTI's own frames. Returns the number
+    /// of frames and whether the depth limit cut the stack.
+    #[inline(never)]
+    pub fn capture(&self, out: &mut [u64]) -> (usize, bool) {
+        let out_len = out.len().min(self.depth);
+        let out = &mut out[..out_len];
+        let (n, truncated, unknown) = self.capture_once(out);
+        if unknown && self.refresh(false) {
+            let (n, truncated, _) = self.capture_once(out);
+            return (n, truncated);
+        }
+        (n, truncated)
+    }
+
+    #[inline(always)]
+    fn capture_once(&self, out: &mut [u64]) -> (usize, bool, bool) {
+        let (rip, rsp, rbp) = current_regs();
+        let stack_end = thread_stack_end();
+        let Ok(reg) = self.registry.read() else {
+            return (0, false, false);
+        };
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            if addr < rsp || addr % 8 != 0 || addr.checked_add(8).is_none_or(|e| e > stack_end) {
+                return Err(());
+            }
+            // SAFETY: addr is 8-aligned and inside [rsp, stack_end), the live
+            // part of this thread's stack, which stays mapped while we run.
+            Ok(unsafe { std::ptr::read(addr as *const u64) })
+        };
+        THREAD.with(|t| {
+            let mut t = t.borrow_mut();
+            let t = &mut *t;
+            let mut cache = t.cache.take().unwrap_or_else(|| Box::new(CacheX86_64::new()));
+            let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
+            let mut address = FrameAddress::from_instruction_pointer(rip);
+            // Frames walked (skipped ones included) go to t.frames; recorded
+            // ones (after the collector's and CUPTI's) to `out`.
+            let mut walked = 0;
+            let mut skip = None;
+            let mut unknown = false;
+            let mut truncated = false;
+            let mut prev_at = 0;
+            while walked < t.frames.len() {
+                let pc = address.address();
+                let sp = regs.sp();
+                if skip.is_none() && !reg.skip.iter().any(|r| r.contains(&pc)) {
+                    skip = Some(walked);
+                }
+                if let Some(k) = skip {
+                    if walked - k == out.len() {
+                        truncated = true;
+                        break;
+                    }
+                    if !unknown && find_module(&reg.modules, pc).is_none() {
+                        unknown = true;
+                    }
+                }
+                t.frames[walked] = (pc, sp);
+                walked += 1;
+                // Same frame (code address and stack position) as in the
+                // previous capture on this thread: its callers are the same
+                // too if each saved return address still holds what it held
+                // then. Checking that costs one read per frame instead of
+                // evaluating unwind rules.
+                while prev_at < t.prev_len && t.prev[prev_at].1 < sp {
+                    prev_at += 1;
+                }
+                if prev_at < t.prev_len && t.prev[prev_at] == (pc, sp) {
+                    if let Some(v) = reuse_callers(t, prev_at, walked, skip, out.len(), &mut read_stack) {
+                        #[cfg(test)]
+                        tests::VERIFIED.fetch_add(1, Ordering::Relaxed);
+                        walked = v.walked;
+                        skip = Some(v.skip);
+                        truncated = v.truncated;
+                        break;
+                    }
+                }
+                match reg.unwinder.unwind_frame(address, &mut regs, &mut cache, &mut read_stack) {
+                    Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                        Some(a) => address = a,
+                        None => break,
+                    },
+                    _ => break,
+                }
+            }
+            t.cache = Some(cache);
+            let k = skip.unwrap_or(walked);
+            let n = walked - k;
+            for (o, f) in out.iter_mut().zip(&t.frames[k..walked]) {
+                *o = f.0;
+            }
+            t.prev[..walked].copy_from_slice(&t.frames[..walked]);
+            t.prev_len = walked;
+            t.prev_skip = k;
+            t.prev_truncated = truncated;
+            (n, truncated, unknown)
+        })
+    }
+
+    /// Re-reads the loaded modules if the loader reports a change (or if
+    /// `force`). Returns true when modules were added.
+    fn refresh(&self, force: bool) -> bool {
+        let changes = loader_changes();
+        if !force {
+            match self.registry.read() {
+                Ok(r) if r.loader_changes == changes => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        let found = list_modules();
+        let Ok(mut reg) = self.registry.write() else {
+            return false;
+        };
+        reg.loader_changes = changes;
+        let self_addr = capture_marker as *const () as u64;
+        let mut added = false;
+        for m in found {
+            if reg.modules.iter().any(|k| k.range == m.range && k.path == m.path) {
+                continue;
+            }
+            let is_ours = (self.skip_self && m.range.contains(&self_addr)) || m.path.contains("libcupti");
+            if is_ours {
+                reg.skip.push(m.range.clone());
+            }
+            let id = reg.next_id;
+            reg.next_id += 1;
+            if let Some(info) = m.unwind_info {
+                reg.unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
+            }
+            reg.modules.push(ModuleDesc {
+                id,
+                path: m.path,
+                bias: m.bias,
+                range: m.range,
+                build_id: m.build_id,
+            });
+            added = true;
+        }
+        reg.modules.sort_by_key(|m| m.range.start);
+        if added {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        added
+    }
+}
+
+fn find_module(mods: &[ModuleDesc], addr: u64) -> Option<&ModuleDesc> {
+    let i = mods.partition_point(|m| m.range.start <= addr);
+    let m = mods.get(i.checked_sub(1)?)?;
+    m.range.contains(&addr).then_some(m)
+}
+
+/// A function whose address tells which module is the collector.
+#[inline(never)]
+fn capture_marker() {}
+
+#[inline(always)]
+fn current_regs() -> (u64, u64, u64) {
+    let rip: u64;
+    let rsp: u64;
+    let rbp: u64;
+    // SAFETY: reads the instruction pointer, stack pointer and frame pointer
+    // into registers; touches no memory and no flags.
+    unsafe {
+        std::arch::asm!(
+            "lea {rip}, [rip]",
+            "mov {rsp}, rsp",
+            "mov {rbp}, rbp",
+            rip = out(reg) rip,
+            rsp = out(reg) rsp,
+            rbp = out(reg) rbp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    (rip, rsp, rbp)
+}
+
+/// The top (highest address) of the calling thread's stack, cached per thread.
+fn thread_stack_end() -> u64 {
+    STACK_END.with(|c| {
+        if c.get() == 0 {
+            c.set(query_stack_end());
+        }
+        c.get()
+    })
+}
+
+fn query_stack_end() -> u64 {
+    // SAFETY: pthread_attr_t is plain data; pthread_getattr_np fills it for
+    // the calling thread and pthread_attr_destroy releases it.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut addr: *mut c_void = std::ptr::null_mut();
+        let mut size: usize = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            return 0;
+        }
+        addr as u64 + size as u64
+    }
+}
+
+struct FoundModule {
+    path: String,
+    bias: u64,
+    range: Range<u64>,
+    build_id: Vec<u8>,
+    unwind_info: Option<ExplicitModuleSectionInfo<Mapped>>,
+}
+
+/// Count of loader additions and removals so far (cheap: stops at the first
+/// module).
+fn loader_changes() -> u64 {
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info; data is our &mut u64.
+        unsafe {
+            let info = &*info;
+            *(data as *mut u64) = info.dlpi_adds.wrapping_add(info.dlpi_subs);
+        }
+        1
+    }
+    let mut n = 0u64;
+    // SAFETY: the callback matches dl_iterate_phdr's contract and only writes
+    // through `data`, which points to n for the duration of the call.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut n as *mut u64).cast()) };
+    n
+}
+
+fn list_modules() -> Vec<FoundModule> {
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid info whose program headers stay
+        // valid for this call; data is our &mut Vec.
+        unsafe {
+            let out = &mut *(data as *mut Vec<FoundModule>);
+            if let Some(m) = describe(&*info) {
+                out.push(m);
+            }
+        }
+        0
+    }
+    let mut v: Vec<FoundModule> = Vec::new();
+    // SAFETY: as in loader_changes.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut v as *mut Vec<FoundModule>).cast()) };
+    v
+}
+
+const PT_LOAD: u32 = 1;
+const PT_NOTE: u32 = 4;
+const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+const PF_X: u32 = 1;
+
+/// # Safety
+/// `info` must come from dl_iterate_phdr, during the callback.
+unsafe fn describe(info: &libc::dl_phdr_info) -> Option<FoundModule> {
+    let bias = info.dlpi_addr;
+    // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    let mut text: Option<Range<u64>> = None;
+    let mut loads: Vec<Range<u64>> = Vec::new();
+    for p in phdrs.iter().filter(|p| p.p_type == PT_LOAD) {
+        let r = p.p_vaddr..p.p_vaddr + p.p_filesz;
+        lo = lo.min(p.p_vaddr);
+        hi = hi.max(p.p_vaddr + p.p_memsz);
+        if p.p_flags & PF_X != 0 && text.is_none() {
+            text = Some(r.clone());
+        }
+        loads.push(r);
+    }
+    if lo >= hi {
+        return None;
+    }
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dlpi_name is NUL-terminated.
+        unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+    };
+    let path = if name.is_empty() {
+        std::fs::read_link("/proc/self/exe")
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    } else {
+        name
+    };
+    let mut build_id = Vec::new();
+    let mut unwind_info = None;
+    for p in phdrs {
+        if p.p_type == PT_NOTE {
+            // SAFETY: PT_NOTE lies inside a loaded segment (mapped).
+            if let Some(id) = unsafe { gnu_build_id(bias + p.p_vaddr, p.p_filesz, p.p_align) } {
+                build_id = id;
+            }
+        }
+        if p.p_type == PT_GNU_EH_FRAME {
+            // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
+            unwind_info = unsafe { eh_frame_info(bias, p.p_vaddr, p.p_filesz, &loads, text.clone()) };
+        }
+    }
+    Some(FoundModule {
+        path,
+        bias,
+        range: bias + lo..bias + hi,
+        build_id,
+        unwind_info,
+    })
+}
+
+/// # Safety
+/// `addr..addr+len` must be mapped and readable.
+unsafe fn gnu_build_id(addr: u64, len: u64, align: u64) -> Option<Vec<u8>> {
+    // SAFETY: guaranteed by the caller.
+    let notes = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
+    gmem_prof_traces::build_id::find_in_notes(notes, align).map(<[u8]>::to_vec)
+}
+
+/// Builds framehop's view of a module's unwind sections from its mapped
+/// `.eh_frame_hdr` (found through PT_GNU_EH_FRAME).
+///
+/// # Safety
+/// The header range and the module's load segments must be mapped.
+unsafe fn eh_frame_info(
+    bias: u64,
+    hdr_svma: u64,
+    hdr_len: u64,
+    loads: &[Range<u64>],
+    text: Option<Range<u64>>,
+) -> Option<ExplicitModuleSectionInfo<Mapped>> {
+    if hdr_len < 8 {
+        return None;
+    }
+    let hdr = (bias + hdr_svma) as *const u8;
+    // SAFETY: the header is at least 8 bytes long (checked) and mapped.
+    let (version, enc) = unsafe { (*hdr, *hdr.add(1)) };
+    if version != 1 {
+        return None;
+    }
+    // SAFETY: bytes 4..8 are inside the header.
+    let raw = unsafe { std::ptr::read_unaligned(hdr.add(4) as *const i32) } as i64;
+    let raw_u = raw as u32 as u64;
+    // eh_frame_ptr: DW_EH_PE_* encodings seen in practice.
+    let eh_svma = match enc {
+        0x1b => (hdr_svma as i64 + 4 + raw) as u64,  // pcrel | sdata4
+        0x3b => (hdr_svma as i64 + raw) as u64,      // datarel | sdata4
+        0x03 => raw_u.wrapping_sub(bias),            // udata4, absolute
+        0x0b => (raw as u64).wrapping_sub(bias),     // sdata4, absolute
+        _ => return None,
+    };
+    // .eh_frame's own length is not recorded; it runs at most to the end of
+    // the load segment holding it.
+    let seg = loads.iter().find(|r| r.contains(&eh_svma))?;
+    let eh_len = seg.end - eh_svma;
+    Some(ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: text,
+        eh_frame_hdr_svma: Some(hdr_svma..hdr_svma + hdr_len),
+        eh_frame_hdr: Some(Mapped {
+            ptr: hdr,
+            len: hdr_len as usize,
+        }),
+        eh_frame_svma: Some(eh_svma..eh_svma + eh_len),
+        eh_frame: Some(Mapped {
+            ptr: (bias + eh_svma) as *const u8,
+            len: eh_len as usize,
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[inline(never)]
+    fn level3(s: &Stacks, out: &mut [u64]) -> usize {
+        let (n, _) = s.capture(out);
+        std::hint::black_box(n)
+    }
+    #[inline(never)]
+    fn level2(s: &Stacks, out: &mut [u64]) -> usize {
+        std::hint::black_box(level3(s, out))
+    }
+
+    fn in_fn(addr: u64, f: usize) -> bool {
+        // A return address lies a little after the function's start.
+        (f as u64..f as u64 + 512).contains(&addr)
+    }
+
+    #[test]
+    fn captures_the_callers_of_the_capturing_function() {
+        let s = Stacks::new(64, false);
+        let mut out = [0u64; 64];
+        let n = level2(&s, &mut out);
+        let frames = &out[..n];
+        assert!(frames.iter().any(|a| in_fn(*a, level3 as *const () as usize)), "{frames:x?}");
+        assert!(frames.iter().any(|a| in_fn(*a, level2 as *const () as usize)), "{frames:x?}");
+        let reg = s.registry.read().unwrap();
+        for a in frames {
+            assert!(find_module(&reg.modules, *a).is_some(), "{a:#x} in no module");
+        }
+    }
+
+    // glibc is built without frame pointers: a stack captured inside qsort's
+    // comparator must walk through qsort (DWARF CFI) back into this test.
+    static QSORT_STACK: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    static QSORT_STACKS: std::sync::OnceLock<Stacks> = std::sync::OnceLock::new();
+
+    extern "C" fn compare(a: *const c_void, b: *const c_void) -> c_int {
+        let mut out = [0u64; 64];
+        let (n, _) = QSORT_STACKS.get().unwrap().capture(&mut out);
+        *QSORT_STACK.lock().unwrap() = out[..n].to_vec();
+        // SAFETY: qsort passes pointers to two elements of our i32 array.
+        unsafe { (*(a as *const i32)).cmp(&*(b as *const i32)) as c_int }
+    }
+
+    #[inline(never)]
+    fn sort_with_libc() {
+        let mut v = [3i32, 1, 2];
+        // SAFETY: v is a valid array of 3 i32 and compare matches qsort's contract.
+        unsafe { libc::qsort(v.as_mut_ptr().cast(), 3, 4, Some(compare)) };
+        assert_eq!(v, [1, 2, 3]);
+    }
+
+    #[test]
+    fn unwinds_through_libc_built_without_frame_pointers() {
+        QSORT_STACKS.get_or_init(|| Stacks::new(64, false));
+        sort_with_libc();
+        let frames = QSORT_STACK.lock().unwrap().clone();
+        let reg = QSORT_STACKS.get().unwrap().registry.read().unwrap();
+        let module = |a: u64| find_module(&reg.modules, a).map(|m| m.path.clone()).unwrap_or_default();
+        let libc_at = frames.iter().position(|a| module(*a).contains("libc.so"));
+        let caller_at = frames
+            .iter()
+            .position(|a| in_fn(*a, sort_with_libc as *const () as usize));
+        assert!(libc_at.is_some(), "no libc frame in {frames:x?}");
+        assert!(caller_at > libc_at, "did not get past libc: {frames:x?}");
+    }
+
+    pub static VERIFIED: AtomicU64 = AtomicU64::new(0);
+
+    #[inline(never)]
+    fn recurse(s: &Stacks, depth: u32, out: &mut [u64]) -> usize {
+        if depth == 0 {
+            s.capture(out).0
+        } else {
+            std::hint::black_box(recurse(s, depth - 1, out))
+        }
+    }
+
+    /// Captures that reuse the previous capture's outer frames give exactly
+    /// what a full unwind gives, at every depth, in any order.
+    #[test]
+    fn reusing_the_previous_stack_gives_the_same_frames() {
+        let s = Stacks::new(64, false);
+        let depths = [5u32, 7, 5, 3, 9, 3];
+        let mut rounds: Vec<Vec<Vec<u64>>> = Vec::new();
+        let before = VERIFIED.load(Ordering::Relaxed);
+        for round in 0..3 {
+            let mut got = Vec::new();
+            for d in depths {
+                if round == 0 {
+                    THREAD.with(|t| t.borrow_mut().prev_len = 0); // full unwind
+                }
+                let mut out = [0u64; 64];
+                let n = recurse(&s, d, &mut out);
+                got.push(out[..n].to_vec());
+            }
+            rounds.push(got);
+        }
+        assert_eq!(rounds[0], rounds[1]);
+        assert_eq!(rounds[0], rounds[2]);
+        assert!(rounds[0][1].len() == rounds[0][0].len() + 2, "{:?}", rounds[0]);
+        assert!(VERIFIED.load(Ordering::Relaxed) > before, "the shortcut was never taken");
+    }
+
+    #[test]
+    fn depth_limit_truncates() {
+        let s = Stacks::new(2, false);
+        let mut out = [0u64; 64];
+        let (n, truncated) = s.capture(&mut out);
+        assert_eq!(n, 2);
+        assert!(truncated);
+    }
+}

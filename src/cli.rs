@@ -1,0 +1,105 @@
+//! Command-line definitions.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gmem-prof",
+    version,
+    about = "GPU memory profiler for CUDA programs",
+    long_about = "GPU memory profiler for CUDA programs.\n\n\
+        `gmem-prof record -- ./app args` runs a program with gmem-prof's CUPTI collector \
+        injected and writes one trace holding every allocation, free, failed allocation \
+        (with host call stacks) and kernel of every CUDA process the program started.",
+    after_help = "Exit codes: `record` exits with the program's own exit code (128+N if it \
+        died of signal N); 2 means gmem-prof itself failed or the input was bad."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a program under the collector and write one trace for the whole run.
+    Record(RecordArgs),
+    /// Print a trace's records, one per line (the format's debugging view).
+    Dump(DumpArgs),
+    /// Merge per-process trace files (written with no CLI in front, by setting
+    /// the collector's environment variables) into one trace and resolve its
+    /// stacks. Run it on the machine that recorded them.
+    Symbolize(SymbolizeArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    gmem-prof record -- ./my_cuda_app --its --args\n  \
+    gmem-prof record -o run.bin -- python3 train.py\n  \
+    gmem-prof record --no-kernels --stack-depth 32 -- ./server\n\n\
+    The program's stdin, stdout, stderr and exit code pass through unchanged; Ctrl-C \
+    reaches it as usual and the trace is still written. Children it starts that use \
+    CUDA (exec'ed programs, multiprocessing spawn workers) are recorded into the same trace.")]
+pub struct RecordArgs {
+    /// Trace file to write. Default: trace.bin, or trace.1.bin, trace.2.bin, …
+    /// when that exists (an existing file is never replaced without --force).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Replace the output file if it exists.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Do not trace kernels (lowest overhead; the report cannot name the
+    /// kernel running at the peak).
+    #[arg(long)]
+    pub no_kernels: bool,
+    /// Native frames kept per allocation stack; 0 turns stacks off.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub stack_depth: usize,
+    /// Also capture stacks of frees (off by default: frees are attributed to
+    /// the allocation's site).
+    #[arg(long)]
+    pub free_stacks: bool,
+    /// The libcupti.so.13 to load (default: the CUDA toolkit's, from CUDA_HOME,
+    /// /usr/local/cuda or the linker path, else pip's nvidia wheels).
+    #[arg(long, value_name = "PATH", env = "GMEM_PROF_CUPTI")]
+    pub cupti: Option<PathBuf>,
+    /// The collector library (default: libgmem_prof_collector.so next to this
+    /// executable).
+    #[arg(long, value_name = "PATH", env = "GMEM_PROF_COLLECTOR")]
+    pub collector: Option<PathBuf>,
+    /// How often each process hands its data to the file, in milliseconds
+    /// (bounds what a SIGKILL can lose).
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    pub flush_ms: u64,
+    /// Keep the per-process files the trace was merged from (in
+    /// `<output>.parts-<pid>/`).
+    #[arg(long)]
+    pub keep_parts: bool,
+    /// The program to run, and its arguments.
+    #[arg(required = true, last = true, value_name = "PROGRAM")]
+    pub program: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// Trace files, or directories of per-process trace files.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SymbolizeArgs {
+    /// Trace files, or directories of per-process trace files.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Where to write the merged, symbolized trace.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(short, long)]
+    pub force: bool,
+}

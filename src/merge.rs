@@ -1,0 +1,275 @@
+//! Merging per-process trace files into one trace, and resolving stacks.
+//!
+//! Each input stream (one per process) becomes a stream of the output; its
+//! records are re-encoded as they are, without the per-file trailers, and
+//! followed by the symbols of its stacks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use gmem_prof_traces::record::{memory_kind, ModuleInfo, ProcessInfo};
+use gmem_prof_traces::{decode_chunk, Record, TraceReader, TraceWriter};
+
+use crate::cli::SymbolizeArgs;
+use crate::symbols;
+
+/// What one process of the merged trace held.
+#[derive(Default, Debug)]
+pub struct ProcessSummary {
+    pub info: Option<ProcessInfo>,
+    pub allocations: u64,
+    pub frees: u64,
+    /// Allocations by memory kind name.
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Allocation calls that failed for lack of memory (CUDA_ERROR_OUT_OF_MEMORY).
+    pub out_of_memory: u64,
+    /// Other failed calls (probes, invalid arguments, unsupported features).
+    pub failed_calls: u64,
+    pub kernels: u64,
+    pub records: u64,
+    pub dropped_cupti: u64,
+    pub dropped_collector: u64,
+    pub ended_cleanly: bool,
+    /// Warnings and errors the collector wrote.
+    pub messages: Vec<(u8, String)>,
+    pub stacks: u64,
+    pub unresolved_modules: BTreeMap<String, String>,
+}
+
+#[derive(Default, Debug)]
+pub struct MergeSummary {
+    pub processes: Vec<ProcessSummary>,
+    /// Problems found while reading the inputs (file: warning).
+    pub warnings: Vec<String>,
+    pub bytes_written: u64,
+}
+
+impl MergeSummary {
+    pub fn events(&self) -> u64 {
+        self.processes.iter().map(|p| p.records).sum()
+    }
+}
+
+struct StreamState {
+    summary: ProcessSummary,
+    modules: Vec<ModuleInfo>,
+    addresses: BTreeSet<u64>,
+}
+
+/// Merges `inputs` into `output` (written to a temporary file first, so a
+/// failure never leaves a half-written output behind) and symbolizes.
+pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSummary> {
+    if output.exists() && !force {
+        bail!("{} exists; choose another name with -o, or pass --force to replace it", output.display());
+    }
+    let tmp = output.with_extension(format!("tmp-{}", std::process::id()));
+    let result = merge_into(inputs, &tmp);
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    if force {
+        std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    } else {
+        // hard_link refuses to replace: no race with a file created meanwhile.
+        let linked = std::fs::hard_link(&tmp, output);
+        let _ = std::fs::remove_file(&tmp);
+        linked.with_context(|| format!("cannot write {}", output.display()))?;
+    }
+    Ok(summary)
+}
+
+fn merge_into(inputs: &[PathBuf], tmp: &Path) -> Result<MergeSummary> {
+    let file = File::create(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))?;
+    let mut summary = MergeSummary::default();
+    let mut streams: Vec<StreamState> = Vec::new();
+    for path in inputs {
+        let data = map(path)?;
+        let mut reader = match TraceReader::new(&data) {
+            Ok(r) => r,
+            Err(e) => {
+                summary.warnings.push(format!("{}: skipped: {e}", path.display()));
+                continue;
+            }
+        };
+        let mut ids: BTreeMap<u32, u32> = BTreeMap::new();
+        while let Some(raw) = reader.next_chunk() {
+            let (chunk, err) = match decode_chunk(&raw) {
+                Ok(c) => (c, None),
+                Err((c, why)) => (c, Some(why)),
+            };
+            if let Some(why) = err {
+                summary.warnings.push(format!("{}: chunk at byte {}: {why}", path.display(), raw.offset));
+            }
+            if chunk.records.iter().any(|r| matches!(r, Record::Trailer(_))) {
+                reader.mark_trailer_seen();
+            }
+            let next = streams.len() as u32;
+            let id = *ids.entry(raw.stream).or_insert(next);
+            if id == next {
+                streams.push(StreamState {
+                    summary: ProcessSummary::default(),
+                    modules: Vec::new(),
+                    addresses: BTreeSet::new(),
+                });
+            }
+            w.set_stream(id)?;
+            let st = &mut streams[id as usize];
+            for r in &chunk.records {
+                if matches!(r, Record::Trailer(_) | Record::Symbol(_)) {
+                    continue;
+                }
+                note(st, r);
+                w.push(r)?;
+            }
+        }
+        for warning in &reader.warnings {
+            summary.warnings.push(format!("{}: {warning}", path.display()));
+        }
+    }
+    for (id, st) in streams.iter_mut().enumerate() {
+        if st.addresses.is_empty() {
+            continue;
+        }
+        let resolved = symbols::resolve(&st.modules, &st.addresses);
+        w.set_stream(id as u32)?;
+        for s in resolved.symbols {
+            w.push(&Record::Symbol(s))?;
+        }
+        st.summary.unresolved_modules = resolved.unresolved;
+    }
+    let out = w.finish()?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all().ok();
+    summary.bytes_written = file.metadata().map(|m| m.len()).unwrap_or(0);
+    summary.processes = streams.into_iter().map(|s| s.summary).collect();
+    Ok(summary)
+}
+
+const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
+
+fn note(st: &mut StreamState, r: &Record) {
+    let s = &mut st.summary;
+    s.records += 1;
+    match r {
+        Record::Process(p) => s.info = Some(p.clone()),
+        Record::Module(m) => st.modules.push(m.clone()),
+        Record::Stack(def) => {
+            s.stacks += 1;
+            for f in &def.frames {
+                if let gmem_prof_traces::record::Frame::Native(a) = f {
+                    st.addresses.insert(*a);
+                }
+            }
+        }
+        Record::Memory(m) => {
+            if m.alloc {
+                s.allocations += 1;
+                *s.by_kind.entry(memory_kind::name(m.kind)).or_default() += 1;
+            } else {
+                s.frees += 1;
+            }
+        }
+        Record::Api(a) if a.result == CUDA_ERROR_OUT_OF_MEMORY && a.func.allocates() => {
+            s.out_of_memory += 1
+        }
+        Record::Api(a) if a.result != 0 => s.failed_calls += 1,
+        Record::Kernel(_) => s.kernels += 1,
+        Record::Dropped(d) => {
+            s.dropped_cupti = d.cupti;
+            s.dropped_collector = d.collector;
+        }
+        Record::Message(m) => s.messages.push((m.level, m.text.clone())),
+        Record::ProcessEnd(_) => s.ended_cleanly = true,
+        _ => {}
+    }
+}
+
+/// Maps a trace file read-only.
+pub fn map(path: &Path) -> Result<memmap2::Mmap> {
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: the file is opened read-only; gmem-prof never writes it while
+    // mapped, and the collector only appends to files (appends do not
+    // invalidate an existing mapping).
+    unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Prints what a merge produced, and anything the user must know about.
+pub fn print_summary(output: &Path, s: &MergeSummary) {
+    let allocs: u64 = s.processes.iter().map(|p| p.allocations).sum();
+    let oom: u64 = s.processes.iter().map(|p| p.out_of_memory).sum();
+    let failed: u64 = s.processes.iter().map(|p| p.failed_calls).sum();
+    let events = s.events().max(1);
+    eprintln!(
+        "gmem-prof: wrote {}: {} process{}, {} allocations, {} out of memory, {} other failed calls, {} records, {} ({:.1} bytes/record)",
+        output.display(),
+        s.processes.len(),
+        if s.processes.len() == 1 { "" } else { "es" },
+        allocs,
+        oom,
+        failed,
+        s.events(),
+        human_bytes(s.bytes_written),
+        s.bytes_written as f64 / events as f64
+    );
+    for p in &s.processes {
+        let who = match &p.info {
+            Some(i) => format!("pid {} ({})", i.pid, i.cmdline.join(" ")),
+            None => "a process".into(),
+        };
+        for (level, text) in &p.messages {
+            if *level >= 1 {
+                eprintln!("gmem-prof: {who}: {text}");
+            }
+        }
+        if !p.ended_cleanly {
+            eprintln!(
+                "gmem-prof: {who} did not finish cleanly (killed, or exited without running exit \
+                 handlers); its data up to the last flush is in the trace"
+            );
+        }
+        if p.dropped_cupti + p.dropped_collector > 0 {
+            eprintln!(
+                "gmem-prof: {who}: {} records were lost ({} by CUPTI, {} by the collector's queue)",
+                p.dropped_cupti + p.dropped_collector,
+                p.dropped_cupti,
+                p.dropped_collector
+            );
+        }
+        for (module, why) in &p.unresolved_modules {
+            eprintln!("gmem-prof: {who}: frames in {module} stay unresolved: {why}");
+        }
+    }
+    for w in &s.warnings {
+        eprintln!("gmem-prof: warning: {w}");
+    }
+}
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+pub fn symbolize_command(a: SymbolizeArgs) -> Result<()> {
+    let inputs = crate::inputs::expand(&a.traces)?;
+    let summary = merge(&inputs, &a.output, a.force)?;
+    print_summary(&a.output, &summary);
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! `gmem-prof record -- program args…`: run a program with the collector
+//! injected, then merge what each of its CUDA processes wrote into one trace.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::RecordArgs;
+use crate::{locate, merge};
+
+/// The running program's pid, for the signal forwarder (0 = none yet).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; pid is our child.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+extern "C" fn ignore_signal(_sig: libc::c_int) {}
+
+/// While the program runs: SIGTERM, SIGHUP and SIGQUIT sent to gmem-prof are
+/// passed on to it; SIGINT (Ctrl-C) already reaches it from the terminal, so
+/// gmem-prof only survives it, to write the trace. Handlers (not SIG_IGN) so
+/// the program starts with default dispositions.
+fn install_signal_handlers() {
+    let set = |sig: libc::c_int, handler: extern "C" fn(libc::c_int)| {
+        // SAFETY: a zeroed sigaction with a valid handler and empty mask.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    };
+    set(libc::SIGINT, ignore_signal);
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        set(sig, forward_signal);
+    }
+}
+
+/// trace.bin, else trace.1.bin, trace.2.bin, …: never an existing file.
+fn default_output() -> PathBuf {
+    let first = PathBuf::from("trace.bin");
+    if !first.exists() {
+        return first;
+    }
+    (1..)
+        .map(|n| PathBuf::from(format!("trace.{n}.bin")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => crate::EXIT_FAILURE,
+    }
+}
+
+pub fn run(a: RecordArgs) -> Result<i32> {
+    let output = match &a.output {
+        Some(o) => {
+            if o.exists() && !a.force {
+                bail!("{} exists; choose another name with -o, or pass --force to replace it", o.display());
+            }
+            o.clone()
+        }
+        None => default_output(),
+    };
+    let collector = locate::collector(a.collector.as_deref()).map_err(anyhow::Error::msg)?;
+    if let Some(p) = &a.cupti {
+        if !p.is_file() {
+            bail!("--cupti {}: no such file", p.display());
+        }
+    }
+    let cupti = a.cupti.as_ref().and_then(|p| std::fs::canonicalize(p).ok()).or_else(locate::cupti);
+    let program = &a.program[0];
+    let mut cmd = Command::new(program);
+    cmd.args(&a.program[1..]);
+
+    let Some(cupti) = cupti else {
+        eprintln!(
+            "gmem-prof: libcupti.so.13 (CUDA 13) not found in CUDA_HOME, /usr/local/cuda, the \
+             linker cache or pip's nvidia wheels; running the program without profiling. \
+             Name it with --cupti PATH."
+        );
+        return run_plain(cmd, program);
+    };
+
+    let parts = parts_dir(&output);
+    std::fs::create_dir_all(&parts).with_context(|| format!("cannot create {}", parts.display()))?;
+    if std::env::var_os("CUDA_INJECTION64_PATH").is_some_and(|v| v != "none" && !v.is_empty()) {
+        eprintln!("gmem-prof: warning: replacing CUDA_INJECTION64_PATH set by another tool");
+    }
+    cmd.env("CUDA_INJECTION64_PATH", &collector)
+        .env("GMEM_PROF_DIR", &parts)
+        .env("GMEM_PROF_CUPTI", &cupti)
+        .env("GMEM_PROF_KERNELS", if a.no_kernels { "0" } else { "1" })
+        .env("GMEM_PROF_STACK_DEPTH", a.stack_depth.to_string())
+        .env("GMEM_PROF_FREE_STACKS", if a.free_stacks { "1" } else { "0" })
+        .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
+        .env("GMEM_PROF_UNDER_CLI", "1")
+        .env_remove("GMEM_PROF_DISABLE");
+
+    install_signal_handlers();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&parts);
+            bail!("cannot run {}: {e}", Path::new(program).display());
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait().context("waiting for the program")?;
+    CHILD.store(0, Ordering::SeqCst);
+    let code = exit_code(status);
+
+    let files = crate::inputs::expand(std::slice::from_ref(&parts)).unwrap_or_default();
+    if files.is_empty() {
+        eprintln!(
+            "gmem-prof: no CUDA process ran under the collector (the program never \
+             initialized CUDA, or CUDA is not usable here); no trace written"
+        );
+        let _ = std::fs::remove_dir_all(&parts);
+        return Ok(code);
+    }
+    match merge::merge(&files, &output, a.force) {
+        Ok(summary) => {
+            merge::print_summary(&output, &summary);
+            if a.keep_parts {
+                eprintln!("gmem-prof: per-process files kept in {}", parts.display());
+            } else {
+                let _ = std::fs::remove_dir_all(&parts);
+            }
+            Ok(code)
+        }
+        Err(e) => {
+            eprintln!(
+                "gmem-prof: could not write the trace: {e:#}. The per-process files are in {}; \
+                 `gmem-prof symbolize {} -o FILE` merges them.",
+                parts.display(),
+                parts.display()
+            );
+            Ok(if code == 0 { crate::EXIT_FAILURE } else { code })
+        }
+    }
+}
+
+fn parts_dir(output: &Path) -> PathBuf {
+    let name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    output.with_file_name(format!("{name}.parts-{}", std::process::id()))
+}
+
+fn run_plain(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
+    install_signal_handlers();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let status = child.wait().context("waiting for the program")?;
+    Ok(exit_code(status))
+}

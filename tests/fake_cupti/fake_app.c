@@ -1,0 +1,142 @@
+/* A "CUDA program" for the fake driver in fake_cupti.c: it initializes the
+ * fake CUDA (which injects the collector), allocates at named sites, and
+ * behaves as the scenario in argv[1] says. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
+uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
+void fake_kernel(const char *name);
+int fake_cuInit(void);
+
+#define NOINLINE __attribute__((noinline))
+
+NOINLINE uint64_t site_alpha(size_t bytes) {
+    uint64_t p = 0;
+    if (fake_cuMemAlloc(&p, bytes)) exit(10);
+    return p;
+}
+
+NOINLINE uint64_t site_beta(size_t bytes) {
+    uint64_t p = 0;
+    if (fake_cuMemAlloc(&p, bytes)) exit(10);
+    return p;
+}
+
+NOINLINE uint32_t site_too_big(void) {
+    uint64_t p = 0;
+    return fake_cuMemAlloc(&p, 1ull << 41);
+}
+
+/* basic: 3 allocations of 1 MiB at site_alpha (2 freed), 2 of 4 KiB at
+ * site_beta (both freed), one failed 2 TiB request, kernels "k_one" x2. */
+static void basic(void) {
+    uint64_t a[3];
+    for (int i = 0; i < 3; i++) a[i] = site_alpha(1 << 20);
+    uint64_t b0 = site_beta(4096), b1 = site_beta(4096);
+    if (site_too_big() != 2) exit(11);
+    fake_kernel("k_one");
+    fake_kernel("k_one");
+    fake_cuMemFree(a[0], 1 << 20);
+    fake_cuMemFree(a[1], 1 << 20);
+    fake_cuMemFree(b0, 4096);
+    fake_cuMemFree(b1, 4096);
+}
+
+NOINLINE void *thread_worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t p = site_alpha(256);
+        fake_cuMemFree(p, 256);
+    }
+    return NULL;
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int s) { got_signal = s; }
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (fake_cuInit() < 0) return 20;
+    if (!strcmp(mode, "basic")) {
+        basic();
+        return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (!strcmp(mode, "threads")) {
+        pthread_t t[8];
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, thread_worker, NULL);
+        for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+        return 0;
+    }
+    if (!strcmp(mode, "fork")) {
+        basic();
+        pid_t c = fork();
+        if (c == 0) exit(0); /* runs inherited atexit handlers */
+        int st;
+        waitpid(c, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 30;
+    }
+    if (!strcmp(mode, "exec")) {
+        site_beta(8192);
+        pid_t c = fork();
+        if (c == 0) {
+            execl("/proc/self/exe", argv[0], "basic", (char *)NULL);
+            _exit(127);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 30;
+    }
+    if (!strcmp(mode, "forever")) {
+        /* Logs "i ns address" per allocation to argv[2] until killed. */
+        FILE *log = fopen(argv[2], "w");
+        for (long i = 0;; i++) {
+            uint64_t p = site_alpha(1 << 20);
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            fprintf(log, "%ld %lld %llx\n", i, (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec, (unsigned long long)p);
+            fflush(log);
+            usleep(10000);
+        }
+    }
+    if (!strcmp(mode, "signal")) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        site_alpha(1 << 20);
+        printf("ready\n");
+        fflush(stdout);
+        while (!got_signal) pause();
+        return 40 + got_signal;
+    }
+    if (!strcmp(mode, "echo")) {
+        char line[256];
+        site_alpha(1 << 20);
+        if (fgets(line, sizeof line, stdin)) printf("echo: %s", line);
+        fprintf(stderr, "to stderr\n");
+        return 0;
+    }
+    if (!strcmp(mode, "bench")) {
+        /* ns per allocation+free pair, measured inside the program. */
+        long n = argc > 2 ? atol(argv[2]) : 200000;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++) {
+            uint64_t p = site_alpha(256);
+            fake_cuMemFree(p, 256);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+        printf("%.1f ns per alloc+free\n", ns / n);
+        return 0;
+    }
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+}

@@ -1,0 +1,237 @@
+/* A stand-in for libcupti.so.13 and the CUDA driver, for testing the
+ * collector and `gmem-prof record` on machines without a GPU (CI).
+ *
+ * It implements the CUPTI functions the collector calls, with CUPTI 13.0's
+ * record layouts for the fields the collector reads, and "driver" entry
+ * points (fake_cuMemAlloc, ...) that raise the same callbacks and activity
+ * records CUPTI would. It tests our plumbing (injection, callbacks, buffers,
+ * files, merging, exit codes, signals, fork, threads); it is not evidence of
+ * what real CUDA does: the GPU tests under tests/gpu are.
+ *
+ * Knobs: FAKE_CUPTI_VERSION (API version to report, default 130001),
+ * FAKE_CUPTI_TAKEN=1 (cuptiSubscribe fails: another client holds CUPTI).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef void (*api_cb)(void *, uint32_t, uint32_t, const void *);
+typedef void (*buf_req)(uint8_t **, size_t *, size_t *);
+typedef void (*buf_done)(void *, uint32_t, uint8_t *, size_t, size_t);
+
+/* CUpti_CallbackData (cupti_callbacks.h), natural C layout. */
+typedef struct {
+    uint32_t callbackSite;
+    const char *functionName;
+    const void *functionParams;
+    void *functionReturnValue;
+    const char *symbolName;
+    void *context;
+    uint32_t contextUid;
+    uint64_t *correlationData;
+    uint32_t correlationId;
+} CallbackData;
+
+/* CUpti_ActivityMemory4 (CUPTI 13.0). */
+typedef struct {
+    uint32_t kind, memoryOperationType, memoryKind, correlationId;
+    uint64_t address, bytes, timestamp, PC;
+    uint32_t processId, deviceId, contextId, streamId;
+    const char *name;
+    uint32_t isAsync, pad1;
+    uint32_t memoryPoolType, pad2;
+    uint64_t poolAddress, releaseThreshold, poolSize, utilizedSize;
+    const char *source;
+} Memory4;
+
+/* The leading fields of CUpti_ActivityKernel10 (CUPTI 13.0). */
+typedef struct {
+    uint32_t kind;
+    uint8_t cacheConfig, sharedMemoryConfig;
+    uint16_t registersPerThread;
+    uint32_t partitionedGlobalCacheRequested, partitionedGlobalCacheExecuted;
+    uint64_t start, end, completed;
+    uint32_t deviceId, contextId, streamId;
+    int32_t gridX, gridY, gridZ, blockX, blockY, blockZ;
+    int32_t staticSharedMemory, dynamicSharedMemory;
+    uint32_t localMemoryPerThread, localMemoryTotal, correlationId;
+    int64_t gridId;
+    const char *name;
+} Kernel10;
+
+#define SLOT 256 /* every fake record takes one slot in a buffer */
+#define MAX_QUEUED 65536
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static api_cb callback;
+static void *callback_userdata;
+static int enabled_cbids[1024];
+static buf_req requested;
+static buf_done completed;
+static uint8_t queue[MAX_QUEUED][SLOT];
+static size_t queued;
+static uint64_t dropped;
+static uint32_t next_corr = 1;
+static uint64_t next_addr = 0x7f0000000000ull;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+uint32_t cuptiGetVersion(uint32_t *v) {
+    const char *e = getenv("FAKE_CUPTI_VERSION");
+    *v = e ? (uint32_t)atoi(e) : 130001;
+    return 0;
+}
+uint32_t cuptiGetResultString(uint32_t r, const char **s) { *s = r == 39 ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : "fake CUPTI error"; return 0; }
+uint32_t cuptiSubscribe(void **sub, api_cb cb, void *ud) {
+    const char *t = getenv("FAKE_CUPTI_TAKEN");
+    if (t && *t == '1') return 39;
+    callback = cb;
+    callback_userdata = ud;
+    *sub = (void *)1;
+    return 0;
+}
+uint32_t cuptiEnableCallback(uint32_t enable, void *sub, uint32_t domain, uint32_t cbid) {
+    (void)sub;
+    if (domain == 1 && cbid < 1024) enabled_cbids[cbid] = (int)enable;
+    return 0;
+}
+uint32_t cuptiActivityEnable(uint32_t kind) { (void)kind; return 0; }
+uint32_t cuptiActivityRegisterCallbacks(buf_req r, buf_done d) { requested = r; completed = d; return 0; }
+uint32_t cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec) {
+    uint8_t *next = *rec ? (uint8_t *)*rec + SLOT : buf;
+    if (next + SLOT > buf + valid) return 3; /* CUPTI_ERROR_MAX_LIMIT_REACHED-like end */
+    *rec = next;
+    return 0;
+}
+uint32_t cuptiActivityFlushAll(uint32_t flag) {
+    (void)flag;
+    pthread_mutex_lock(&lock);
+    while (queued > 0 && requested && completed) {
+        uint8_t *buf = NULL;
+        size_t size = 0, max = 0;
+        requested(&buf, &size, &max);
+        if (!buf) { dropped += queued; queued = 0; break; }
+        size_t n = size / SLOT < queued ? size / SLOT : queued;
+        memcpy(buf, queue, n * SLOT);
+        memmove(queue, queue[n], (queued - n) * SLOT);
+        queued -= n;
+        completed(NULL, 0, buf, size, n * SLOT);
+    }
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+uint32_t cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t s, size_t *n) { (void)ctx; (void)s; *n = dropped; dropped = 0; return 0; }
+uint32_t cuptiActivityGetAttribute(uint32_t attr, size_t *size, void *value) {
+    (void)size;
+    *(size_t *)value = attr == 0 ? (3u << 20) : 2;
+    return 0;
+}
+uint32_t cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
+
+static void enqueue(const void *rec, size_t len) {
+    pthread_mutex_lock(&lock);
+    if (queued < MAX_QUEUED) {
+        memset(queue[queued], 0, SLOT);
+        memcpy(queue[queued], rec, len);
+        queued++;
+    } else {
+        dropped++;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- the fake driver ---------------------------------------------------- */
+
+enum { CB_MEM_ALLOC = 243, CB_MEM_FREE = 245 };
+
+struct alloc_params { uint64_t *dptr; size_t bytesize; };
+struct free_params { uint64_t dptr; };
+
+static void raise_call(uint32_t cbid, uint32_t corr, const void *params, uint32_t *ret, uint32_t site) {
+    if (!callback || !enabled_cbids[cbid]) return;
+    static __thread uint64_t corr_data;
+    CallbackData d = {0};
+    d.callbackSite = site;
+    d.functionName = cbid == CB_MEM_ALLOC ? "cuMemAlloc_v2" : "cuMemFree_v2";
+    d.functionParams = params;
+    d.functionReturnValue = site == 1 ? ret : NULL;
+    d.correlationData = &corr_data;
+    d.correlationId = corr;
+    callback(callback_userdata, 1, cbid, &d);
+}
+
+static void memory_record(int alloc, uint64_t addr, uint64_t bytes, uint32_t corr) {
+    Memory4 m = {0};
+    m.kind = 49;
+    m.memoryOperationType = alloc ? 1 : 2;
+    m.memoryKind = 3;
+    m.correlationId = corr;
+    m.address = addr;
+    m.bytes = bytes;
+    m.timestamp = now_ns();
+    m.contextId = 1;
+    m.streamId = 7;
+    enqueue(&m, sizeof m);
+}
+
+/* cuMemAlloc: fails with 2 (out of memory) above 1 TiB. */
+uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    struct alloc_params p = {dptr, bytes};
+    uint32_t ret = 0;
+    raise_call(CB_MEM_ALLOC, corr, &p, &ret, 0);
+    if (bytes > (1ull << 40)) {
+        ret = 2;
+    } else {
+        *dptr = __atomic_fetch_add(&next_addr, (bytes + 0xfff) & ~0xfffull, __ATOMIC_SEQ_CST);
+    }
+    raise_call(CB_MEM_ALLOC, corr, &p, &ret, 1);
+    if (ret == 0) memory_record(1, *dptr, bytes, corr);
+    return ret;
+}
+
+uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    struct free_params p = {dptr};
+    uint32_t ret = 0;
+    raise_call(CB_MEM_FREE, corr, &p, &ret, 0);
+    raise_call(CB_MEM_FREE, corr, &p, &ret, 1);
+    memory_record(0, dptr, bytes, corr);
+    return ret;
+}
+
+void fake_kernel(const char *name) {
+    Kernel10 k = {0};
+    k.kind = 10;
+    k.start = now_ns();
+    k.end = k.start + 1000;
+    k.gridX = k.gridY = k.gridZ = 1;
+    k.blockX = 256; k.blockY = k.blockZ = 1;
+    k.correlationId = next_corr;
+    k.name = name; /* string literals: valid until the process ends */
+    enqueue(&k, sizeof k);
+}
+
+/* cuInit: load the injection library named by CUDA_INJECTION64_PATH and
+ * call its InitializeInjection, as the real driver does. */
+int fake_cuInit(void) {
+    const char *path = getenv("CUDA_INJECTION64_PATH");
+    if (!path || !*path) return 0;
+    void *h = dlopen(path, RTLD_NOW);
+    if (!h) { fprintf(stderr, "fake driver: %s\n", dlerror()); return -1; }
+    int (*init)(void) = (int (*)(void))dlsym(h, "InitializeInjection");
+    return init ? init() : -1;
+}

@@ -1,0 +1,37 @@
+"""Timing workload heavy in allocation events: an MLP training loop run
+with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, so every tensor is a
+cuMemAllocAsync/cuMemFreeAsync. Prints one JSON line: median step time (ms)."""
+import json
+import statistics
+import time
+
+import torch
+
+
+def main():
+    warmup, steps = 100, 400
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+        torch.nn.Linear(1024, 512),
+    ).cuda()
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(256, 512, device="cuda")
+    y = torch.randn(256, 512, device="cuda")
+    times = []
+    for i in range(warmup + steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    print(json.dumps({"bench": "alloc", "median_ms": statistics.median(times),
+                      "steps": warmup + steps, "backend": torch.cuda.get_allocator_backend()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
+# with the real CLI and checks every expected figure from the traces.
+#
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch overhead (default: all but overhead)
+#
+# Needs: nvcc, python3 with torch and cupy, and the built CLI + collector in
+# $GMEM_BIN (default .gpu-bin/, filled by `tests/gpu/stage.sh` on the dev machine).
+# Results: logs and small traces under $OUT (default /tmp/gmem-gpu/out).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
+GMEM=$BIN/gmem-prof
+WORK=${WORK:-/tmp/gmem-gpu}
+OUT=${OUT:-$WORK/out}
+PHASES=${*:-programs killed torch}
+mkdir -p "$WORK/bin" "$WORK/traces" "$WORK/logs" "$OUT"
+export PYTHONUNBUFFERED=1
+FAILED=0
+note() { echo "### $*"; }
+
+note "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvcc --version | tail -1
+"$GMEM" --version
+
+build() {
+    note "building test programs"
+    local pids=()
+    local cuda=/usr/local/cuda
+    for src in "$ROOT"/tests/programs/*.cu; do
+        name=$(basename "$src" .cu)
+        extra=()
+        if [ "$name" = cupti_client ]; then
+            extra=(-I"$cuda/extras/CUPTI/include" -L"$cuda/extras/CUPTI/lib64" -L"$cuda/targets/x86_64-linux/lib" -lcupti)
+        fi
+        nvcc -O2 -g -arch=sm_90 -o "$WORK/bin/$name" "$src" -lcuda "${extra[@]}" &
+        pids+=($!)
+    done
+    nvcc -O2 -g -arch=sm_90 -cudart shared -o "$WORK/bin/kinds_shared" "$ROOT/tests/programs/kinds.cu" &
+    pids+=($!)
+    for p in "${pids[@]}"; do wait "$p" || { echo "build failed"; FAILED=1; }; done
+}
+
+record() {  # record NAME PROGRAM ARGS... ; sets CODE
+    local name=$1; shift
+    rm -f "$WORK/traces/$name.bin"
+    local t0=$(date +%s%N)
+    (cd "$WORK" && "$GMEM" record -o "traces/$name.bin" -- "$@" >"logs/$name.out" 2>&1)
+    CODE=$?
+    local t1=$(date +%s%N)
+    echo "--- $name: exit $CODE, $(( (t1 - t0) / 1000000 )) ms"
+    tail -n 6 "$WORK/logs/$name.out" | sed 's/^/    | /'
+}
+
+programs() {
+    build
+    for name in kinds kinds_shared pools vmm graph oom threads children cupti_client; do
+        record "$name" "bin/$name"
+        src="$ROOT/tests/programs/${name%_shared}.cu"
+        python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/$name.bin" "$src" "$CODE" || FAILED=1
+    done
+    note "environment variables only (no CLI), then symbolize"
+    rm -rf "$WORK/envonly"
+    (cd "$WORK" && CUDA_INJECTION64_PATH="$BIN/libgmem_prof_collector.so" GMEM_PROF_DIR="$WORK/envonly" bin/kinds >logs/envonly.out 2>&1)
+    CODE=$?
+    ls "$WORK/envonly"
+    "$GMEM" symbolize "$WORK/envonly" -o "$WORK/traces/kinds_envonly.bin" --force
+    python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/kinds_envonly.bin" "$ROOT/tests/programs/kinds.cu" "$CODE" || FAILED=1
+}
+
+killed() {
+    note "SIGKILL"
+    rm -f "$WORK/traces/killed.bin" "$WORK/killed.log"
+    (cd "$WORK" && exec "$GMEM" record -o traces/killed.bin -- bin/killed "$WORK/killed.log" >"logs/killed.out" 2>&1) &
+    local rec=$!
+    sleep 4
+    local app=$(pgrep -P "$rec" | head -1)
+    local kill_ns=$(date +%s%N)
+    kill -9 "$app"
+    wait "$rec"
+    echo "--- killed: record exit $? (expect 137)"
+    tail -n 4 "$WORK/logs/killed.out" | sed 's/^/    | /'
+    python3 "$ROOT/tests/gpu/check_killed.py" "$GMEM" "$WORK/traces/killed.bin" "$WORK/killed.log" "$kill_ns" || FAILED=1
+}
+
+torch_phase() {
+    note "PyTorch and CuPy"
+    for mode in native expandable async; do
+        case $mode in
+            native) conf="" ;;
+            expandable) conf="expandable_segments:True" ;;
+            async) conf="backend:cudaMallocAsync" ;;
+        esac
+        PYTORCH_CUDA_ALLOC_CONF=$conf record "torch_$mode" python3 "$ROOT/tests/gpu/torch_train.py" "$WORK/torch_$mode.json" 50
+        (cd "$ROOT/tests/gpu" && python3 torch_check.py "$GMEM" "$WORK/traces/torch_$mode.bin" "$WORK/torch_$mode.json") || FAILED=1
+    done
+    record torch_spawn python3 "$ROOT/tests/gpu/torch_spawn.py"
+    echo "    processes: $("$GMEM" dump "$WORK/traces/torch_spawn.bin" | grep -c ' process pid=') (expect 4)"
+    "$GMEM" dump "$WORK/traces/torch_spawn.bin" | grep ' process pid=' | sed 's/^/    /' | cut -c1-200
+    record torch_profiler python3 "$ROOT/tests/gpu/torch_profiler.py"
+    "$GMEM" dump "$WORK/traces/torch_profiler.bin" | grep -E " message | process_end" | cut -c1-300 | sed 's/^/    /'
+    record cupy python3 "$ROOT/tests/gpu/cupy_arrays.py"
+    "$GMEM" dump "$WORK/traces/cupy.bin" | awk '{print $2, $4}' | sort | uniq -c | sort -rn | head -12 | sed 's/^/    /'
+}
+
+for phase in $PHASES; do
+    case $phase in
+        programs) programs ;;
+        killed) killed ;;
+        torch) torch_phase ;;
+        overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
+        *) echo "unknown phase $phase"; FAILED=1 ;;
+    esac
+done
+
+# Bring back traces small enough to keep, and the logs.
+tar -C "$WORK" --exclude='*.parts-*' --exclude='overhead/*.bin' -czf "$OUT/gpu-results.tar.gz" logs traces overhead $(cd "$WORK" && ls *.json 2>/dev/null) 2>/dev/null
+ls -la "$OUT"
+note "result: $([ $FAILED = 0 ] && echo ALL PASSED || echo SOME FAILED)"
+exit $FAILED

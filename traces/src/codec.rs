@@ -1,0 +1,165 @@
+//! Byte-level primitives: LEB128 varints, zigzag, length-prefixed strings.
+//!
+//! `Enc` appends to a `Vec<u8>`; `Dec` reads from a slice and returns
+//! `DecodeError` instead of panicking, and never allocates more than the bytes
+//! it was given can describe.
+
+use crate::DecodeError;
+
+/// Appends encoded values to a byte vector.
+#[derive(Default)]
+pub struct Enc {
+    pub buf: Vec<u8>,
+}
+
+impl Enc {
+    pub fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+
+    pub fn var(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+    }
+
+    pub fn ivar(&mut self, v: i64) {
+        self.var(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.var(b.len() as u64);
+        self.buf.extend_from_slice(b);
+    }
+
+    pub fn str(&mut self, s: &str) {
+        self.bytes(s.as_bytes());
+    }
+
+    pub fn bool(&mut self, b: bool) {
+        self.u8(b as u8);
+    }
+}
+
+/// Reads encoded values from a byte slice.
+pub struct Dec<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Dec<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Dec { buf, pos: 0 }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        let b = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    pub fn var(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                if shift == 63 && b > 1 {
+                    return Err(DecodeError::BadVarint);
+                }
+                return Ok(v);
+            }
+        }
+        Err(DecodeError::BadVarint)
+    }
+
+    pub fn var32(&mut self) -> Result<u32, DecodeError> {
+        u32::try_from(self.var()?).map_err(|_| DecodeError::OutOfRange)
+    }
+
+    pub fn ivar(&mut self) -> Result<i64, DecodeError> {
+        let v = self.var()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.var()?;
+        let n = usize::try_from(n).map_err(|_| DecodeError::Truncated)?;
+        self.take(n)
+    }
+
+    /// Strings are stored as UTF-8; invalid bytes (a hostile or corrupt trace)
+    /// are replaced rather than rejected, so a report can still show them.
+    pub fn string(&mut self) -> Result<String, DecodeError> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+
+    pub fn bool(&mut self) -> Result<bool, DecodeError> {
+        Ok(self.u8()? != 0)
+    }
+
+    /// A count of items that each take at least `min_item_bytes`: refused when
+    /// the remaining input could not hold that many, so a corrupt count can
+    /// never make us allocate more than the input's size.
+    pub fn count(&mut self, min_item_bytes: usize) -> Result<usize, DecodeError> {
+        let n = self.var()?;
+        let n = usize::try_from(n).map_err(|_| DecodeError::OutOfRange)?;
+        if n.saturating_mul(min_item_bytes.max(1)) > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_edges_round_trip() {
+        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+            let mut e = Enc::default();
+            e.var(v);
+            assert_eq!(Dec::new(&e.buf).var().unwrap(), v);
+        }
+        for v in [0i64, -1, 1, i64::MIN, i64::MAX, -123456789] {
+            let mut e = Enc::default();
+            e.ivar(v);
+            assert_eq!(Dec::new(&e.buf).ivar().unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn overlong_varint_is_an_error_not_a_panic() {
+        let bytes = [0xffu8; 11];
+        assert!(Dec::new(&bytes).var().is_err());
+        let bytes = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert!(Dec::new(&bytes).var().is_err());
+    }
+
+    #[test]
+    fn huge_count_is_refused() {
+        let mut e = Enc::default();
+        e.var(u64::MAX / 2);
+        assert!(Dec::new(&e.buf).count(1).is_err());
+    }
+}

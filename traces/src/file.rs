@@ -1,0 +1,579 @@
+//! Files and chunks: the file header, chunk framing with checksums and
+//! optional LZ4 compression, a writer, and a reader that survives damage.
+//!
+//! ```text
+//! file   := header chunk* (a chunk holding a Trailer record ends a complete file)
+//! header := "GMEMPROF" version:u16le flags:u16le reserved:u32le          (16 bytes)
+//! chunk  := "GCHK" stream:u32le raw_len:u32le stored_len:u32le
+//!           codec:u8 reserved:[u8;3] crc32:u32le                         (24 bytes)
+//!           stored:[u8; stored_len]
+//! crc32  covers the first 20 header bytes and `stored`
+//! payload (stored, decompressed if codec = 1) := base_time:varint record*
+//! record := tag:u8 len:varint body:[u8; len]
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::{self, Write};
+
+use crate::codec::{Dec, Enc};
+use crate::record::{Record, Trailer};
+use crate::{DecodeError, TraceError};
+
+pub const FILE_MAGIC: &[u8; 8] = b"GMEMPROF";
+pub const CHUNK_MAGIC: &[u8; 4] = b"GCHK";
+pub const FILE_HEADER_LEN: usize = 16;
+pub const CHUNK_HEADER_LEN: usize = 24;
+/// The format version this code writes.
+pub const FORMAT_VERSION: u16 = 1;
+/// The oldest format version this code reads.
+pub const OLDEST_READABLE_VERSION: u16 = 1;
+/// Upper bound on a chunk's decompressed size: the reader refuses larger
+/// claims instead of allocating them.
+pub const MAX_CHUNK_BYTES: usize = 64 << 20;
+
+pub const CODEC_NONE: u8 = 0;
+pub const CODEC_LZ4: u8 = 1;
+
+pub fn file_header() -> [u8; FILE_HEADER_LEN] {
+    let mut h = [0u8; FILE_HEADER_LEN];
+    h[..8].copy_from_slice(FILE_MAGIC);
+    h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h
+}
+
+/// Builds the records of one chunk in memory.
+pub struct ChunkEncoder {
+    payload: Enc,
+    body: Enc,
+    base: u64,
+    records: u64,
+}
+
+impl ChunkEncoder {
+    /// `base` is the time the chunk's timestamps are relative to (any time
+    /// close to them keeps the records small).
+    pub fn new(base: u64) -> Self {
+        let mut e = ChunkEncoder {
+            payload: Enc::default(),
+            body: Enc::default(),
+            base: 0,
+            records: 0,
+        };
+        e.reset(base);
+        e
+    }
+
+    pub fn reset(&mut self, base: u64) {
+        self.payload.buf.clear();
+        self.base = base;
+        self.records = 0;
+        self.payload.var(base);
+    }
+
+    pub fn push(&mut self, r: &Record) {
+        r.encode(&mut self.payload, &mut self.body, self.base);
+        self.records += 1;
+    }
+
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// Bytes of payload so far (before compression).
+    pub fn len(&self) -> usize {
+        self.payload.buf.len()
+    }
+
+    /// Frames the payload as a chunk (header + stored bytes) and appends it to
+    /// `out`. The encoder keeps its contents; call `reset` to start over.
+    pub fn finish_into(&self, stream: u32, compress: bool, out: &mut Vec<u8>) {
+        frame_chunk(stream, &self.payload.buf, compress, out);
+    }
+}
+
+/// Frames a raw payload as a chunk and appends it to `out`.
+pub fn frame_chunk(stream: u32, raw: &[u8], compress: bool, out: &mut Vec<u8>) {
+    let compressed;
+    let (codec, stored): (u8, &[u8]) = if compress {
+        compressed = lz4_flex::block::compress(raw);
+        if compressed.len() < raw.len() {
+            (CODEC_LZ4, &compressed)
+        } else {
+            (CODEC_NONE, raw)
+        }
+    } else {
+        (CODEC_NONE, raw)
+    };
+    let start = out.len();
+    out.extend_from_slice(CHUNK_MAGIC);
+    out.extend_from_slice(&stream.to_le_bytes());
+    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[codec, 0, 0, 0]);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&out[start..start + 20]);
+    crc.update(stored);
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(stored);
+}
+
+/// Writes a whole trace: header, chunks, trailer.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    enc: ChunkEncoder,
+    stream: u32,
+    chunks: u64,
+    records: u64,
+    scratch: Vec<u8>,
+    /// Start a new chunk once the current one holds this many bytes.
+    pub chunk_target: usize,
+    pub compress: bool,
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(mut out: W) -> io::Result<Self> {
+        out.write_all(&file_header())?;
+        Ok(TraceWriter {
+            out,
+            enc: ChunkEncoder::new(0),
+            stream: 0,
+            chunks: 0,
+            records: 0,
+            scratch: Vec::new(),
+            chunk_target: 1 << 20,
+            compress: true,
+        })
+    }
+
+    /// Records pushed after this go to `stream` (a process of the trace).
+    pub fn set_stream(&mut self, stream: u32) -> io::Result<()> {
+        if stream != self.stream {
+            self.flush_chunk()?;
+            self.stream = stream;
+        }
+        Ok(())
+    }
+
+    pub fn push(&mut self, r: &Record) -> io::Result<()> {
+        if self.enc.is_empty() {
+            if let Some(t) = record_time(r) {
+                self.enc.reset(t);
+            }
+        }
+        self.enc.push(r);
+        self.records += 1;
+        if self.enc.len() >= self.chunk_target {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush_chunk(&mut self) -> io::Result<()> {
+        if self.enc.is_empty() {
+            return Ok(());
+        }
+        self.scratch.clear();
+        self.enc.finish_into(self.stream, self.compress, &mut self.scratch);
+        self.out.write_all(&self.scratch)?;
+        self.chunks += 1;
+        self.enc.reset(0);
+        Ok(())
+    }
+
+    /// Copies a chunk read from another trace, assigning it to `stream`.
+    /// Its payload is kept as it is (already validated by the reader).
+    pub fn copy_chunk(&mut self, chunk: &RawChunk, stream: u32) -> io::Result<()> {
+        self.flush_chunk()?;
+        let payload = chunk.payload().map_err(io::Error::other)?;
+        self.records += count_records(&payload);
+        self.scratch.clear();
+        frame_chunk(stream, &payload, self.compress, &mut self.scratch);
+        self.out.write_all(&self.scratch)?;
+        self.chunks += 1;
+        Ok(())
+    }
+
+    /// Writes the trailer chunk and returns the inner writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.flush_chunk()?;
+        let t = Trailer {
+            chunks: self.chunks + 1,
+            records: self.records + 1,
+        };
+        self.enc.reset(0);
+        self.enc.push(&Record::Trailer(t));
+        self.scratch.clear();
+        self.enc.finish_into(self.stream, false, &mut self.scratch);
+        self.out.write_all(&self.scratch)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+fn count_records(payload: &[u8]) -> u64 {
+    ChunkRecords::new(payload).filter(|r| r.is_ok()).count() as u64
+}
+
+/// The time a record is about, used to pick a chunk's base time.
+pub fn record_time(r: &Record) -> Option<u64> {
+    Some(match r {
+        Record::Process(p) => p.start.0,
+        Record::Api(a) => a.time.0,
+        Record::Memory(m) => m.time.0,
+        Record::Pool(p) => p.time.0,
+        Record::Kernel(k) => k.start.0,
+        Record::Dropped(d) => d.time.0,
+        Record::Message(m) => m.time.0,
+        Record::ProcessEnd(p) => p.time.0,
+        _ => return None,
+    })
+}
+
+/// Something the reader had to skip or could not confirm; the rest of the
+/// trace is still usable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Warning {
+    /// A damaged chunk (bad checksum, impossible sizes, undecodable payload)
+    /// was skipped; reading resumed at the next chunk found after it.
+    CorruptChunk { offset: u64, reason: String },
+    /// The file ends in the middle of a chunk: the recording was cut short.
+    CutShort { offset: u64, missing: u64 },
+    /// The file has no trailer: the recording did not finish cleanly.
+    NoTrailer,
+    /// Bytes after the trailer were ignored.
+    TrailingBytes { offset: u64, len: u64 },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::CorruptChunk { offset, reason } => {
+                write!(f, "skipped a damaged chunk at byte {offset}: {reason}")
+            }
+            Warning::CutShort { offset, missing } => write!(
+                f,
+                "the file ends inside a chunk at byte {offset} ({missing} bytes missing): \
+                 the recording was cut short; read up to the last whole chunk"
+            ),
+            Warning::NoTrailer => write!(
+                f,
+                "the trace has no trailer: the recording did not finish cleanly \
+                 (killed or still running); everything up to the last whole chunk was read"
+            ),
+            Warning::TrailingBytes { offset, len } => {
+                write!(f, "ignored {len} bytes after the trailer at byte {offset}")
+            }
+        }
+    }
+}
+
+/// A chunk as found in the file, checksum verified.
+#[derive(Clone, Debug)]
+pub struct RawChunk<'a> {
+    pub offset: u64,
+    pub stream: u32,
+    pub codec: u8,
+    pub raw_len: u32,
+    pub stored: &'a [u8],
+}
+
+impl<'a> RawChunk<'a> {
+    /// The decompressed payload.
+    pub fn payload(&self) -> Result<Cow<'a, [u8]>, DecodeError> {
+        match self.codec {
+            CODEC_NONE => Ok(Cow::Borrowed(self.stored)),
+            CODEC_LZ4 => {
+                let mut out = vec![0u8; self.raw_len as usize];
+                let n = lz4_flex::block::decompress_into(self.stored, &mut out)
+                    .map_err(|_| DecodeError::BadCompression)?;
+                if n != out.len() {
+                    return Err(DecodeError::BadCompression);
+                }
+                Ok(Cow::Owned(out))
+            }
+            c => Err(DecodeError::BadValue("chunk codec", c.into())),
+        }
+    }
+}
+
+/// Iterates the records of a chunk payload.
+pub struct ChunkRecords<'p> {
+    dec: Dec<'p>,
+    base: u64,
+    failed: bool,
+}
+
+impl<'p> ChunkRecords<'p> {
+    pub fn new(payload: &'p [u8]) -> Self {
+        let mut dec = Dec::new(payload);
+        let (base, failed) = match dec.var() {
+            Ok(b) => (b, false),
+            Err(_) => (0, true),
+        };
+        ChunkRecords { dec, base, failed }
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+}
+
+impl Iterator for ChunkRecords<'_> {
+    type Item = Result<Record, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            self.failed = false;
+            self.dec = Dec::new(&[]);
+            return Some(Err(DecodeError::Truncated));
+        }
+        if self.dec.is_empty() {
+            return None;
+        }
+        let r = (|| {
+            let tag = self.dec.u8()?;
+            let body = self.dec.bytes()?;
+            Record::decode(tag, body, self.base)
+        })();
+        if r.is_err() {
+            // Framing is lost: stop this chunk.
+            self.dec = Dec::new(&[]);
+        }
+        Some(r)
+    }
+}
+
+/// Reads the chunks of a trace held in memory. Never panics, whatever the
+/// bytes; damage turns into `Warning`s and the reader goes on.
+pub struct TraceReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    pub version: u16,
+    pub warnings: Vec<Warning>,
+    saw_trailer: bool,
+    done: bool,
+}
+
+impl<'a> TraceReader<'a> {
+    pub fn new(data: &'a [u8]) -> Result<Self, TraceError> {
+        if data.len() < FILE_HEADER_LEN || &data[..8] != FILE_MAGIC {
+            if data.is_empty() {
+                return Err(TraceError::Empty);
+            }
+            return Err(TraceError::NotATrace);
+        }
+        let version = u16::from_le_bytes([data[8], data[9]]);
+        if version > FORMAT_VERSION {
+            return Err(TraceError::TooNew {
+                found: version,
+                newest: FORMAT_VERSION,
+            });
+        }
+        if version < OLDEST_READABLE_VERSION {
+            return Err(TraceError::TooOld {
+                found: version,
+                oldest: OLDEST_READABLE_VERSION,
+            });
+        }
+        Ok(TraceReader {
+            data,
+            pos: FILE_HEADER_LEN,
+            version,
+            warnings: Vec::new(),
+            saw_trailer: false,
+            done: false,
+        })
+    }
+
+    /// Called by the user after reading the trailer record (the reader only
+    /// frames chunks; it does not decode payloads).
+    pub fn mark_trailer_seen(&mut self) {
+        self.saw_trailer = true;
+    }
+
+    /// Skips to the next chunk magic after a damaged chunk.
+    fn resync(&mut self, from: usize) {
+        let hay = &self.data[from.min(self.data.len())..];
+        match hay.windows(4).position(|w| w == CHUNK_MAGIC) {
+            Some(i) => self.pos = from + i,
+            None => self.pos = self.data.len(),
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            let cut = self
+                .warnings
+                .iter()
+                .any(|w| matches!(w, Warning::CutShort { .. }));
+            // A cut-short warning already explains a missing trailer.
+            if !self.saw_trailer && !cut {
+                self.warnings.push(Warning::NoTrailer);
+            }
+        }
+    }
+
+    /// The next whole, checksum-verified chunk, or None at the end.
+    pub fn next_chunk(&mut self) -> Option<RawChunk<'a>> {
+        loop {
+            if self.saw_trailer && self.pos < self.data.len() {
+                let len = (self.data.len() - self.pos) as u64;
+                self.warnings.push(Warning::TrailingBytes {
+                    offset: self.pos as u64,
+                    len,
+                });
+                self.pos = self.data.len();
+            }
+            let rest = &self.data[self.pos..];
+            if rest.is_empty() {
+                self.finish();
+                return None;
+            }
+            let offset = self.pos as u64;
+            if rest.len() < CHUNK_HEADER_LEN {
+                if rest.starts_with(&CHUNK_MAGIC[..rest.len().min(4)]) {
+                    self.warnings.push(Warning::CutShort {
+                        offset,
+                        missing: (CHUNK_HEADER_LEN - rest.len()) as u64,
+                    });
+                } else {
+                    self.warnings.push(Warning::CorruptChunk {
+                        offset,
+                        reason: format!("{} stray bytes at the end", rest.len()),
+                    });
+                }
+                self.pos = self.data.len();
+                continue;
+            }
+            let h = &rest[..CHUNK_HEADER_LEN];
+            let le32 = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+            if &h[..4] != CHUNK_MAGIC {
+                self.warnings.push(Warning::CorruptChunk {
+                    offset,
+                    reason: "no chunk marker where a chunk should start".into(),
+                });
+                self.resync(self.pos + 1);
+                continue;
+            }
+            let stream = le32(4);
+            let raw_len = le32(8);
+            let stored_len = le32(12) as usize;
+            let codec = h[16];
+            let crc = le32(20);
+            if raw_len as usize > MAX_CHUNK_BYTES || stored_len > MAX_CHUNK_BYTES {
+                self.warnings.push(Warning::CorruptChunk {
+                    offset,
+                    reason: format!("impossible chunk size {stored_len}/{raw_len}"),
+                });
+                self.resync(self.pos + 4);
+                continue;
+            }
+            if rest.len() < CHUNK_HEADER_LEN + stored_len {
+                // Either the file was cut inside this chunk, or the length is
+                // damaged and another chunk follows: look for one.
+                if !rest[4..].windows(4).any(|w| w == CHUNK_MAGIC) {
+                    self.warnings.push(Warning::CutShort {
+                        offset,
+                        missing: (CHUNK_HEADER_LEN + stored_len - rest.len()) as u64,
+                    });
+                    self.pos = self.data.len();
+                    continue;
+                }
+                self.warnings.push(Warning::CorruptChunk {
+                    offset,
+                    reason: "chunk length runs past the end of the file".into(),
+                });
+                self.resync(self.pos + 4);
+                continue;
+            }
+            let stored = &rest[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + stored_len];
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&h[..20]);
+            hasher.update(stored);
+            if hasher.finalize() != crc {
+                self.warnings.push(Warning::CorruptChunk {
+                    offset,
+                    reason: "checksum mismatch".into(),
+                });
+                self.resync(self.pos + 4);
+                continue;
+            }
+            if codec == CODEC_NONE && raw_len as usize != stored_len {
+                self.warnings.push(Warning::CorruptChunk {
+                    offset,
+                    reason: "uncompressed chunk with mismatched sizes".into(),
+                });
+                self.pos += CHUNK_HEADER_LEN + stored_len;
+                continue;
+            }
+            self.pos += CHUNK_HEADER_LEN + stored_len;
+            return Some(RawChunk {
+                offset,
+                stream,
+                codec,
+                raw_len,
+                stored,
+            });
+        }
+    }
+}
+
+/// A chunk's records, decoded, with its stream.
+#[derive(Debug)]
+pub struct DecodedChunk {
+    pub offset: u64,
+    pub stream: u32,
+    pub records: Vec<Record>,
+}
+
+/// Reads every record of a trace in file order, collecting warnings for what
+/// had to be skipped. The simple way to read small traces and to test.
+pub fn read_all(data: &[u8]) -> Result<(Vec<DecodedChunk>, Vec<Warning>), TraceError> {
+    let mut reader = TraceReader::new(data)?;
+    let mut chunks = Vec::new();
+    while let Some(raw) = reader.next_chunk() {
+        match decode_chunk(&raw) {
+            Ok(c) => {
+                if c.records.iter().any(|r| matches!(r, Record::Trailer(_))) {
+                    reader.mark_trailer_seen();
+                }
+                chunks.push(c);
+            }
+            Err((c, reason)) => {
+                reader.warnings.push(Warning::CorruptChunk {
+                    offset: raw.offset,
+                    reason,
+                });
+                chunks.push(c);
+            }
+        }
+    }
+    Ok((chunks, reader.warnings))
+}
+
+/// Decodes one chunk. On a decoding error, returns the records read before
+/// it along with the reason.
+pub fn decode_chunk(raw: &RawChunk) -> Result<DecodedChunk, (DecodedChunk, String)> {
+    let mut out = DecodedChunk {
+        offset: raw.offset,
+        stream: raw.stream,
+        records: Vec::new(),
+    };
+    let payload = match raw.payload() {
+        Ok(p) => p,
+        Err(e) => return Err((out, e.to_string())),
+    };
+    for r in ChunkRecords::new(&payload) {
+        match r {
+            Ok(r) => out.records.push(r),
+            Err(e) => return Err((out, format!("undecodable record: {e}"))),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,801 @@
+//! The records a trace holds, and their encoding.
+//!
+//! Every record is framed as `tag: u8, len: varint, body: [u8; len]` (see
+//! FORMAT.md). Timestamps inside a body are zigzag varints relative to the
+//! chunk's base time, so records stay small and each chunk decodes alone.
+//! Tags are never reused or renumbered; a reader skips tags it does not know.
+//! New fields may only be appended to the end of a body: a reader ignores
+//! bytes it does not understand at the end of a known record.
+
+use crate::codec::{Dec, Enc};
+use crate::DecodeError;
+
+#[cfg(feature = "serde")]
+use serde::Serialize;
+
+/// A timestamp in nanoseconds on CUPTI's clock (CLOCK_REALTIME on Linux).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct Nanos(pub u64);
+
+/// A size in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct Bytes(pub u64);
+
+/// An interned call stack, scoped to one process stream. 0 means "no stack".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct StackId(pub u32);
+
+/// An interned string, scoped to one process stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct StringId(pub u32);
+
+/// Record tags. Never reuse or renumber one.
+pub mod tag {
+    pub const PROCESS: u8 = 1;
+    pub const DEVICE: u8 = 2;
+    pub const STRING: u8 = 3;
+    pub const MODULE: u8 = 4;
+    pub const STACK: u8 = 5;
+    pub const API: u8 = 6;
+    pub const MEMORY: u8 = 7;
+    pub const POOL: u8 = 8;
+    pub const KERNEL: u8 = 9;
+    pub const DROPPED: u8 = 10;
+    pub const MESSAGE: u8 = 11;
+    pub const PROCESS_END: u8 = 12;
+    pub const SYMBOL: u8 = 13;
+    pub const TRAILER: u8 = 14;
+}
+
+/// One decoded record.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(tag = "type"))]
+pub enum Record {
+    Process(ProcessInfo),
+    Device(DeviceInfo),
+    String(StringDef),
+    Module(ModuleInfo),
+    Stack(StackDef),
+    Api(ApiCall),
+    Memory(MemoryEvent),
+    Pool(PoolEvent),
+    Kernel(KernelEvent),
+    Dropped(DropCounts),
+    Message(Message),
+    ProcessEnd(ProcessEnd),
+    Symbol(SymbolInfo),
+    Trailer(Trailer),
+    /// A record with a tag this reader does not know (written by a newer
+    /// writer). Its body was skipped.
+    Unknown { tag: u8, len: u32 },
+}
+
+/// Who the process was. One per process stream, first in the stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    /// When the collector started in this process.
+    pub start: Nanos,
+    pub hostname: String,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+    pub collector_version: String,
+    /// `cuptiGetVersion`, e.g. 130001.
+    pub cupti_api_version: u32,
+    /// The libcupti that was loaded.
+    pub cupti_path: String,
+    /// NVIDIA kernel driver version (from /proc/driver/nvidia/version), "" if unknown.
+    pub driver_version: String,
+    /// Whether kernels were traced and native stacks captured.
+    pub kernels_traced: bool,
+    pub stacks_captured: bool,
+    /// Bytes of device memory CUPTI reserves per context for its own activity
+    /// buffers (never seen as allocations; the report shows it apart).
+    pub cupti_device_buffer_bytes: Bytes,
+    /// Thread ids of the collector's own threads: API calls made on them are
+    /// CUPTI's or ours, not the program's.
+    pub collector_tids: Vec<u32>,
+}
+
+/// A GPU the process used (from CUPTI's device record).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct DeviceInfo {
+    pub device: u32,
+    pub name: String,
+    pub total_memory: Bytes,
+    pub uuid: [u8; 16],
+    pub compute_major: u32,
+    pub compute_minor: u32,
+    pub multiprocessors: u32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct StringDef {
+    pub id: StringId,
+    pub text: String,
+}
+
+/// A loaded module (executable or shared library) of the process.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct ModuleInfo {
+    pub id: u32,
+    pub path: String,
+    /// Load bias: runtime address minus the address stated in the ELF file.
+    pub bias: u64,
+    /// Runtime address range covered by its loadable segments.
+    pub start: u64,
+    pub end: u64,
+    /// GNU build id, empty if none.
+    pub build_id: Vec<u8>,
+}
+
+/// One frame of a stack. Native frames are return addresses (the innermost is
+/// the call site inside the CUDA library); `Python` frames are reserved for the
+/// interpreter's frames, which a later collector can interleave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub enum Frame {
+    Native(u64),
+    /// Code object (interned file+function string) and line.
+    Python { code: StringId, line: u32 },
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct StackDef {
+    pub id: StackId,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// True when unwinding stopped early (depth limit or unknown code).
+    pub truncated: bool,
+}
+
+/// The CUDA driver API functions the collector watches, numbered for the
+/// trace (stable; CUPTI's callback ids are not part of the format).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct ApiFunc(pub u16);
+
+impl ApiFunc {
+    pub const MEM_ALLOC: ApiFunc = ApiFunc(1);
+    pub const MEM_ALLOC_PITCH: ApiFunc = ApiFunc(2);
+    pub const MEM_ALLOC_MANAGED: ApiFunc = ApiFunc(3);
+    pub const MEM_ALLOC_HOST: ApiFunc = ApiFunc(4);
+    pub const MEM_HOST_ALLOC: ApiFunc = ApiFunc(5);
+    pub const MEM_ALLOC_ASYNC: ApiFunc = ApiFunc(6);
+    pub const MEM_ALLOC_FROM_POOL_ASYNC: ApiFunc = ApiFunc(7);
+    pub const ARRAY_CREATE: ApiFunc = ApiFunc(8);
+    pub const ARRAY_3D_CREATE: ApiFunc = ApiFunc(9);
+    pub const MIPMAPPED_ARRAY_CREATE: ApiFunc = ApiFunc(10);
+    pub const MEM_CREATE: ApiFunc = ApiFunc(11);
+    pub const MEM_MAP: ApiFunc = ApiFunc(12);
+    pub const MEM_ADDRESS_RESERVE: ApiFunc = ApiFunc(13);
+    pub const MEM_HOST_REGISTER: ApiFunc = ApiFunc(14);
+    pub const GRAPH_ADD_MEM_ALLOC_NODE: ApiFunc = ApiFunc(15);
+    pub const MEM_FREE: ApiFunc = ApiFunc(20);
+    pub const MEM_FREE_HOST: ApiFunc = ApiFunc(21);
+    pub const MEM_FREE_ASYNC: ApiFunc = ApiFunc(22);
+    pub const ARRAY_DESTROY: ApiFunc = ApiFunc(23);
+    pub const MIPMAPPED_ARRAY_DESTROY: ApiFunc = ApiFunc(24);
+    pub const MEM_RELEASE: ApiFunc = ApiFunc(25);
+    pub const MEM_UNMAP: ApiFunc = ApiFunc(26);
+    pub const MEM_ADDRESS_FREE: ApiFunc = ApiFunc(27);
+    pub const MEM_HOST_UNREGISTER: ApiFunc = ApiFunc(28);
+    pub const GRAPH_ADD_MEM_FREE_NODE: ApiFunc = ApiFunc(29);
+    pub const MEM_POOL_CREATE: ApiFunc = ApiFunc(30);
+    pub const MEM_POOL_DESTROY: ApiFunc = ApiFunc(31);
+    pub const MEM_POOL_TRIM_TO: ApiFunc = ApiFunc(32);
+
+    const NAMES: &'static [(ApiFunc, &'static str)] = &[
+        (Self::MEM_ALLOC, "cuMemAlloc"),
+        (Self::MEM_ALLOC_PITCH, "cuMemAllocPitch"),
+        (Self::MEM_ALLOC_MANAGED, "cuMemAllocManaged"),
+        (Self::MEM_ALLOC_HOST, "cuMemAllocHost"),
+        (Self::MEM_HOST_ALLOC, "cuMemHostAlloc"),
+        (Self::MEM_ALLOC_ASYNC, "cuMemAllocAsync"),
+        (Self::MEM_ALLOC_FROM_POOL_ASYNC, "cuMemAllocFromPoolAsync"),
+        (Self::ARRAY_CREATE, "cuArrayCreate"),
+        (Self::ARRAY_3D_CREATE, "cuArray3DCreate"),
+        (Self::MIPMAPPED_ARRAY_CREATE, "cuMipmappedArrayCreate"),
+        (Self::MEM_CREATE, "cuMemCreate"),
+        (Self::MEM_MAP, "cuMemMap"),
+        (Self::MEM_ADDRESS_RESERVE, "cuMemAddressReserve"),
+        (Self::MEM_HOST_REGISTER, "cuMemHostRegister"),
+        (Self::GRAPH_ADD_MEM_ALLOC_NODE, "cuGraphAddMemAllocNode"),
+        (Self::MEM_FREE, "cuMemFree"),
+        (Self::MEM_FREE_HOST, "cuMemFreeHost"),
+        (Self::MEM_FREE_ASYNC, "cuMemFreeAsync"),
+        (Self::ARRAY_DESTROY, "cuArrayDestroy"),
+        (Self::MIPMAPPED_ARRAY_DESTROY, "cuMipmappedArrayDestroy"),
+        (Self::MEM_RELEASE, "cuMemRelease"),
+        (Self::MEM_UNMAP, "cuMemUnmap"),
+        (Self::MEM_ADDRESS_FREE, "cuMemAddressFree"),
+        (Self::MEM_HOST_UNREGISTER, "cuMemHostUnregister"),
+        (Self::GRAPH_ADD_MEM_FREE_NODE, "cuGraphAddMemFreeNode"),
+        (Self::MEM_POOL_CREATE, "cuMemPoolCreate"),
+        (Self::MEM_POOL_DESTROY, "cuMemPoolDestroy"),
+        (Self::MEM_POOL_TRIM_TO, "cuMemPoolTrimTo"),
+    ];
+
+    pub fn name(self) -> Option<&'static str> {
+        Self::NAMES.iter().find(|(f, _)| *f == self).map(|(_, n)| *n)
+    }
+
+    /// Calls that obtain memory or address space (their stack is the
+    /// allocation site); the others give it back or manage pools.
+    pub fn allocates(self) -> bool {
+        (1..20).contains(&self.0)
+    }
+}
+
+/// One call of a watched driver API function, seen on the calling thread when
+/// it returned. Failed allocations exist only here (CUPTI's activity API has
+/// no record for them).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct ApiCall {
+    pub time: Nanos,
+    /// Time spent inside the call.
+    pub duration: Nanos,
+    pub tid: u32,
+    pub func: ApiFunc,
+    /// CUPTI's callback id (diagnostics only).
+    pub cbid: u32,
+    pub correlation: u32,
+    /// CUresult the call returned (0 = success, 2 = out of memory).
+    pub result: u32,
+    /// Requested bytes (allocations, reservations, maps, trims).
+    pub bytes: Bytes,
+    /// The address returned (allocations) or passed in (frees, maps).
+    pub address: u64,
+    /// Stream handle for stream-ordered calls, pool handle for pool calls,
+    /// allocation handle for VMM calls; 0 otherwise.
+    pub handle: u64,
+    pub stream: u64,
+    pub stack: StackId,
+    /// Made on one of the collector's own threads.
+    pub internal: bool,
+}
+
+/// CUPTI memory activity kinds, as CUPTI numbers them.
+pub mod memory_kind {
+    pub const UNKNOWN: u8 = 0;
+    pub const PAGEABLE: u8 = 1;
+    pub const PINNED: u8 = 2;
+    pub const DEVICE: u8 = 3;
+    pub const ARRAY: u8 = 4;
+    pub const MANAGED: u8 = 5;
+    pub const DEVICE_STATIC: u8 = 6;
+    pub const MANAGED_STATIC: u8 = 7;
+
+    pub fn name(kind: u8) -> &'static str {
+        match kind {
+            PAGEABLE => "pageable",
+            PINNED => "pinned",
+            DEVICE => "device",
+            ARRAY => "array",
+            MANAGED => "managed",
+            DEVICE_STATIC => "device_static",
+            MANAGED_STATIC => "managed_static",
+            _ => "unknown",
+        }
+    }
+}
+
+/// A device-side memory allocation or release (CUPTI MEMORY2 activity).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct MemoryEvent {
+    pub time: Nanos,
+    /// true = allocation, false = release.
+    pub alloc: bool,
+    pub kind: u8,
+    pub address: u64,
+    pub bytes: Bytes,
+    pub device: u32,
+    /// 0xFFFF_FFFF for VMM mappings (no context).
+    pub context: u32,
+    pub stream: u32,
+    pub correlation: u32,
+    pub pc: u64,
+    pub is_async: bool,
+    /// CUPTI_ACTIVITY_MEMORY_POOL_TYPE_*: 0 invalid/none, 1 local, 2 imported.
+    pub pool_type: u8,
+    pub pool_address: u64,
+    pub pool_release_threshold: u64,
+    /// Pool size (local pools) at this moment.
+    pub pool_size: u64,
+    pub pool_utilized: u64,
+}
+
+/// A memory pool operation (CUPTI MEMORY_POOL activity).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct PoolEvent {
+    pub time: Nanos,
+    /// 1 created, 2 destroyed, 3 trimmed (CUPTI's numbering).
+    pub op: u8,
+    pub pool_type: u8,
+    pub address: u64,
+    /// Reserved size of the pool after the operation.
+    pub size: Bytes,
+    pub release_threshold: u64,
+    pub min_bytes_to_keep: u64,
+    pub utilized: Bytes,
+    pub device: u32,
+    pub correlation: u32,
+}
+
+/// One kernel execution on the device.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct KernelEvent {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub name: StringId,
+    pub device: u32,
+    pub context: u32,
+    pub stream: u32,
+    pub correlation: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub static_shared: u32,
+    pub dynamic_shared: u32,
+    pub registers: u32,
+}
+
+/// Cumulative counts of records lost so far. The last one in a stream wins.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct DropCounts {
+    pub time: Nanos,
+    /// Activity records CUPTI reported as dropped.
+    pub cupti: u64,
+    /// Records the collector dropped because its writer could not keep up.
+    pub collector: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct Message {
+    pub time: Nanos,
+    /// 0 info, 1 warning, 2 error.
+    pub level: u8,
+    pub text: String,
+}
+
+/// The collector shut down cleanly in this process.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct ProcessEnd {
+    pub time: Nanos,
+}
+
+/// Source location of one frame (one entry per inlined function, innermost
+/// first), resolved on the recording machine.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct SymbolInfo {
+    pub address: u64,
+    pub module: u32,
+    /// Offset of the address in the module's ELF address space.
+    pub module_offset: u64,
+    pub frames: Vec<SymbolFrame>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct SymbolFrame {
+    pub function: String,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+}
+
+/// Last record of a complete trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct Trailer {
+    pub chunks: u64,
+    pub records: u64,
+}
+
+fn put_time(e: &mut Enc, t: Nanos, base: u64) {
+    e.ivar(t.0.wrapping_sub(base) as i64);
+}
+
+fn get_time(d: &mut Dec, base: u64) -> Result<Nanos, DecodeError> {
+    Ok(Nanos(base.wrapping_add(d.ivar()? as u64)))
+}
+
+impl Record {
+    pub fn tag(&self) -> u8 {
+        match self {
+            Record::Process(_) => tag::PROCESS,
+            Record::Device(_) => tag::DEVICE,
+            Record::String(_) => tag::STRING,
+            Record::Module(_) => tag::MODULE,
+            Record::Stack(_) => tag::STACK,
+            Record::Api(_) => tag::API,
+            Record::Memory(_) => tag::MEMORY,
+            Record::Pool(_) => tag::POOL,
+            Record::Kernel(_) => tag::KERNEL,
+            Record::Dropped(_) => tag::DROPPED,
+            Record::Message(_) => tag::MESSAGE,
+            Record::ProcessEnd(_) => tag::PROCESS_END,
+            Record::Symbol(_) => tag::SYMBOL,
+            Record::Trailer(_) => tag::TRAILER,
+            Record::Unknown { tag, .. } => *tag,
+        }
+    }
+
+    /// Appends the framed record (tag, length, body) to `out`.
+    /// `body` is scratch space reused between calls.
+    pub fn encode(&self, out: &mut Enc, body: &mut Enc, base: u64) {
+        body.buf.clear();
+        self.encode_body(body, base);
+        out.u8(self.tag());
+        out.bytes(&body.buf);
+    }
+
+    fn encode_body(&self, e: &mut Enc, base: u64) {
+        match self {
+            Record::Process(p) => {
+                e.var(p.pid.into());
+                e.var(p.ppid.into());
+                put_time(e, p.start, base);
+                e.str(&p.hostname);
+                e.str(&p.exe);
+                e.var(p.cmdline.len() as u64);
+                for a in &p.cmdline {
+                    e.str(a);
+                }
+                e.str(&p.collector_version);
+                e.var(p.cupti_api_version.into());
+                e.str(&p.cupti_path);
+                e.str(&p.driver_version);
+                e.bool(p.kernels_traced);
+                e.bool(p.stacks_captured);
+                e.var(p.cupti_device_buffer_bytes.0);
+                e.var(p.collector_tids.len() as u64);
+                for t in &p.collector_tids {
+                    e.var((*t).into());
+                }
+            }
+            Record::Device(d) => {
+                e.var(d.device.into());
+                e.str(&d.name);
+                e.var(d.total_memory.0);
+                e.bytes(&d.uuid);
+                e.var(d.compute_major.into());
+                e.var(d.compute_minor.into());
+                e.var(d.multiprocessors.into());
+            }
+            Record::String(s) => {
+                e.var(s.id.0.into());
+                e.str(&s.text);
+            }
+            Record::Module(m) => {
+                e.var(m.id.into());
+                e.str(&m.path);
+                e.var(m.bias);
+                e.var(m.start);
+                e.var(m.end.wrapping_sub(m.start));
+                e.bytes(&m.build_id);
+            }
+            Record::Stack(s) => {
+                e.var(s.id.0.into());
+                e.bool(s.truncated);
+                e.var(s.frames.len() as u64);
+                // Native frames are delta-coded against the previous native
+                // frame: return addresses of one stack cluster in few modules.
+                let mut prev = 0u64;
+                for f in &s.frames {
+                    match *f {
+                        Frame::Native(a) => {
+                            e.u8(0);
+                            e.ivar(a.wrapping_sub(prev) as i64);
+                            prev = a;
+                        }
+                        Frame::Python { code, line } => {
+                            e.u8(1);
+                            e.var(code.0.into());
+                            e.var(line.into());
+                        }
+                    }
+                }
+            }
+            Record::Api(a) => {
+                put_time(e, a.time, base);
+                e.var(a.duration.0);
+                e.var(a.tid.into());
+                e.var(a.func.0.into());
+                e.var(a.cbid.into());
+                e.var(a.correlation.into());
+                e.var(a.result.into());
+                e.var(a.bytes.0);
+                e.var(a.address);
+                e.var(a.handle);
+                e.var(a.stream);
+                e.var(a.stack.0.into());
+                e.bool(a.internal);
+            }
+            Record::Memory(m) => {
+                put_time(e, m.time, base);
+                e.bool(m.alloc);
+                e.u8(m.kind);
+                e.var(m.address);
+                e.var(m.bytes.0);
+                e.var(m.device.into());
+                e.var(m.context.into());
+                e.var(m.stream.into());
+                e.var(m.correlation.into());
+                e.var(m.pc);
+                e.bool(m.is_async);
+                e.u8(m.pool_type);
+                if m.pool_type != 0 {
+                    e.var(m.pool_address);
+                    e.var(m.pool_release_threshold);
+                    e.var(m.pool_size);
+                    e.var(m.pool_utilized);
+                }
+            }
+            Record::Pool(p) => {
+                put_time(e, p.time, base);
+                e.u8(p.op);
+                e.u8(p.pool_type);
+                e.var(p.address);
+                e.var(p.size.0);
+                e.var(p.release_threshold);
+                e.var(p.min_bytes_to_keep);
+                e.var(p.utilized.0);
+                e.var(p.device.into());
+                e.var(p.correlation.into());
+            }
+            Record::Kernel(k) => {
+                put_time(e, k.start, base);
+                e.var(k.end.0.wrapping_sub(k.start.0));
+                e.var(k.name.0.into());
+                e.var(k.device.into());
+                e.var(k.context.into());
+                e.var(k.stream.into());
+                e.var(k.correlation.into());
+                for v in k.grid.iter().chain(&k.block) {
+                    e.var((*v).into());
+                }
+                e.var(k.static_shared.into());
+                e.var(k.dynamic_shared.into());
+                e.var(k.registers.into());
+            }
+            Record::Dropped(d) => {
+                put_time(e, d.time, base);
+                e.var(d.cupti);
+                e.var(d.collector);
+            }
+            Record::Message(m) => {
+                put_time(e, m.time, base);
+                e.u8(m.level);
+                e.str(&m.text);
+            }
+            Record::ProcessEnd(p) => put_time(e, p.time, base),
+            Record::Symbol(s) => {
+                e.var(s.address);
+                e.var(s.module.into());
+                e.var(s.module_offset);
+                e.var(s.frames.len() as u64);
+                for f in &s.frames {
+                    e.str(&f.function);
+                    e.str(&f.file);
+                    e.var(f.line.into());
+                    e.var(f.column.into());
+                }
+            }
+            Record::Trailer(t) => {
+                e.var(t.chunks);
+                e.var(t.records);
+            }
+            Record::Unknown { .. } => {}
+        }
+    }
+
+    /// Decodes one record body of the given tag.
+    pub fn decode(tag: u8, body: &[u8], base: u64) -> Result<Record, DecodeError> {
+        let d = &mut Dec::new(body);
+        let r = match tag {
+            tag::PROCESS => Record::Process(ProcessInfo {
+                pid: d.var32()?,
+                ppid: d.var32()?,
+                start: get_time(d, base)?,
+                hostname: d.string()?,
+                exe: d.string()?,
+                cmdline: {
+                    let n = d.count(1)?;
+                    (0..n).map(|_| d.string()).collect::<Result<_, _>>()?
+                },
+                collector_version: d.string()?,
+                cupti_api_version: d.var32()?,
+                cupti_path: d.string()?,
+                driver_version: d.string()?,
+                kernels_traced: d.bool()?,
+                stacks_captured: d.bool()?,
+                cupti_device_buffer_bytes: Bytes(d.var()?),
+                collector_tids: {
+                    let n = d.count(1)?;
+                    (0..n).map(|_| d.var32()).collect::<Result<_, _>>()?
+                },
+            }),
+            tag::DEVICE => Record::Device(DeviceInfo {
+                device: d.var32()?,
+                name: d.string()?,
+                total_memory: Bytes(d.var()?),
+                uuid: {
+                    let b = d.bytes()?;
+                    let mut u = [0u8; 16];
+                    let n = b.len().min(16);
+                    u[..n].copy_from_slice(&b[..n]);
+                    u
+                },
+                compute_major: d.var32()?,
+                compute_minor: d.var32()?,
+                multiprocessors: d.var32()?,
+            }),
+            tag::STRING => Record::String(StringDef {
+                id: StringId(d.var32()?),
+                text: d.string()?,
+            }),
+            tag::MODULE => Record::Module({
+                let id = d.var32()?;
+                let path = d.string()?;
+                let bias = d.var()?;
+                let start = d.var()?;
+                let end = start.wrapping_add(d.var()?);
+                let build_id = d.bytes()?.to_vec();
+                ModuleInfo { id, path, bias, start, end, build_id }
+            }),
+            tag::STACK => Record::Stack({
+                let id = StackId(d.var32()?);
+                let truncated = d.bool()?;
+                let n = d.count(2)?;
+                let mut frames = Vec::with_capacity(n);
+                let mut prev = 0u64;
+                for _ in 0..n {
+                    frames.push(match d.u8()? {
+                        0 => {
+                            prev = prev.wrapping_add(d.ivar()? as u64);
+                            Frame::Native(prev)
+                        }
+                        1 => Frame::Python {
+                            code: StringId(d.var32()?),
+                            line: d.var32()?,
+                        },
+                        k => return Err(DecodeError::BadValue("frame kind", k.into())),
+                    });
+                }
+                StackDef { id, frames, truncated }
+            }),
+            tag::API => Record::Api(ApiCall {
+                time: get_time(d, base)?,
+                duration: Nanos(d.var()?),
+                tid: d.var32()?,
+                func: ApiFunc(u16::try_from(d.var()?).map_err(|_| DecodeError::OutOfRange)?),
+                cbid: d.var32()?,
+                correlation: d.var32()?,
+                result: d.var32()?,
+                bytes: Bytes(d.var()?),
+                address: d.var()?,
+                handle: d.var()?,
+                stream: d.var()?,
+                stack: StackId(d.var32()?),
+                internal: d.bool()?,
+            }),
+            tag::MEMORY => Record::Memory({
+                let mut m = MemoryEvent {
+                    time: get_time(d, base)?,
+                    alloc: d.bool()?,
+                    kind: d.u8()?,
+                    address: d.var()?,
+                    bytes: Bytes(d.var()?),
+                    device: d.var32()?,
+                    context: d.var32()?,
+                    stream: d.var32()?,
+                    correlation: d.var32()?,
+                    pc: d.var()?,
+                    is_async: d.bool()?,
+                    pool_type: d.u8()?,
+                    ..Default::default()
+                };
+                if m.pool_type != 0 {
+                    m.pool_address = d.var()?;
+                    m.pool_release_threshold = d.var()?;
+                    m.pool_size = d.var()?;
+                    m.pool_utilized = d.var()?;
+                }
+                m
+            }),
+            tag::POOL => Record::Pool(PoolEvent {
+                time: get_time(d, base)?,
+                op: d.u8()?,
+                pool_type: d.u8()?,
+                address: d.var()?,
+                size: Bytes(d.var()?),
+                release_threshold: d.var()?,
+                min_bytes_to_keep: d.var()?,
+                utilized: Bytes(d.var()?),
+                device: d.var32()?,
+                correlation: d.var32()?,
+            }),
+            tag::KERNEL => Record::Kernel({
+                let start = get_time(d, base)?;
+                let end = Nanos(start.0.wrapping_add(d.var()?));
+                let name = StringId(d.var32()?);
+                let device = d.var32()?;
+                let context = d.var32()?;
+                let stream = d.var32()?;
+                let correlation = d.var32()?;
+                let mut dims = [0u32; 6];
+                for v in &mut dims {
+                    *v = d.var32()?;
+                }
+                KernelEvent {
+                    start,
+                    end,
+                    name,
+                    device,
+                    context,
+                    stream,
+                    correlation,
+                    grid: [dims[0], dims[1], dims[2]],
+                    block: [dims[3], dims[4], dims[5]],
+                    static_shared: d.var32()?,
+                    dynamic_shared: d.var32()?,
+                    registers: d.var32()?,
+                }
+            }),
+            tag::DROPPED => Record::Dropped(DropCounts {
+                time: get_time(d, base)?,
+                cupti: d.var()?,
+                collector: d.var()?,
+            }),
+            tag::MESSAGE => Record::Message(Message {
+                time: get_time(d, base)?,
+                level: d.u8()?,
+                text: d.string()?,
+            }),
+            tag::PROCESS_END => Record::ProcessEnd(ProcessEnd { time: get_time(d, base)? }),
+            tag::SYMBOL => Record::Symbol({
+                let address = d.var()?;
+                let module = d.var32()?;
+                let module_offset = d.var()?;
+                let n = d.count(4)?;
+                let mut frames = Vec::with_capacity(n);
+                for _ in 0..n {
+                    frames.push(SymbolFrame {
+                        function: d.string()?,
+                        file: d.string()?,
+                        line: d.var32()?,
+                        column: d.var32()?,
+                    });
+                }
+                SymbolInfo { address, module, module_offset, frames }
+            }),
+            tag::TRAILER => Record::Trailer(Trailer {
+                chunks: d.var()?,
+                records: d.var()?,
+            }),
+            _ => Record::Unknown {
+                tag,
+                len: body.len() as u32,
+            },
+        };
+        Ok(r)
+    }
+}

@@ -1,0 +1,157 @@
+//! Property tests: every record round-trips through the writer and reader,
+//! and no byte string makes the reader panic.
+
+use gmem_prof_traces::record::*;
+use gmem_prof_traces::{read_all, Record, TraceWriter};
+use proptest::prelude::*;
+
+fn s() -> impl Strategy<Value = String> {
+    proptest::string::string_regex(".{0,12}").unwrap()
+}
+
+fn record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        (any::<u32>(), any::<u32>(), any::<u64>(), s(), proptest::collection::vec(s(), 0..3), any::<u32>(), any::<bool>(), proptest::collection::vec(any::<u32>(), 0..3))
+            .prop_map(|(pid, ppid, t, host, cmdline, v, k, tids)| Record::Process(ProcessInfo {
+                pid, ppid, start: Nanos(t), hostname: host.clone(), exe: host, cmdline,
+                collector_version: "0.1".into(), cupti_api_version: v, cupti_path: "/x".into(),
+                driver_version: "580".into(), kernels_traced: k, stacks_captured: !k,
+                cupti_device_buffer_bytes: Bytes(u64::from(v)), collector_tids: tids,
+            })),
+        (any::<u32>(), s(), any::<u64>(), any::<[u8; 16]>()).prop_map(|(d, n, m, u)| Record::Device(DeviceInfo {
+            device: d, name: n, total_memory: Bytes(m), uuid: u, compute_major: 9, compute_minor: 0, multiprocessors: 132,
+        })),
+        (any::<u32>(), s()).prop_map(|(i, t)| Record::String(StringDef { id: StringId(i), text: t })),
+        (any::<u32>(), s(), any::<u64>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..20))
+            .prop_map(|(id, path, bias, start, end, build_id)| Record::Module(ModuleInfo { id, path, bias, start, end, build_id })),
+        (any::<u32>(), any::<bool>(), proptest::collection::vec(prop_oneof![
+            any::<u64>().prop_map(Frame::Native),
+            (any::<u32>(), any::<u32>()).prop_map(|(c, l)| Frame::Python { code: StringId(c), line: l }),
+        ], 0..40)).prop_map(|(id, truncated, frames)| Record::Stack(StackDef { id: StackId(id), frames, truncated })),
+        (any::<u64>(), any::<u64>(), any::<u32>(), any::<u16>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>())
+            .prop_map(|(t, d, tid, f, corr, res, bytes, addr, internal)| Record::Api(ApiCall {
+                time: Nanos(t), duration: Nanos(d), tid, func: ApiFunc(f), cbid: corr ^ 7, correlation: corr,
+                result: res, bytes: Bytes(bytes), address: addr, handle: addr ^ bytes, stream: bytes / 3,
+                stack: StackId(tid), internal,
+            })),
+        (any::<u64>(), any::<bool>(), any::<u8>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u8>(), any::<u64>())
+            .prop_map(|(t, alloc, kind, addr, bytes, corr, pool_type, pool)| Record::Memory(MemoryEvent {
+                time: Nanos(t), alloc, kind, address: addr, bytes: Bytes(bytes), device: corr % 8, context: corr,
+                stream: corr / 2, correlation: corr, pc: addr / 2, is_async: alloc, pool_type,
+                pool_address: if pool_type != 0 { pool } else { 0 },
+                pool_release_threshold: if pool_type != 0 { pool / 2 } else { 0 },
+                pool_size: if pool_type != 0 { pool / 3 } else { 0 },
+                pool_utilized: if pool_type != 0 { pool / 5 } else { 0 },
+            })),
+        (any::<u64>(), any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(t, op, a, sz)| Record::Pool(PoolEvent {
+            time: Nanos(t), op, pool_type: 1, address: a, size: Bytes(sz), release_threshold: sz / 2,
+            min_bytes_to_keep: sz / 4, utilized: Bytes(sz / 8), device: 0, correlation: op.into(),
+        })),
+        (any::<u64>(), any::<u64>(), any::<u32>(), any::<[u32; 3]>(), any::<[u32; 3]>())
+            .prop_map(|(t, d, n, g, b)| Record::Kernel(KernelEvent {
+                start: Nanos(t), end: Nanos(t.wrapping_add(d)), name: StringId(n), device: 0, context: 1, stream: 7,
+                correlation: n, grid: g, block: b, static_shared: 1, dynamic_shared: 2, registers: 32,
+            })),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(t, c, k)| Record::Dropped(DropCounts { time: Nanos(t), cupti: c, collector: k })),
+        (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message { time: Nanos(t), level: l, text })),
+        any::<u64>().prop_map(|t| Record::ProcessEnd(ProcessEnd { time: Nanos(t) })),
+        (any::<u64>(), any::<u32>(), proptest::collection::vec((s(), s(), any::<u32>(), any::<u32>()), 0..4))
+            .prop_map(|(a, m, fr)| Record::Symbol(SymbolInfo {
+                address: a, module: m, module_offset: a / 2,
+                frames: fr.into_iter().map(|(function, file, line, column)| SymbolFrame { function, file, line, column }).collect(),
+            })),
+    ]
+}
+
+fn write(records: &[(u32, Record)], chunk_target: usize) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    w.chunk_target = chunk_target;
+    for (stream, r) in records {
+        w.set_stream(*stream).unwrap();
+        w.push(r).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn records_round_trip(records in proptest::collection::vec((0u32..3, record()), 0..60), target in 1usize..4096) {
+        let bytes = write(&records, target);
+        let (chunks, warnings) = read_all(&bytes).unwrap();
+        prop_assert!(warnings.is_empty(), "{:?}", warnings);
+        let got: Vec<(u32, Record)> = chunks
+            .into_iter()
+            .flat_map(|c| { let s = c.stream; c.records.into_iter().map(move |r| (s, r)) })
+            .filter(|(_, r)| !matches!(r, Record::Trailer(_)))
+            .collect();
+        prop_assert_eq!(got, records);
+    }
+
+    /// Any prefix of a valid trace reads without panicking, and yields a
+    /// prefix of its records (whole chunks only) plus a warning.
+    #[test]
+    fn truncated_traces_read_up_to_the_last_whole_chunk(records in proptest::collection::vec(record(), 1..40), cut in any::<prop::sample::Index>()) {
+        let bytes = write(&records.iter().cloned().map(|r| (0, r)).collect::<Vec<_>>(), 64);
+        let cut = 16 + cut.index(bytes.len() - 16);
+        let (chunks, warnings) = read_all(&bytes[..cut]).unwrap();
+        let got: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
+        prop_assert!(got.len() <= records.len() + 1);
+        prop_assert_eq!(&got[..got.len().min(records.len())], &records[..got.len().min(records.len())]);
+        if cut < bytes.len() {
+            prop_assert!(!warnings.is_empty());
+        }
+    }
+
+    /// Flipping bytes never panics; damaged chunks are skipped with a warning.
+    #[test]
+    fn corrupted_traces_never_panic(records in proptest::collection::vec(record(), 1..30), flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let mut bytes = write(&records.into_iter().map(|r| (0, r)).collect::<Vec<_>>(), 128);
+        for (i, v) in flips {
+            let at = 16 + i.index(bytes.len() - 16);
+            bytes[at] ^= v | 1;
+        }
+        let _ = read_all(&bytes);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..2000), header in any::<bool>()) {
+        if header && bytes.len() >= 16 {
+            bytes[..16].copy_from_slice(&gmem_prof_traces::file_header());
+        }
+        let _ = read_all(&bytes);
+    }
+}
+
+#[test]
+fn unknown_tags_are_skipped_and_counted() {
+    // A record with a tag from the future, framed by hand, between two known ones.
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    w.push(&Record::ProcessEnd(ProcessEnd { time: Nanos(5) })).unwrap();
+    let bytes = w.finish().unwrap();
+    let (chunks, _) = read_all(&bytes).unwrap();
+    assert_eq!(chunks[0].records.len(), 1);
+    let mut payload = gmem_prof_traces::Enc::default();
+    payload.var(0);
+    payload.u8(200);
+    payload.bytes(&[1, 2, 3]);
+    payload.u8(gmem_prof_traces::record::tag::PROCESS_END);
+    payload.bytes(&[10]);
+    let mut file = gmem_prof_traces::file_header().to_vec();
+    gmem_prof_traces::file::frame_chunk(0, &payload.buf, false, &mut file);
+    let (chunks, warnings) = read_all(&file).unwrap();
+    assert_eq!(chunks[0].records[0], Record::Unknown { tag: 200, len: 3 });
+    assert_eq!(chunks[0].records[1], Record::ProcessEnd(ProcessEnd { time: Nanos(5) }));
+    assert_eq!(warnings, vec![gmem_prof_traces::Warning::NoTrailer]);
+}
+
+#[test]
+fn newer_versions_are_refused_with_the_version_named() {
+    let mut h = gmem_prof_traces::file_header().to_vec();
+    h[8] = 9;
+    let e = read_all(&h).unwrap_err().to_string();
+    assert!(e.contains("version 9"), "{e}");
+    assert!(read_all(b"").unwrap_err().to_string().contains("empty"));
+    assert!(read_all(b"hello world, not a trace").unwrap_err().to_string().contains("not a gmem-prof trace"));
+}
