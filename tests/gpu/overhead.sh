@@ -1,75 +1,97 @@
 #!/usr/bin/env bash
-# Overhead of `gmem-prof record`: plain and recorded runs of the same workload,
-# alternated, ROUNDS of each; per run the median step time; reported as the
-# ratio of the medians of those, with the spread (min..max of the runs).
-# Run on the GPU machine by tests/gpu/run.sh overhead.
+# Overhead of `gmem-prof record`, measured as the issue asks: plain and
+# recorded runs of the same workload, alternated, ROUNDS of each; per run the
+# median step time; reported as the ratio of the medians of those runs, with
+# the spread (min..max over runs).
+#
+#   tests/gpu/overhead.sh [events] [resnet] [alloc]     (default: all three)
+#
+# events: bench_events.cu, ns per cudaMallocAsync+cudaFreeAsync pair from 30
+#         frames deep (the per-event cost, least noisy).
+# resnet: torchvision resnet50 bf16 training (default caching allocator).
+# alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
 WORK=${WORK:-/tmp/gmem-gpu}
-OUT=${OUT:-$WORK/out}
 ROUNDS=${ROUNDS:-5}
+BENCHES=${*:-events resnet alloc}
 mkdir -p "$WORK/overhead"
 RES="$WORK/overhead/results.jsonl"
-: >"$RES"
 
-one() {  # one BENCH VARIANT ROUND
-    local bench=$1 variant=$2 round=$3 line
-    local script="$ROOT/tests/gpu/bench_$bench.py"
+one() {  # one BENCH VARIANT ROUND COMMAND...
+    local bench=$1 variant=$2 round=$3 line flags=()
+    shift 3
     local trace="$WORK/overhead/$bench-$variant-$round.bin"
     rm -f "$trace"
     case $variant in
-        plain) line=$(python3 "$script" 2>/dev/null | tail -1) ;;
-        full) line=$("$BIN/gmem-prof" record -o "$trace" -- python3 "$script" 2>"$trace.log" | tail -1) ;;
-        nokernels) line=$("$BIN/gmem-prof" record --no-kernels -o "$trace" -- python3 "$script" 2>"$trace.log" | tail -1) ;;
-        nostacks) line=$("$BIN/gmem-prof" record --stack-depth 0 -o "$trace" -- python3 "$script" 2>"$trace.log" | tail -1) ;;
+        nokernels) flags=(--no-kernels) ;;
+        nostacks) flags=(--stack-depth 0) ;;
     esac
+    if [ "$variant" = plain ]; then
+        line=$("$@" 2>/dev/null | tail -1)
+    else
+        line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
+    fi
     echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $line}" >>"$RES"
     echo "  $bench $variant round $round: $line"
 }
 
-echo "### overhead: resnet50 (default caching allocator)"
-for r in $(seq 1 "$ROUNDS"); do
-    one resnet plain "$r"
-    one resnet full "$r"
+for bench in $BENCHES; do
+    echo "### overhead: $bench"
+    case $bench in
+        events)
+            nvcc -O2 -arch=sm_90 -o "$WORK/bench_events" "$ROOT/tests/gpu/bench_events.cu"
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in plain full nostacks nokernels; do one events $v "$r" "$WORK/bench_events" 50000 30; done
+            done ;;
+        resnet)
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in plain full; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+            done ;;
+        alloc)
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in plain full nostacks; do
+                    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync one alloc $v "$r" python3 "$ROOT/tests/gpu/bench_alloc.py"
+                done
+            done
+            "$BIN/gmem-prof" dump "$WORK/overhead/alloc-full-1.bin" | awk '
+                / memory alloc / {alloc++} / memory free / {free++}
+                END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/alloc-events.json"
+            tail -n 2 "$WORK/overhead/alloc-full-1.bin.log" ;;
+    esac
 done
-echo "### overhead: allocation-heavy loop (backend:cudaMallocAsync)"
-export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-for r in $(seq 1 "$ROUNDS"); do
-    one alloc plain "$r"
-    one alloc full "$r"
-    one alloc nostacks "$r"
-done
-unset PYTORCH_CUDA_ALLOC_CONF
-# Allocation events per step, from one recorded run's trace.
-"$BIN/gmem-prof" dump "$WORK/overhead/alloc-full-1.bin" | awk '
-    / api / {api++} / memory alloc / {alloc++} / memory free / {free++}
-    END {printf "{\"api_calls\": %d, \"allocs\": %d, \"frees\": %d}\n", api, alloc, free}' >"$WORK/overhead/alloc-events.json"
-tail -n 3 "$WORK/overhead/alloc-full-1.bin.log"
+
 python3 - "$RES" "$WORK/overhead/alloc-events.json" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-events = json.load(open(sys.argv[2]))
+events = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else None
 by = {}
+steps = {}
 for r in rows:
-    by.setdefault((r["result"]["bench"], r["variant"]), []).append(r["result"]["median_ms"])
-print("### overhead summary (ratio of medians of per-run median step times)")
-for bench in ("resnet50", "alloc"):
+    res = r["result"]
+    value = res.get("median_ms", res.get("ns_per_pair"))
+    by.setdefault((res["bench"], r["variant"]), []).append(value)
+    steps[res["bench"]] = res.get("steps")
+unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step"}
+print("### overhead summary: ratio of medians of per-run values, spread = min..max over runs")
+for bench in ("events", "resnet50", "alloc"):
     plain = by.get((bench, "plain"))
     if not plain:
         continue
     mp = statistics.median(plain)
-    print(f"  {bench} plain: median {mp:.3f} ms  runs {min(plain):.3f}..{max(plain):.3f}")
-    for variant in ("full", "nokernels", "nostacks"):
+    print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
+    for variant in ("full", "nostacks", "nokernels"):
         v = by.get((bench, variant))
         if not v:
             continue
         mv = statistics.median(v)
-        line = (f"  {bench} {variant}: median {mv:.3f} ms  runs {min(v):.3f}..{max(v):.3f}  "
-                f"ratio {mv / mp:.3f} (spread {min(v) / max(plain):.3f}..{max(v) / min(plain):.3f})")
-        if bench == "alloc":
-            steps = rows[0]["result"].get("steps", 500)
-            per_step = (events["allocs"] + events["frees"]) / steps
-            line += f"  ~{per_step:.0f} alloc+free events/step, {(mv - mp) * 1e3 / per_step:.2f} us/event"
+        line = (f"  {bench} {variant}: median {mv:.3f}, runs {min(v):.3f}..{max(v):.3f}, "
+                f"ratio {mv / mp:.3f} (runs {min(v) / mp:.3f}..{max(v) / mp:.3f})")
+        if bench == "events":
+            line += f", {(mv - mp) / 2:.0f} ns per event"
+        if bench == "alloc" and events:
+            per_step = (events["allocs"] + events["frees"]) / steps["alloc"]
+            line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
 PY

@@ -2,7 +2,9 @@
 # Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
 # with the real CLI and checks every expected figure from the traces.
 #
-#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch overhead (default: all but overhead)
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch overhead, or one
+#                                   of overhead's: events resnet alloc
+#                                   (default: programs killed torch)
 #
 # Needs: nvcc, python3 with torch and cupy, and the built CLI + collector in
 # $GMEM_BIN (default .gpu-bin/, filled by `tests/gpu/stage.sh` on the dev machine).
@@ -110,6 +112,7 @@ for phase in $PHASES; do
         killed) killed ;;
         torch) torch_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
+        events|resnet|alloc) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;
     esac
 done

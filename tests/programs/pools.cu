@@ -4,7 +4,8 @@
 // expect: exit=0
 // expect: site=alloc_default_pool kind=device allocs=8 bytes=8388608 freed=8 leaked=0
 // expect: site=alloc_custom_pool kind=device allocs=4 bytes=16777216 freed=4 leaked=0
-// expect: pool op=created count=1
+// The device's default pool is created on first use: CUPTI reports it too.
+// expect: pool op=created count=2
 // expect: pool op=destroyed count=1
 // expect: api func=cuMemPoolTrimTo count=1
 // expect: api func=cuMemAllocAsync count=8
