@@ -57,7 +57,11 @@ pub fn run(a: DumpArgs) -> Result<()> {
                 writeln!(out, "{line}")?;
             }
             if let Some(why) = err {
-                eprintln!("gmem-prof: warning: {}: chunk at byte {}: {why}", path.display(), raw.offset);
+                eprintln!(
+                    "gmem-prof: warning: {}: chunk at byte {}: {why}",
+                    path.display(),
+                    raw.offset
+                );
             }
         }
         for w in &reader.warnings {

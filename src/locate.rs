@@ -52,7 +52,10 @@ pub fn cupti() -> Option<PathBuf> {
     if let Ok(entries) = std::fs::read_dir("/usr/local") {
         let mut versioned: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("cuda-13")))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("cuda-13"))
+            })
             .collect();
         versioned.sort();
         versioned.reverse();
@@ -76,7 +79,11 @@ fn from_ldconfig() -> Option<PathBuf> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.trim_start().starts_with(CUPTI) && l.contains("x86-64"))
-        .find_map(|l| l.rsplit("=> ").next().and_then(|p| absolute_file(Path::new(p.trim()))))
+        .find_map(|l| {
+            l.rsplit("=> ")
+                .next()
+                .and_then(|p| absolute_file(Path::new(p.trim())))
+        })
 }
 
 /// pip's CUDA 13 wheels put it in site-packages/nvidia/cu13/lib.

@@ -63,7 +63,10 @@ struct StreamState {
 /// failure never leaves a half-written output behind) and symbolizes.
 pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSummary> {
     if output.exists() && !force {
-        bail!("{} exists; choose another name with -o, or pass --force to replace it", output.display());
+        bail!(
+            "{} exists; choose another name with -o, or pass --force to replace it",
+            output.display()
+        );
     }
     let tmp = output.with_extension(format!("tmp-{}", std::process::id()));
     let result = merge_into(inputs, &tmp);
@@ -75,7 +78,8 @@ pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSumm
         }
     };
     if force {
-        std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+        std::fs::rename(&tmp, output)
+            .with_context(|| format!("cannot write {}", output.display()))?;
     } else {
         // hard_link refuses to replace: no race with a file created meanwhile.
         let linked = std::fs::hard_link(&tmp, output);
@@ -95,7 +99,9 @@ fn merge_into(inputs: &[PathBuf], tmp: &Path) -> Result<MergeSummary> {
         let mut reader = match TraceReader::new(&data) {
             Ok(r) => r,
             Err(e) => {
-                summary.warnings.push(format!("{}: skipped: {e}", path.display()));
+                summary
+                    .warnings
+                    .push(format!("{}: skipped: {e}", path.display()));
                 continue;
             }
         };
@@ -106,9 +112,17 @@ fn merge_into(inputs: &[PathBuf], tmp: &Path) -> Result<MergeSummary> {
                 Err((c, why)) => (c, Some(why)),
             };
             if let Some(why) = err {
-                summary.warnings.push(format!("{}: chunk at byte {}: {why}", path.display(), raw.offset));
+                summary.warnings.push(format!(
+                    "{}: chunk at byte {}: {why}",
+                    path.display(),
+                    raw.offset
+                ));
             }
-            if chunk.records.iter().any(|r| matches!(r, Record::Trailer(_))) {
+            if chunk
+                .records
+                .iter()
+                .any(|r| matches!(r, Record::Trailer(_)))
+            {
                 reader.mark_trailer_seen();
             }
             let next = streams.len() as u32;
@@ -130,8 +144,16 @@ fn merge_into(inputs: &[PathBuf], tmp: &Path) -> Result<MergeSummary> {
                 w.push(r)?;
             }
         }
-        for warning in &reader.warnings {
-            summary.warnings.push(format!("{}: {warning}", path.display()));
+        // A missing trailer is reported per process (it did not finish
+        // cleanly); other damage is worth a warning of its own.
+        for warning in reader
+            .warnings
+            .iter()
+            .filter(|w| **w != gmem_prof_traces::Warning::NoTrailer)
+        {
+            summary
+                .warnings
+                .push(format!("{}: {warning}", path.display()));
         }
     }
     for (id, st) in streams.iter_mut().enumerate() {

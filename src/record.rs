@@ -69,7 +69,10 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     let output = match &a.output {
         Some(o) => {
             if o.exists() && !a.force {
-                bail!("{} exists; choose another name with -o, or pass --force to replace it", o.display());
+                bail!(
+                    "{} exists; choose another name with -o, or pass --force to replace it",
+                    o.display()
+                );
             }
             o.clone()
         }
@@ -81,7 +84,11 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             bail!("--cupti {}: no such file", p.display());
         }
     }
-    let cupti = a.cupti.as_ref().and_then(|p| std::fs::canonicalize(p).ok()).or_else(locate::cupti);
+    let cupti = a
+        .cupti
+        .as_ref()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .or_else(locate::cupti);
     let program = &a.program[0];
     let mut cmd = Command::new(program);
     cmd.args(&a.program[1..]);
@@ -96,7 +103,8 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     };
 
     let parts = parts_dir(&output);
-    std::fs::create_dir_all(&parts).with_context(|| format!("cannot create {}", parts.display()))?;
+    std::fs::create_dir_all(&parts)
+        .with_context(|| format!("cannot create {}", parts.display()))?;
     if std::env::var_os("CUDA_INJECTION64_PATH").is_some_and(|v| v != "none" && !v.is_empty()) {
         eprintln!("gmem-prof: warning: replacing CUDA_INJECTION64_PATH set by another tool");
     }
@@ -105,7 +113,10 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env("GMEM_PROF_CUPTI", &cupti)
         .env("GMEM_PROF_KERNELS", if a.no_kernels { "0" } else { "1" })
         .env("GMEM_PROF_STACK_DEPTH", a.stack_depth.to_string())
-        .env("GMEM_PROF_FREE_STACKS", if a.free_stacks { "1" } else { "0" })
+        .env(
+            "GMEM_PROF_FREE_STACKS",
+            if a.free_stacks { "1" } else { "0" },
+        )
         .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");
@@ -155,7 +166,10 @@ pub fn run(a: RecordArgs) -> Result<i32> {
 }
 
 fn parts_dir(output: &Path) -> PathBuf {
-    let name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
     output.with_file_name(format!("{name}.parts-{}", std::process::id()))
 }
 

@@ -83,11 +83,17 @@ pub fn resolve(modules: &[ModuleInfo], addresses: &BTreeSet<u64>) -> Resolved {
             continue;
         }
         if !m.build_id.is_empty() && file_build_id(path).is_some_and(|id| id != m.build_id) {
-            unresolved(&mut out, "the file changed since the recording (build id differs)".into());
+            unresolved(
+                &mut out,
+                "the file changed since the recording (build id differs)".into(),
+            );
             continue;
         }
         // A return address points after the call; look up the call itself.
-        let offsets: Vec<u64> = addrs.iter().map(|a| a.wrapping_sub(m.bias).wrapping_sub(1)).collect();
+        let offsets: Vec<u64> = addrs
+            .iter()
+            .map(|a| a.wrapping_sub(m.bias).wrapping_sub(1))
+            .collect();
         let src = Source::Elf(Elf::new(path));
         let results = match symbolizer.symbolize(&src, Input::VirtOffset(&offsets)) {
             Ok(r) => r,
@@ -141,7 +147,10 @@ mod tests {
             let mut it = l.split_whitespace();
             let (range, _perms, off) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
             let (s, e) = range.split_once('-').unwrap();
-            let (s, e) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
             if u64::from_str_radix(off, 16).unwrap() == 0 {
                 bias = Some(s); // PIE: first mapping at file offset 0, vaddr 0
             }

@@ -32,7 +32,11 @@ fn layout() -> std::alloc::Layout {
     std::alloc::Layout::from_size_align(BUFFER_BYTES, BUFFER_ALIGN).expect("valid layout")
 }
 
-pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
+pub unsafe extern "C" fn buffer_requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+) {
     no_unwind((), || {
         let spare = SPARES.lock().ok().and_then(|mut s| s.pop());
         let p = match spare {
@@ -51,7 +55,13 @@ pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
     });
 }
 
-pub unsafe extern "C" fn buffer_completed(_ctx: *mut c_void, _stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
+pub unsafe extern "C" fn buffer_completed(
+    _ctx: *mut c_void,
+    _stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
     no_unwind((), || {
         if buffer.is_null() {
             return;
@@ -107,22 +117,25 @@ impl Collector {
     /// As for `buffer_completed`.
     unsafe fn take_activity(&self, buffer: *mut u8, valid: usize) {
         let mut out = Vec::new();
-        let Ok(mut names) = self.kernel_names.lock() else { return };
+        let Ok(mut names) = self.kernel_names.lock() else {
+            return;
+        };
         // SAFETY: the buffer is CUPTI's completed buffer; each record pointer
         // it yields points to a whole record of the kind it states, laid out
         // as cudarc's bindings for CUPTI 13.0 say (MEMORY2 = Memory4, kernel
         // = Kernel10, device = Device5, pool = MemoryPool2).
         unsafe {
-            self.cupti.for_each_record(buffer, valid, |r, kind| match kind {
-                KIND_MEMORY2 => out.push(Record::Memory(memory_record(r))),
-                KIND_MEMORY_POOL => out.push(Record::Pool(pool_record(r))),
-                KIND_CONCURRENT_KERNEL => {
-                    let k = kernel_record(r, &mut names, &mut out);
-                    out.push(Record::Kernel(k));
-                }
-                KIND_DEVICE => out.push(Record::Device(device_record(r))),
-                _ => {}
-            });
+            self.cupti
+                .for_each_record(buffer, valid, |r, kind| match kind {
+                    KIND_MEMORY2 => out.push(Record::Memory(memory_record(r))),
+                    KIND_MEMORY_POOL => out.push(Record::Pool(pool_record(r))),
+                    KIND_CONCURRENT_KERNEL => {
+                        let k = kernel_record(r, &mut names, &mut out);
+                        out.push(Record::Kernel(k));
+                    }
+                    KIND_DEVICE => out.push(Record::Device(device_record(r))),
+                    _ => {}
+                });
         }
         drop(names);
         self.note_cupti_drops();
@@ -198,8 +211,16 @@ unsafe fn kernel_record(r: *const u8, names: &mut Names, out: &mut Vec<Record>) 
             context: field(r, offset_of!(K, contextId)),
             stream: field(r, offset_of!(K, streamId)),
             correlation: field(r, offset_of!(K, correlationId)),
-            grid: [dim(offset_of!(K, gridX)), dim(offset_of!(K, gridY)), dim(offset_of!(K, gridZ))],
-            block: [dim(offset_of!(K, blockX)), dim(offset_of!(K, blockY)), dim(offset_of!(K, blockZ))],
+            grid: [
+                dim(offset_of!(K, gridX)),
+                dim(offset_of!(K, gridY)),
+                dim(offset_of!(K, gridZ)),
+            ],
+            block: [
+                dim(offset_of!(K, blockX)),
+                dim(offset_of!(K, blockY)),
+                dim(offset_of!(K, blockZ)),
+            ],
             static_shared: dim(offset_of!(K, staticSharedMemory)),
             dynamic_shared: dim(offset_of!(K, dynamicSharedMemory)),
             registers: u32::from(field::<u16>(r, offset_of!(K, registersPerThread))),

@@ -16,37 +16,118 @@ use crate::session::Collector;
 
 /// The driver callbacks we enable, with the function each stands for.
 pub const WATCHED: &[(Cb, ApiFunc)] = &[
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, ApiFunc::MEM_ALLOC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, ApiFunc::MEM_ALLOC_PITCH),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, ApiFunc::MEM_ALLOC_MANAGED),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, ApiFunc::MEM_ALLOC_HOST),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, ApiFunc::MEM_HOST_ALLOC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, ApiFunc::MEM_ALLOC_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, ApiFunc::MEM_ALLOC_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2, ApiFunc::ARRAY_CREATE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2, ApiFunc::ARRAY_3D_CREATE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate, ApiFunc::MIPMAPPED_ARRAY_CREATE),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+        ApiFunc::MEM_ALLOC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+        ApiFunc::MEM_ALLOC_PITCH,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+        ApiFunc::MEM_ALLOC_MANAGED,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+        ApiFunc::MEM_ALLOC_HOST,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
+        ApiFunc::MEM_HOST_ALLOC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+        ApiFunc::MEM_ALLOC_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+        ApiFunc::MEM_ALLOC_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+        ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+        ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2,
+        ApiFunc::ARRAY_CREATE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2,
+        ApiFunc::ARRAY_3D_CREATE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate,
+        ApiFunc::MIPMAPPED_ARRAY_CREATE,
+    ),
     (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemCreate, ApiFunc::MEM_CREATE),
     (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemMap, ApiFunc::MEM_MAP),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, ApiFunc::MEM_ADDRESS_RESERVE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2, ApiFunc::MEM_HOST_REGISTER),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, ApiFunc::GRAPH_ADD_MEM_ALLOC_NODE),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve,
+        ApiFunc::MEM_ADDRESS_RESERVE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+        ApiFunc::MEM_HOST_REGISTER,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode,
+        ApiFunc::GRAPH_ADD_MEM_ALLOC_NODE,
+    ),
     (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, ApiFunc::MEM_FREE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, ApiFunc::MEM_FREE_HOST),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, ApiFunc::MEM_FREE_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, ApiFunc::MEM_FREE_ASYNC),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy, ApiFunc::ARRAY_DESTROY),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy, ApiFunc::MIPMAPPED_ARRAY_DESTROY),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease, ApiFunc::MEM_RELEASE),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+        ApiFunc::MEM_FREE_HOST,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+        ApiFunc::MEM_FREE_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+        ApiFunc::MEM_FREE_ASYNC,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
+        ApiFunc::ARRAY_DESTROY,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy,
+        ApiFunc::MIPMAPPED_ARRAY_DESTROY,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+        ApiFunc::MEM_RELEASE,
+    ),
     (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, ApiFunc::MEM_UNMAP),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree, ApiFunc::MEM_ADDRESS_FREE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, ApiFunc::MEM_HOST_UNREGISTER),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode, ApiFunc::GRAPH_ADD_MEM_FREE_NODE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate, ApiFunc::MEM_POOL_CREATE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy, ApiFunc::MEM_POOL_DESTROY),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo, ApiFunc::MEM_POOL_TRIM_TO),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
+        ApiFunc::MEM_ADDRESS_FREE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
+        ApiFunc::MEM_HOST_UNREGISTER,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode,
+        ApiFunc::GRAPH_ADD_MEM_FREE_NODE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate,
+        ApiFunc::MEM_POOL_CREATE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
+        ApiFunc::MEM_POOL_DESTROY,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
+        ApiFunc::MEM_POOL_TRIM_TO,
+    ),
 ];
 
 /// Callback ids are small integers: a table indexed by cbid keeps the lookup
@@ -108,67 +189,135 @@ unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
         match cbid {
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 as u32 => {
                 let q = rd!(cs::cuMemAlloc_v2_params);
-                Params { bytes: q.bytesize as u64, address: out(q.dptr, ok), ..Default::default() }
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: out(q.dptr, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 as u32 => {
                 let q = rd!(cs::cuMemAllocPitch_v2_params);
                 let pitch = out(q.pPitch as *const usize as *const u64, ok);
-                let bytes = if pitch > 0 { pitch * q.Height as u64 } else { (q.WidthInBytes * q.Height) as u64 };
-                Params { bytes, address: out(q.dptr, ok), ..Default::default() }
+                let bytes = if pitch > 0 {
+                    pitch * q.Height as u64
+                } else {
+                    (q.WidthInBytes * q.Height) as u64
+                };
+                Params {
+                    bytes,
+                    address: out(q.dptr, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged as u32 => {
                 let q = rd!(cs::cuMemAllocManaged_params);
-                Params { bytes: q.bytesize as u64, address: out(q.dptr, ok), ..Default::default() }
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: out(q.dptr, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 as u32 => {
                 let q = rd!(cs::cuMemAllocHost_v2_params);
-                let a = if ok && !q.pp.is_null() { ptr_u64(std::ptr::read_unaligned(q.pp)) } else { 0 };
-                Params { bytes: q.bytesize as u64, address: a, ..Default::default() }
+                let a = if ok && !q.pp.is_null() {
+                    ptr_u64(std::ptr::read_unaligned(q.pp))
+                } else {
+                    0
+                };
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: a,
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc as u32 => {
                 let q = rd!(cs::cuMemHostAlloc_params);
-                let a = if ok && !q.pp.is_null() { ptr_u64(std::ptr::read_unaligned(q.pp)) } else { 0 };
-                Params { bytes: q.bytesize as u64, address: a, ..Default::default() }
+                let a = if ok && !q.pp.is_null() {
+                    ptr_u64(std::ptr::read_unaligned(q.pp))
+                } else {
+                    0
+                };
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: a,
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync as u32
                 || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz as u32 =>
             {
                 let q = rd!(cs::cuMemAllocAsync_params);
-                Params { bytes: q.bytesize as u64, address: out(q.dptr, ok), stream: q.hStream as u64, ..Default::default() }
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: out(q.dptr, ok),
+                    stream: q.hStream as u64,
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync as u32
                 || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz as u32 =>
             {
                 let q = rd!(cs::cuMemAllocFromPoolAsync_params);
-                Params { bytes: q.bytesize as u64, address: out(q.dptr, ok), handle: q.pool as u64, stream: q.hStream as u64 }
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: out(q.dptr, ok),
+                    handle: q.pool as u64,
+                    stream: q.hStream as u64,
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2 as u32 => {
                 let q = rd!(cs::cuArrayCreate_v2_params);
-                Params { handle: out(q.pHandle as *const u64, ok), ..Default::default() }
+                Params {
+                    handle: out(q.pHandle as *const u64, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2 as u32 => {
                 let q = rd!(cs::cuArray3DCreate_v2_params);
-                Params { handle: out(q.pHandle as *const u64, ok), ..Default::default() }
+                Params {
+                    handle: out(q.pHandle as *const u64, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate as u32 => {
                 let q = rd!(cs::cuMipmappedArrayCreate_params);
-                Params { handle: out(q.pHandle as *const u64, ok), ..Default::default() }
+                Params {
+                    handle: out(q.pHandle as *const u64, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemCreate as u32 => {
                 let q = rd!(cs::cuMemCreate_params);
-                Params { bytes: q.size as u64, handle: out(q.handle, ok), ..Default::default() }
+                Params {
+                    bytes: q.size as u64,
+                    handle: out(q.handle, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemMap as u32 => {
                 let q = rd!(cs::cuMemMap_params);
-                Params { bytes: q.size as u64, address: q.ptr, handle: q.handle, ..Default::default() }
+                Params {
+                    bytes: q.size as u64,
+                    address: q.ptr,
+                    handle: q.handle,
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve as u32 => {
                 let q = rd!(cs::cuMemAddressReserve_params);
-                Params { bytes: q.size as u64, address: out(q.ptr, ok), ..Default::default() }
+                Params {
+                    bytes: q.size as u64,
+                    address: out(q.ptr, ok),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2 as u32 => {
                 let q = rd!(cs::cuMemHostRegister_v2_params);
-                Params { bytes: q.bytesize as u64, address: ptr_u64(q.p), ..Default::default() }
+                Params {
+                    bytes: q.bytesize as u64,
+                    address: ptr_u64(q.p),
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode as u32 => {
                 let q = rd!(cs::cuGraphAddMemAllocNode_params);
@@ -176,54 +325,85 @@ unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
                     Params::default()
                 } else {
                     let np = std::ptr::read_unaligned(q.nodeParams);
-                    Params { bytes: np.bytesize as u64, address: if ok { np.dptr } else { 0 }, ..Default::default() }
+                    Params {
+                        bytes: np.bytesize as u64,
+                        address: if ok { np.dptr } else { 0 },
+                        ..Default::default()
+                    }
                 }
             }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 as u32 => {
-                Params { address: rd!(cs::cuMemFree_v2_params).dptr, ..Default::default() }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost as u32 => {
-                Params { address: ptr_u64(rd!(cs::cuMemFreeHost_params).p), ..Default::default() }
-            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 as u32 => Params {
+                address: rd!(cs::cuMemFree_v2_params).dptr,
+                ..Default::default()
+            },
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost as u32 => Params {
+                address: ptr_u64(rd!(cs::cuMemFreeHost_params).p),
+                ..Default::default()
+            },
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync as u32
                 || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz as u32 =>
             {
                 let q = rd!(cs::cuMemFreeAsync_params);
-                Params { address: q.dptr, stream: q.hStream as u64, ..Default::default() }
+                Params {
+                    address: q.dptr,
+                    stream: q.hStream as u64,
+                    ..Default::default()
+                }
             }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy as u32 => {
-                Params { handle: rd!(cs::cuArrayDestroy_params).hArray as u64, ..Default::default() }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy as u32 => {
-                Params { handle: rd!(cs::cuMipmappedArrayDestroy_params).hMipmappedArray as u64, ..Default::default() }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease as u32 => {
-                Params { handle: rd!(cs::cuMemRelease_params).handle, ..Default::default() }
-            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy as u32 => Params {
+                handle: rd!(cs::cuArrayDestroy_params).hArray as u64,
+                ..Default::default()
+            },
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy as u32 => Params {
+                handle: rd!(cs::cuMipmappedArrayDestroy_params).hMipmappedArray as u64,
+                ..Default::default()
+            },
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease as u32 => Params {
+                handle: rd!(cs::cuMemRelease_params).handle,
+                ..Default::default()
+            },
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap as u32 => {
                 let q = rd!(cs::cuMemUnmap_params);
-                Params { bytes: q.size as u64, address: q.ptr, ..Default::default() }
+                Params {
+                    bytes: q.size as u64,
+                    address: q.ptr,
+                    ..Default::default()
+                }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree as u32 => {
                 let q = rd!(cs::cuMemAddressFree_params);
-                Params { bytes: q.size as u64, address: q.ptr, ..Default::default() }
+                Params {
+                    bytes: q.size as u64,
+                    address: q.ptr,
+                    ..Default::default()
+                }
             }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister as u32 => {
-                Params { address: ptr_u64(rd!(cs::cuMemHostUnregister_params).p), ..Default::default() }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode as u32 => {
-                Params { address: rd!(cs::cuGraphAddMemFreeNode_params).dptr, ..Default::default() }
-            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister as u32 => Params {
+                address: ptr_u64(rd!(cs::cuMemHostUnregister_params).p),
+                ..Default::default()
+            },
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode as u32 => Params {
+                address: rd!(cs::cuGraphAddMemFreeNode_params).dptr,
+                ..Default::default()
+            },
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate as u32 => {
                 let q = rd!(cs::cuMemPoolCreate_params);
-                Params { handle: out(q.pool as *const u64, ok), ..Default::default() }
+                Params {
+                    handle: out(q.pool as *const u64, ok),
+                    ..Default::default()
+                }
             }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy as u32 => {
-                Params { handle: rd!(cs::cuMemPoolDestroy_params).pool as u64, ..Default::default() }
-            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy as u32 => Params {
+                handle: rd!(cs::cuMemPoolDestroy_params).pool as u64,
+                ..Default::default()
+            },
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo as u32 => {
                 let q = rd!(cs::cuMemPoolTrimTo_params);
-                Params { bytes: q.minBytesToKeep as u64, handle: q.pool as u64, ..Default::default() }
+                Params {
+                    bytes: q.minBytesToKeep as u64,
+                    handle: q.pool as u64,
+                    ..Default::default()
+                }
             }
             _ => Params::default(),
         }
@@ -334,7 +514,10 @@ mod tests {
     #[test]
     fn every_watched_cbid_maps_to_its_function() {
         for (cbid, func) in WATCHED {
-            assert!((*cbid as usize) < CBID_TABLE_LEN, "{cbid:?} beyond the table");
+            assert!(
+                (*cbid as usize) < CBID_TABLE_LEN,
+                "{cbid:?} beyond the table"
+            );
             assert_eq!(func_of(*cbid as u32), Some(*func));
         }
         assert_eq!(func_of(0), None);

@@ -29,7 +29,7 @@ pub const KIND_MEMORY2: u32 = 49;
 pub const KIND_MEMORY_POOL: u32 = 50;
 
 pub const ATTR_DEVICE_BUFFER_SIZE: u32 = 0;
-pub const ATTR_DEVICE_BUFFER_POOL_LIMIT: u32 = 2;
+pub const ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE: u32 = 6;
 
 pub const FLUSH_FORCED: u32 = 1;
 
@@ -41,21 +41,35 @@ pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void
 pub type BufferRequested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type BufferCompleted = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
 
+// Signatures of the CUPTI functions we call (cupti_*.h, CUDA 13.0), with
+// C enums as u32.
+type GetVersion = unsafe extern "C" fn(*mut u32) -> u32;
+type GetResultString = unsafe extern "C" fn(u32, *mut *const c_char) -> u32;
+type Subscribe = unsafe extern "C" fn(*mut Subscriber, Option<ApiCallback>, *mut c_void) -> u32;
+type EnableCallback = unsafe extern "C" fn(u32, Subscriber, u32, u32) -> u32;
+type ActivityEnable = unsafe extern "C" fn(u32) -> u32;
+type RegisterCallbacks =
+    unsafe extern "C" fn(Option<BufferRequested>, Option<BufferCompleted>) -> u32;
+type GetNextRecord = unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> u32;
+type FlushAll = unsafe extern "C" fn(u32) -> u32;
+type GetNumDropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32;
+type GetAttribute = unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32;
+type GetTimestamp = unsafe extern "C" fn(*mut u64) -> u32;
+
 /// The functions we call, resolved from one loaded libcupti.
 pub struct Cupti {
     pub path: String,
-    get_version: unsafe extern "C" fn(*mut u32) -> u32,
-    get_result_string: unsafe extern "C" fn(u32, *mut *const c_char) -> u32,
-    subscribe: unsafe extern "C" fn(*mut Subscriber, Option<ApiCallback>, *mut c_void) -> u32,
-    enable_callback: unsafe extern "C" fn(u32, Subscriber, u32, u32) -> u32,
-    activity_enable: unsafe extern "C" fn(u32) -> u32,
-    activity_register_callbacks:
-        unsafe extern "C" fn(Option<BufferRequested>, Option<BufferCompleted>) -> u32,
-    activity_get_next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> u32,
-    activity_flush_all: unsafe extern "C" fn(u32) -> u32,
-    activity_get_num_dropped: unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32,
-    activity_get_attribute: unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32,
-    get_timestamp: unsafe extern "C" fn(*mut u64) -> u32,
+    get_version: GetVersion,
+    get_result_string: GetResultString,
+    subscribe: Subscribe,
+    enable_callback: EnableCallback,
+    activity_enable: ActivityEnable,
+    activity_register_callbacks: RegisterCallbacks,
+    activity_get_next_record: GetNextRecord,
+    activity_flush_all: FlushAll,
+    activity_get_num_dropped: GetNumDropped,
+    activity_get_attribute: GetAttribute,
+    get_timestamp: GetTimestamp,
 }
 
 /// The loaded library's handle is kept open for the life of the process.
@@ -78,7 +92,7 @@ impl Cupti {
             return Err(format!("cannot load {path}: {}", dlerror()));
         }
         macro_rules! sym {
-            ($name:literal) => {{
+            ($name:literal, $ty:ty) => {{
                 let n = concat!($name, "\0");
                 // SAFETY: handle is a live dlopen handle and n is NUL-terminated.
                 let p = unsafe { libc::dlsym(handle, n.as_ptr().cast()) };
@@ -87,22 +101,22 @@ impl Cupti {
                 }
                 // SAFETY: the symbol is CUPTI's function of that name, whose C
                 // signature the field's type mirrors (cupti_*.h, CUDA 13.0).
-                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+                unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
             }};
         }
         Ok(Cupti {
             path: path.to_string(),
-            get_version: sym!("cuptiGetVersion"),
-            get_result_string: sym!("cuptiGetResultString"),
-            subscribe: sym!("cuptiSubscribe"),
-            enable_callback: sym!("cuptiEnableCallback"),
-            activity_enable: sym!("cuptiActivityEnable"),
-            activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks"),
-            activity_get_next_record: sym!("cuptiActivityGetNextRecord"),
-            activity_flush_all: sym!("cuptiActivityFlushAll"),
-            activity_get_num_dropped: sym!("cuptiActivityGetNumDroppedRecords"),
-            activity_get_attribute: sym!("cuptiActivityGetAttribute"),
-            get_timestamp: sym!("cuptiGetTimestamp"),
+            get_version: sym!("cuptiGetVersion", GetVersion),
+            get_result_string: sym!("cuptiGetResultString", GetResultString),
+            subscribe: sym!("cuptiSubscribe", Subscribe),
+            enable_callback: sym!("cuptiEnableCallback", EnableCallback),
+            activity_enable: sym!("cuptiActivityEnable", ActivityEnable),
+            activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks", RegisterCallbacks),
+            activity_get_next_record: sym!("cuptiActivityGetNextRecord", GetNextRecord),
+            activity_flush_all: sym!("cuptiActivityFlushAll", FlushAll),
+            activity_get_num_dropped: sym!("cuptiActivityGetNumDroppedRecords", GetNumDropped),
+            activity_get_attribute: sym!("cuptiActivityGetAttribute", GetAttribute),
+            get_timestamp: sym!("cuptiGetTimestamp", GetTimestamp),
         })
     }
 
@@ -154,10 +168,17 @@ impl Cupti {
 
     pub fn activity_enable(&self, kind: u32) -> Result<(), String> {
         // SAFETY: plain value argument.
-        self.check(unsafe { (self.activity_enable)(kind) }, "cuptiActivityEnable")
+        self.check(
+            unsafe { (self.activity_enable)(kind) },
+            "cuptiActivityEnable",
+        )
     }
 
-    pub fn register_buffers(&self, req: BufferRequested, done: BufferCompleted) -> Result<(), String> {
+    pub fn register_buffers(
+        &self,
+        req: BufferRequested,
+        done: BufferCompleted,
+    ) -> Result<(), String> {
         // SAFETY: both are extern "C" fns with CUPTI's buffer callback signatures.
         let rc = unsafe { (self.activity_register_callbacks)(Some(req), Some(done)) };
         self.check(rc, "cuptiActivityRegisterCallbacks")
@@ -204,7 +225,12 @@ impl Cupti {
     ///
     /// # Safety
     /// `buffer`/`valid` must be a buffer CUPTI handed to our completion callback.
-    pub unsafe fn for_each_record(&self, buffer: *mut u8, valid: usize, mut f: impl FnMut(*const u8, u32)) {
+    pub unsafe fn for_each_record(
+        &self,
+        buffer: *mut u8,
+        valid: usize,
+        mut f: impl FnMut(*const u8, u32),
+    ) {
         let mut rec: *mut c_void = ptr::null_mut();
         loop {
             // SAFETY: the caller guarantees the buffer; rec is CUPTI's cursor.
@@ -241,7 +267,13 @@ pub fn loaded_path_of(soname: &str) -> Option<String> {
     }
     let mut map: *mut libc::c_void = ptr::null_mut();
     // SAFETY: RTLD_DI_LINKMAP writes a struct link_map* to map.
-    let rc = unsafe { libc::dlinfo(h, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut c_void).cast()) };
+    let rc = unsafe {
+        libc::dlinfo(
+            h,
+            libc::RTLD_DI_LINKMAP,
+            (&mut map as *mut *mut c_void).cast(),
+        )
+    };
     if rc != 0 || map.is_null() {
         return Some(soname.to_string());
     }
@@ -251,7 +283,11 @@ pub fn loaded_path_of(soname: &str) -> Option<String> {
         return Some(soname.to_string());
     }
     // SAFETY: l_name is a NUL-terminated string owned by the loader.
-    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// Reads a field of a C struct at `base + offset`, unaligned.

@@ -200,10 +200,18 @@ fn open_trace_file(dir: &Path) -> Result<File, String> {
             Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
         }
     }
-    Err(format!("too many trace files for pid {pid} in {}", dir.display()))
+    Err(format!(
+        "too many trace files for pid {pid} in {}",
+        dir.display()
+    ))
 }
 
-unsafe extern "C" fn on_api(_user: *mut std::ffi::c_void, domain: u32, cbid: u32, data: *const std::ffi::c_void) {
+unsafe extern "C" fn on_api(
+    _user: *mut std::ffi::c_void,
+    domain: u32,
+    cbid: u32,
+    data: *const std::ffi::c_void,
+) {
     guarded((), || {
         let Some(c) = COLLECTOR.get() else { return };
         if !c.enabled.load(Ordering::Relaxed) || data.is_null() {
@@ -212,7 +220,9 @@ unsafe extern "C" fn on_api(_user: *mut std::ffi::c_void, domain: u32, cbid: u32
         if domain == cupti::DOMAIN_DRIVER_API {
             // SAFETY: CUPTI passes a CUpti_CallbackData for driver API callbacks.
             unsafe { c.on_driver_call(cbid, data as *const u8) };
-        } else if domain == cupti::DOMAIN_RESOURCE && cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING {
+        } else if domain == cupti::DOMAIN_RESOURCE
+            && cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING
+        {
             // Activity records of a context must be taken before it goes.
             c.flush_activity(0);
         }
@@ -244,7 +254,9 @@ impl WriterEnv for Env<'_> {
         self.0.cupti.timestamp()
     }
     fn new_modules(&self, generation: &mut u64, after: u32) -> Vec<ModuleInfo> {
-        let Some(s) = &self.0.stacks else { return Vec::new() };
+        let Some(s) = &self.0.stacks else {
+            return Vec::new();
+        };
         let g = s.generation();
         if g == *generation {
             return Vec::new();
@@ -280,10 +292,14 @@ impl Collector {
             }
         })?;
         for (cbid, _) in WATCHED {
-            self.cupti.enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
+            self.cupti
+                .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
         }
-        self.cupti
-            .enable_callback(sub, cupti::DOMAIN_RESOURCE, cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING)?;
+        self.cupti.enable_callback(
+            sub,
+            cupti::DOMAIN_RESOURCE,
+            cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+        )?;
         self.cupti
             .register_buffers(activity::buffer_requested, activity::buffer_completed)?;
         self.cupti.activity_enable(cupti::KIND_MEMORY2)?;
@@ -304,8 +320,14 @@ impl Collector {
                     .collect()
             })
             .unwrap_or_default();
-        let device_buffer = self.cupti.attribute_usize(cupti::ATTR_DEVICE_BUFFER_SIZE).unwrap_or(0)
-            * self.cupti.attribute_usize(cupti::ATTR_DEVICE_BUFFER_POOL_LIMIT).unwrap_or(1).max(1);
+        let device_buffer = self
+            .cupti
+            .attribute_usize(cupti::ATTR_DEVICE_BUFFER_SIZE)
+            .unwrap_or(0)
+            * self
+                .cupti
+                .attribute_usize(cupti::ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE)
+                .unwrap_or(0);
         ProcessInfo {
             pid: self.pid,
             // SAFETY: getppid has no preconditions.
@@ -380,7 +402,8 @@ impl Collector {
     fn spawn_writer(&'static self, file: File) -> Result<(u32, mpsc::Receiver<()>), String> {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
-        let writer = Writer::create(file).map_err(|e| format!("cannot write the trace file: {e}"))?;
+        let writer =
+            Writer::create(file).map_err(|e| format!("cannot write the trace file: {e}"))?;
         let period = Duration::from_millis(self.config.flush_ms);
         std::thread::Builder::new()
             .name("gmem-prof-writer".into())
@@ -390,7 +413,9 @@ impl Collector {
                 let env = Env(self);
                 let w = writer.run(&env, &self.sink, period);
                 if let Some(e) = &w.failed {
-                    say(&format!("writing the trace failed: {e}; data after that point is lost"));
+                    say(&format!(
+                        "writing the trace failed: {e}; data after that point is lost"
+                    ));
                 }
                 let _ = done_tx.send(());
             })

@@ -63,7 +63,9 @@ impl Sink {
     }
 
     pub fn push_api(&self, call: ApiCall, frames: &[u64], truncated: bool) {
-        let Ok(mut p) = self.pending.lock() else { return };
+        let Ok(mut p) = self.pending.lock() else {
+            return;
+        };
         if p.items.len() >= MAX_PENDING {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -82,13 +84,16 @@ impl Sink {
         if records.is_empty() {
             return;
         }
-        let Ok(mut p) = self.pending.lock() else { return };
+        let Ok(mut p) = self.pending.lock() else {
+            return;
+        };
         let room = MAX_PENDING.saturating_sub(p.items.len());
         let n = records.len();
         if n > room {
             self.dropped.fetch_add((n - room) as u64, Ordering::Relaxed);
         }
-        p.items.extend(records.into_iter().take(room).map(Item::Record));
+        p.items
+            .extend(records.into_iter().take(room).map(Item::Record));
     }
 
     pub fn push(&self, record: Record) {
@@ -102,7 +107,9 @@ impl Sink {
     }
 
     fn take(&self, into: &mut Pending, wait: Duration) -> bool {
-        let Ok(mut p) = self.pending.lock() else { return true };
+        let Ok(mut p) = self.pending.lock() else {
+            return true;
+        };
         if p.items.is_empty() && !self.closing.load(Ordering::Acquire) {
             p = match self.wake.wait_timeout(p, wait) {
                 Ok((g, _)) => g,
@@ -265,7 +272,12 @@ impl Writer {
         sink.take(&mut batch, Duration::ZERO);
         self.process(env, &mut batch);
         self.note_drops(env, sink);
-        self.emit(env, &Record::ProcessEnd(ProcessEnd { time: Nanos(env.now()) }));
+        self.emit(
+            env,
+            &Record::ProcessEnd(ProcessEnd {
+                time: Nanos(env.now()),
+            }),
+        );
         self.write_chunk();
         let trailer = gmem_prof_traces::record::Trailer {
             chunks: self.chunks + 1,
@@ -296,7 +308,13 @@ mod tests {
             }
             *g = 1;
             (after + 1..=after + 1)
-                .map(|id| ModuleInfo { id, path: "/lib/x.so".into(), start: 0x1000, end: 0x9000, ..Default::default() })
+                .map(|id| ModuleInfo {
+                    id,
+                    path: "/lib/x.so".into(),
+                    start: 0x1000,
+                    end: 0x9000,
+                    ..Default::default()
+                })
                 .collect()
         }
         fn cupti_dropped(&self) -> u64 {

@@ -203,7 +203,7 @@ impl Stacks {
             return (0, false, false);
         };
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            if addr < rsp || addr % 8 != 0 || addr.checked_add(8).is_none_or(|e| e > stack_end) {
+            if addr < rsp || !addr.is_multiple_of(8) || addr.checked_add(8).is_none_or(|e| e > stack_end) {
                 return Err(());
             }
             // SAFETY: addr is 8-aligned and inside [rsp, stack_end), the live
@@ -213,7 +213,10 @@ impl Stacks {
         THREAD.with(|t| {
             let mut t = t.borrow_mut();
             let t = &mut *t;
-            let mut cache = t.cache.take().unwrap_or_else(|| Box::new(CacheX86_64::new()));
+            let mut cache = t
+                .cache
+                .take()
+                .unwrap_or_else(|| Box::new(CacheX86_64::new()));
             let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
             let mut address = FrameAddress::from_instruction_pointer(rip);
             // Frames walked (skipped ones included) go to t.frames; recorded
@@ -249,7 +252,9 @@ impl Stacks {
                     prev_at += 1;
                 }
                 if prev_at < t.prev_len && t.prev[prev_at] == (pc, sp) {
-                    if let Some(v) = reuse_callers(t, prev_at, walked, skip, out.len(), &mut read_stack) {
+                    if let Some(v) =
+                        reuse_callers(t, prev_at, walked, skip, out.len(), &mut read_stack)
+                    {
                         #[cfg(test)]
                         tests::VERIFIED.fetch_add(1, Ordering::Relaxed);
                         walked = v.walked;
@@ -258,7 +263,10 @@ impl Stacks {
                         break;
                     }
                 }
-                match reg.unwinder.unwind_frame(address, &mut regs, &mut cache, &mut read_stack) {
+                match reg
+                    .unwinder
+                    .unwind_frame(address, &mut regs, &mut cache, &mut read_stack)
+                {
                     Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
                         Some(a) => address = a,
                         None => break,
@@ -299,17 +307,23 @@ impl Stacks {
         let self_addr = capture_marker as *const () as u64;
         let mut added = false;
         for m in found {
-            if reg.modules.iter().any(|k| k.range == m.range && k.path == m.path) {
+            if reg
+                .modules
+                .iter()
+                .any(|k| k.range == m.range && k.path == m.path)
+            {
                 continue;
             }
-            let is_ours = (self.skip_self && m.range.contains(&self_addr)) || m.path.contains("libcupti");
+            let is_ours =
+                (self.skip_self && m.range.contains(&self_addr)) || m.path.contains("libcupti");
             if is_ours {
                 reg.skip.push(m.range.clone());
             }
             let id = reg.next_id;
             reg.next_id += 1;
             if let Some(info) = m.unwind_info {
-                reg.unwinder.add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
+                reg.unwinder
+                    .add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
             }
             reg.modules.push(ModuleDesc {
                 id,
@@ -399,7 +413,11 @@ struct FoundModule {
 /// Count of loader additions and removals so far (cheap: stops at the first
 /// module).
 fn loader_changes() -> u64 {
-    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: the loader passes a valid info; data is our &mut u64.
         unsafe {
             let info = &*info;
@@ -415,7 +433,11 @@ fn loader_changes() -> u64 {
 }
 
 fn list_modules() -> Vec<FoundModule> {
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: the loader passes a valid info whose program headers stay
         // valid for this call; data is our &mut Vec.
         unsafe {
@@ -463,7 +485,9 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<FoundModule> {
         String::new()
     } else {
         // SAFETY: dlpi_name is NUL-terminated.
-        unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
     };
     let path = if name.is_empty() {
         std::fs::read_link("/proc/self/exe")
@@ -483,7 +507,8 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<FoundModule> {
         }
         if p.p_type == PT_GNU_EH_FRAME {
             // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
-            unwind_info = unsafe { eh_frame_info(bias, p.p_vaddr, p.p_filesz, &loads, text.clone()) };
+            unwind_info =
+                unsafe { eh_frame_info(bias, p.p_vaddr, p.p_filesz, &loads, text.clone()) };
         }
     }
     Some(FoundModule {
@@ -529,10 +554,10 @@ unsafe fn eh_frame_info(
     let raw_u = raw as u32 as u64;
     // eh_frame_ptr: DW_EH_PE_* encodings seen in practice.
     let eh_svma = match enc {
-        0x1b => (hdr_svma as i64 + 4 + raw) as u64,  // pcrel | sdata4
-        0x3b => (hdr_svma as i64 + raw) as u64,      // datarel | sdata4
-        0x03 => raw_u.wrapping_sub(bias),            // udata4, absolute
-        0x0b => (raw as u64).wrapping_sub(bias),     // sdata4, absolute
+        0x1b => (hdr_svma as i64 + 4 + raw) as u64, // pcrel | sdata4
+        0x3b => (hdr_svma as i64 + raw) as u64,     // datarel | sdata4
+        0x03 => raw_u.wrapping_sub(bias),           // udata4, absolute
+        0x0b => (raw as u64).wrapping_sub(bias),    // sdata4, absolute
         _ => return None,
     };
     // .eh_frame's own length is not recorded; it runs at most to the end of
@@ -582,11 +607,24 @@ mod tests {
         let mut out = [0u64; 64];
         let n = level2(&s, &mut out);
         let frames = &out[..n];
-        assert!(frames.iter().any(|a| in_fn(*a, level3 as *const () as usize)), "{frames:x?}");
-        assert!(frames.iter().any(|a| in_fn(*a, level2 as *const () as usize)), "{frames:x?}");
+        assert!(
+            frames
+                .iter()
+                .any(|a| in_fn(*a, level3 as *const () as usize)),
+            "{frames:x?}"
+        );
+        assert!(
+            frames
+                .iter()
+                .any(|a| in_fn(*a, level2 as *const () as usize)),
+            "{frames:x?}"
+        );
         let reg = s.registry.read().unwrap();
         for a in frames {
-            assert!(find_module(&reg.modules, *a).is_some(), "{a:#x} in no module");
+            assert!(
+                find_module(&reg.modules, *a).is_some(),
+                "{a:#x} in no module"
+            );
         }
     }
 
@@ -617,7 +655,11 @@ mod tests {
         sort_with_libc();
         let frames = QSORT_STACK.lock().unwrap().clone();
         let reg = QSORT_STACKS.get().unwrap().registry.read().unwrap();
-        let module = |a: u64| find_module(&reg.modules, a).map(|m| m.path.clone()).unwrap_or_default();
+        let module = |a: u64| {
+            find_module(&reg.modules, a)
+                .map(|m| m.path.clone())
+                .unwrap_or_default()
+        };
         let libc_at = frames.iter().position(|a| module(*a).contains("libc.so"));
         let caller_at = frames
             .iter()
@@ -659,8 +701,15 @@ mod tests {
         }
         assert_eq!(rounds[0], rounds[1]);
         assert_eq!(rounds[0], rounds[2]);
-        assert!(rounds[0][1].len() == rounds[0][0].len() + 2, "{:?}", rounds[0]);
-        assert!(VERIFIED.load(Ordering::Relaxed) > before, "the shortcut was never taken");
+        assert!(
+            rounds[0][1].len() == rounds[0][0].len() + 2,
+            "{:?}",
+            rounds[0]
+        );
+        assert!(
+            VERIFIED.load(Ordering::Relaxed) > before,
+            "the shortcut was never taken"
+        );
     }
 
     #[test]

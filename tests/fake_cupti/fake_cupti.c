@@ -137,15 +137,18 @@ uint32_t cuptiActivityGetAttribute(uint32_t attr, size_t *size, void *value) {
 }
 uint32_t cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
 
+/* Queues an activity record; a full queue is delivered first, as CUPTI
+ * hands over a full buffer. */
 static void enqueue(const void *rec, size_t len) {
     pthread_mutex_lock(&lock);
-    if (queued < MAX_QUEUED) {
-        memset(queue[queued], 0, SLOT);
-        memcpy(queue[queued], rec, len);
-        queued++;
-    } else {
-        dropped++;
+    while (queued == MAX_QUEUED) {
+        pthread_mutex_unlock(&lock);
+        cuptiActivityFlushAll(0);
+        pthread_mutex_lock(&lock);
     }
+    memset(queue[queued], 0, SLOT);
+    memcpy(queue[queued], rec, len);
+    queued++;
     pthread_mutex_unlock(&lock);
 }
 

@@ -136,7 +136,16 @@ mod tests {
 
     #[test]
     fn varint_edges_round_trip() {
-        for v in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX - 1, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let mut e = Enc::default();
             e.var(v);
             assert_eq!(Dec::new(&e.buf).var().unwrap(), v);

@@ -32,6 +32,11 @@ pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// claims instead of allocating them.
 pub const MAX_CHUNK_BYTES: usize = 64 << 20;
 
+/// Payload size at which `TraceWriter` starts a new chunk: small enough for
+/// many chunks to decode in parallel and to lose little to damage, large
+/// enough that the 24-byte headers do not matter.
+pub const DEFAULT_CHUNK_BYTES: usize = 128 << 10;
+
 pub const CODEC_NONE: u8 = 0;
 pub const CODEC_LZ4: u8 = 1;
 
@@ -145,7 +150,7 @@ impl<W: Write> TraceWriter<W> {
             chunks: 0,
             records: 0,
             scratch: Vec::new(),
-            chunk_target: 1 << 20,
+            chunk_target: DEFAULT_CHUNK_BYTES,
             compress: true,
         })
     }
@@ -178,7 +183,8 @@ impl<W: Write> TraceWriter<W> {
             return Ok(());
         }
         self.scratch.clear();
-        self.enc.finish_into(self.stream, self.compress, &mut self.scratch);
+        self.enc
+            .finish_into(self.stream, self.compress, &mut self.scratch);
         self.out.write_all(&self.scratch)?;
         self.chunks += 1;
         self.enc.reset(0);

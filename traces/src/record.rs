@@ -71,7 +71,10 @@ pub enum Record {
     Trailer(Trailer),
     /// A record with a tag this reader does not know (written by a newer
     /// writer). Its body was skipped.
-    Unknown { tag: u8, len: u32 },
+    Unknown {
+        tag: u8,
+        len: u32,
+    },
 }
 
 /// Who the process was. One per process stream, first in the stream.
@@ -95,8 +98,9 @@ pub struct ProcessInfo {
     /// Whether kernels were traced and native stacks captured.
     pub kernels_traced: bool,
     pub stacks_captured: bool,
-    /// Bytes of device memory CUPTI reserves per context for its own activity
-    /// buffers (never seen as allocations; the report shows it apart).
+    /// Bytes of device memory CUPTI preallocates per context for its own
+    /// activity buffers (buffer size × preallocated count; CUPTI may add more
+    /// under load). Never seen as allocations: the report shows it apart.
     pub cupti_device_buffer_bytes: Bytes,
     /// Thread ids of the collector's own threads: API calls made on them are
     /// CUPTI's or ours, not the program's.
@@ -146,7 +150,10 @@ pub struct ModuleInfo {
 pub enum Frame {
     Native(u64),
     /// Code object (interned file+function string) and line.
-    Python { code: StringId, line: u32 },
+    Python {
+        code: StringId,
+        line: u32,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -227,7 +234,10 @@ impl ApiFunc {
     ];
 
     pub fn name(self) -> Option<&'static str> {
-        Self::NAMES.iter().find(|(f, _)| *f == self).map(|(_, n)| *n)
+        Self::NAMES
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map(|(_, n)| *n)
     }
 
     /// Calls that obtain memory or address space (their stack is the
@@ -659,7 +669,14 @@ impl Record {
                 let start = d.var()?;
                 let end = start.wrapping_add(d.var()?);
                 let build_id = d.bytes()?.to_vec();
-                ModuleInfo { id, path, bias, start, end, build_id }
+                ModuleInfo {
+                    id,
+                    path,
+                    bias,
+                    start,
+                    end,
+                    build_id,
+                }
             }),
             tag::STACK => Record::Stack({
                 let id = StackId(d.var32()?);
@@ -680,7 +697,11 @@ impl Record {
                         k => return Err(DecodeError::BadValue("frame kind", k.into())),
                     });
                 }
-                StackDef { id, frames, truncated }
+                StackDef {
+                    id,
+                    frames,
+                    truncated,
+                }
             }),
             tag::API => Record::Api(ApiCall {
                 time: get_time(d, base)?,
@@ -770,7 +791,9 @@ impl Record {
                 level: d.u8()?,
                 text: d.string()?,
             }),
-            tag::PROCESS_END => Record::ProcessEnd(ProcessEnd { time: get_time(d, base)? }),
+            tag::PROCESS_END => Record::ProcessEnd(ProcessEnd {
+                time: get_time(d, base)?,
+            }),
             tag::SYMBOL => Record::Symbol({
                 let address = d.var()?;
                 let module = d.var32()?;
@@ -785,7 +808,12 @@ impl Record {
                         column: d.var32()?,
                     });
                 }
-                SymbolInfo { address, module, module_offset, frames }
+                SymbolInfo {
+                    address,
+                    module,
+                    module_offset,
+                    frames,
+                }
             }),
             tag::TRAILER => Record::Trailer(Trailer {
                 chunks: d.var()?,

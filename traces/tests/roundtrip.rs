@@ -11,54 +11,210 @@ fn s() -> impl Strategy<Value = String> {
 
 fn record() -> impl Strategy<Value = Record> {
     prop_oneof![
-        (any::<u32>(), any::<u32>(), any::<u64>(), s(), proptest::collection::vec(s(), 0..3), any::<u32>(), any::<bool>(), proptest::collection::vec(any::<u32>(), 0..3))
-            .prop_map(|(pid, ppid, t, host, cmdline, v, k, tids)| Record::Process(ProcessInfo {
-                pid, ppid, start: Nanos(t), hostname: host.clone(), exe: host, cmdline,
-                collector_version: "0.1".into(), cupti_api_version: v, cupti_path: "/x".into(),
-                driver_version: "580".into(), kernels_traced: k, stacks_captured: !k,
-                cupti_device_buffer_bytes: Bytes(u64::from(v)), collector_tids: tids,
-            })),
-        (any::<u32>(), s(), any::<u64>(), any::<[u8; 16]>()).prop_map(|(d, n, m, u)| Record::Device(DeviceInfo {
-            device: d, name: n, total_memory: Bytes(m), uuid: u, compute_major: 9, compute_minor: 0, multiprocessors: 132,
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            s(),
+            proptest::collection::vec(s(), 0..3),
+            any::<u32>(),
+            any::<bool>(),
+            proptest::collection::vec(any::<u32>(), 0..3)
+        )
+            .prop_map(|(pid, ppid, t, host, cmdline, v, k, tids)| Record::Process(
+                ProcessInfo {
+                    pid,
+                    ppid,
+                    start: Nanos(t),
+                    hostname: host.clone(),
+                    exe: host,
+                    cmdline,
+                    collector_version: "0.1".into(),
+                    cupti_api_version: v,
+                    cupti_path: "/x".into(),
+                    driver_version: "580".into(),
+                    kernels_traced: k,
+                    stacks_captured: !k,
+                    cupti_device_buffer_bytes: Bytes(u64::from(v)),
+                    collector_tids: tids,
+                }
+            )),
+        (any::<u32>(), s(), any::<u64>(), any::<[u8; 16]>()).prop_map(|(d, n, m, u)| {
+            Record::Device(DeviceInfo {
+                device: d,
+                name: n,
+                total_memory: Bytes(m),
+                uuid: u,
+                compute_major: 9,
+                compute_minor: 0,
+                multiprocessors: 132,
+            })
+        }),
+        (any::<u32>(), s()).prop_map(|(i, t)| Record::String(StringDef {
+            id: StringId(i),
+            text: t
         })),
-        (any::<u32>(), s()).prop_map(|(i, t)| Record::String(StringDef { id: StringId(i), text: t })),
-        (any::<u32>(), s(), any::<u64>(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..20))
-            .prop_map(|(id, path, bias, start, end, build_id)| Record::Module(ModuleInfo { id, path, bias, start, end, build_id })),
-        (any::<u32>(), any::<bool>(), proptest::collection::vec(prop_oneof![
-            any::<u64>().prop_map(Frame::Native),
-            (any::<u32>(), any::<u32>()).prop_map(|(c, l)| Frame::Python { code: StringId(c), line: l }),
-        ], 0..40)).prop_map(|(id, truncated, frames)| Record::Stack(StackDef { id: StackId(id), frames, truncated })),
-        (any::<u64>(), any::<u64>(), any::<u32>(), any::<u16>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>())
-            .prop_map(|(t, d, tid, f, corr, res, bytes, addr, internal)| Record::Api(ApiCall {
-                time: Nanos(t), duration: Nanos(d), tid, func: ApiFunc(f), cbid: corr ^ 7, correlation: corr,
-                result: res, bytes: Bytes(bytes), address: addr, handle: addr ^ bytes, stream: bytes / 3,
-                stack: StackId(tid), internal,
+        (
+            any::<u32>(),
+            s(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..20)
+        )
+            .prop_map(|(id, path, bias, start, end, build_id)| Record::Module(
+                ModuleInfo {
+                    id,
+                    path,
+                    bias,
+                    start,
+                    end,
+                    build_id
+                }
+            )),
+        (
+            any::<u32>(),
+            any::<bool>(),
+            proptest::collection::vec(
+                prop_oneof![
+                    any::<u64>().prop_map(Frame::Native),
+                    (any::<u32>(), any::<u32>()).prop_map(|(c, l)| Frame::Python {
+                        code: StringId(c),
+                        line: l
+                    }),
+                ],
+                0..40
+            )
+        )
+            .prop_map(|(id, truncated, frames)| Record::Stack(StackDef {
+                id: StackId(id),
+                frames,
+                truncated
             })),
-        (any::<u64>(), any::<bool>(), any::<u8>(), any::<u64>(), any::<u64>(), any::<u32>(), any::<u8>(), any::<u64>())
-            .prop_map(|(t, alloc, kind, addr, bytes, corr, pool_type, pool)| Record::Memory(MemoryEvent {
-                time: Nanos(t), alloc, kind, address: addr, bytes: Bytes(bytes), device: corr % 8, context: corr,
-                stream: corr / 2, correlation: corr, pc: addr / 2, is_async: alloc, pool_type,
-                pool_address: if pool_type != 0 { pool } else { 0 },
-                pool_release_threshold: if pool_type != 0 { pool / 2 } else { 0 },
-                pool_size: if pool_type != 0 { pool / 3 } else { 0 },
-                pool_utilized: if pool_type != 0 { pool / 5 } else { 0 },
-            })),
-        (any::<u64>(), any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(t, op, a, sz)| Record::Pool(PoolEvent {
-            time: Nanos(t), op, pool_type: 1, address: a, size: Bytes(sz), release_threshold: sz / 2,
-            min_bytes_to_keep: sz / 4, utilized: Bytes(sz / 8), device: 0, correlation: op.into(),
-        })),
-        (any::<u64>(), any::<u64>(), any::<u32>(), any::<[u32; 3]>(), any::<[u32; 3]>())
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u16>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(t, d, tid, f, corr, res, bytes, addr, internal)| Record::Api(ApiCall {
+                    time: Nanos(t),
+                    duration: Nanos(d),
+                    tid,
+                    func: ApiFunc(f),
+                    cbid: corr ^ 7,
+                    correlation: corr,
+                    result: res,
+                    bytes: Bytes(bytes),
+                    address: addr,
+                    handle: addr ^ bytes,
+                    stream: bytes / 3,
+                    stack: StackId(tid),
+                    internal,
+                })
+            ),
+        (
+            any::<u64>(),
+            any::<bool>(),
+            any::<u8>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<u8>(),
+            any::<u64>()
+        )
+            .prop_map(|(t, alloc, kind, addr, bytes, corr, pool_type, pool)| {
+                Record::Memory(MemoryEvent {
+                    time: Nanos(t),
+                    alloc,
+                    kind,
+                    address: addr,
+                    bytes: Bytes(bytes),
+                    device: corr % 8,
+                    context: corr,
+                    stream: corr / 2,
+                    correlation: corr,
+                    pc: addr / 2,
+                    is_async: alloc,
+                    pool_type,
+                    pool_address: if pool_type != 0 { pool } else { 0 },
+                    pool_release_threshold: if pool_type != 0 { pool / 2 } else { 0 },
+                    pool_size: if pool_type != 0 { pool / 3 } else { 0 },
+                    pool_utilized: if pool_type != 0 { pool / 5 } else { 0 },
+                })
+            }),
+        (any::<u64>(), any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(t, op, a, sz)| {
+            Record::Pool(PoolEvent {
+                time: Nanos(t),
+                op,
+                pool_type: 1,
+                address: a,
+                size: Bytes(sz),
+                release_threshold: sz / 2,
+                min_bytes_to_keep: sz / 4,
+                utilized: Bytes(sz / 8),
+                device: 0,
+                correlation: op.into(),
+            })
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<[u32; 3]>(),
+            any::<[u32; 3]>()
+        )
             .prop_map(|(t, d, n, g, b)| Record::Kernel(KernelEvent {
-                start: Nanos(t), end: Nanos(t.wrapping_add(d)), name: StringId(n), device: 0, context: 1, stream: 7,
-                correlation: n, grid: g, block: b, static_shared: 1, dynamic_shared: 2, registers: 32,
+                start: Nanos(t),
+                end: Nanos(t.wrapping_add(d)),
+                name: StringId(n),
+                device: 0,
+                context: 1,
+                stream: 7,
+                correlation: n,
+                grid: g,
+                block: b,
+                static_shared: 1,
+                dynamic_shared: 2,
+                registers: 32,
             })),
-        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(t, c, k)| Record::Dropped(DropCounts { time: Nanos(t), cupti: c, collector: k })),
-        (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message { time: Nanos(t), level: l, text })),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(t, c, k)| Record::Dropped(
+            DropCounts {
+                time: Nanos(t),
+                cupti: c,
+                collector: k
+            }
+        )),
+        (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message {
+            time: Nanos(t),
+            level: l,
+            text
+        })),
         any::<u64>().prop_map(|t| Record::ProcessEnd(ProcessEnd { time: Nanos(t) })),
-        (any::<u64>(), any::<u32>(), proptest::collection::vec((s(), s(), any::<u32>(), any::<u32>()), 0..4))
+        (
+            any::<u64>(),
+            any::<u32>(),
+            proptest::collection::vec((s(), s(), any::<u32>(), any::<u32>()), 0..4)
+        )
             .prop_map(|(a, m, fr)| Record::Symbol(SymbolInfo {
-                address: a, module: m, module_offset: a / 2,
-                frames: fr.into_iter().map(|(function, file, line, column)| SymbolFrame { function, file, line, column }).collect(),
+                address: a,
+                module: m,
+                module_offset: a / 2,
+                frames: fr
+                    .into_iter()
+                    .map(|(function, file, line, column)| SymbolFrame {
+                        function,
+                        file,
+                        line,
+                        column
+                    })
+                    .collect(),
             })),
     ]
 }
@@ -128,7 +284,8 @@ proptest! {
 fn unknown_tags_are_skipped_and_counted() {
     // A record with a tag from the future, framed by hand, between two known ones.
     let mut w = TraceWriter::new(Vec::new()).unwrap();
-    w.push(&Record::ProcessEnd(ProcessEnd { time: Nanos(5) })).unwrap();
+    w.push(&Record::ProcessEnd(ProcessEnd { time: Nanos(5) }))
+        .unwrap();
     let bytes = w.finish().unwrap();
     let (chunks, _) = read_all(&bytes).unwrap();
     assert_eq!(chunks[0].records.len(), 1);
@@ -142,7 +299,10 @@ fn unknown_tags_are_skipped_and_counted() {
     gmem_prof_traces::file::frame_chunk(0, &payload.buf, false, &mut file);
     let (chunks, warnings) = read_all(&file).unwrap();
     assert_eq!(chunks[0].records[0], Record::Unknown { tag: 200, len: 3 });
-    assert_eq!(chunks[0].records[1], Record::ProcessEnd(ProcessEnd { time: Nanos(5) }));
+    assert_eq!(
+        chunks[0].records[1],
+        Record::ProcessEnd(ProcessEnd { time: Nanos(5) })
+    );
     assert_eq!(warnings, vec![gmem_prof_traces::Warning::NoTrailer]);
 }
 
@@ -153,5 +313,8 @@ fn newer_versions_are_refused_with_the_version_named() {
     let e = read_all(&h).unwrap_err().to_string();
     assert!(e.contains("version 9"), "{e}");
     assert!(read_all(b"").unwrap_err().to_string().contains("empty"));
-    assert!(read_all(b"hello world, not a trace").unwrap_err().to_string().contains("not a gmem-prof trace"));
+    assert!(read_all(b"hello world, not a trace")
+        .unwrap_err()
+        .to_string()
+        .contains("not a gmem-prof trace"));
 }

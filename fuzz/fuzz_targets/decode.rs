@@ -1,0 +1,16 @@
+//! The trace reader must never panic, whatever the bytes: every chunk it
+//! yields decodes to records or to an error. Also feeds the build-id note
+//! parser, which reads ELF headers of files on disk.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = gmem_prof_traces::read_all(data);
+    // The same bytes behind a valid file header reach the chunk decoder.
+    let mut with_header = gmem_prof_traces::file_header().to_vec();
+    with_header.extend_from_slice(data);
+    let _ = gmem_prof_traces::read_all(&with_header);
+    let _ = gmem_prof_traces::build_id::of_elf_file(data);
+    let _ = gmem_prof_traces::build_id::find_in_notes(data, 4);
+});

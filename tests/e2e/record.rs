@@ -1,0 +1,414 @@
+//! `gmem-prof record` over fake CUDA programs (tests/fake_cupti): what the
+//! CLI and the collector do around the program. What real CUDA reports is
+//! tested on the GPU machine (tests/gpu).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+#[test]
+fn records_allocations_failures_kernels_and_stacks_and_passes_the_exit_code() {
+    let dir = scratch("basic");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["basic", "7"]));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    assert_eq!(of_type(&recs, "Process").len(), 1);
+    // fake_app.c `basic`: 3 × 1 MiB at site_alpha (2 freed), 2 × 4 KiB at
+    // site_beta (both freed).
+    assert_eq!(
+        site_figures(&recs, 3, "site_alpha"),
+        (3, 3 << 20, 2, 2 << 20)
+    );
+    assert_eq!(site_figures(&recs, 3, "site_beta"), (2, 8192, 2, 8192));
+    let failed: Vec<_> = of_type(&recs, "Api")
+        .into_iter()
+        .filter(|a| a["result"] != 0)
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["result"], 2);
+    assert_eq!(failed[0]["bytes"], 1u64 << 41);
+    let names = stack_functions(&recs, 0, failed[0]["stack"].as_u64().unwrap());
+    assert!(names.iter().any(|n| n == "site_too_big"), "{names:?}");
+    assert!(names.iter().any(|n| n == "main"), "{names:?}");
+    let kernels = of_type(&recs, "Kernel");
+    assert_eq!(kernels.len(), 2);
+    let k_one = of_type(&recs, "String")
+        .into_iter()
+        .find(|s| s["text"] == "k_one")
+        .unwrap();
+    assert!(kernels.iter().all(|k| k["name"] == k_one["id"]));
+    assert_eq!(of_type(&recs, "ProcessEnd").len(), 1);
+    assert!(
+        stderr(&out).contains("wrote t.bin: 1 process, 5 allocations, 1 out of memory"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn never_replaces_an_existing_trace_without_force() {
+    let dir = scratch("overwrite");
+    std::fs::write(dir.join("t.bin"), b"precious").unwrap();
+    let out = run(&mut record_cmd(&dir, "t.bin", &["basic"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("exists"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(dir.join("t.bin")).unwrap(), b"precious");
+    let out = run(record_cmd(&dir, "t.bin", &["basic"]).arg("--force"));
+    // --force after `--` is the program's argument, not ours: still refused.
+    assert_eq!(out.status.code(), Some(2));
+    let f = fake();
+    let out = Command::new(gmem())
+        .current_dir(&dir)
+        .args(["record", "--force", "-o", "t.bin", "--collector"])
+        .arg(collector())
+        .arg("--cupti")
+        .arg(&f.cupti)
+        .arg("--")
+        .arg(&f.app)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_ne!(std::fs::read(dir.join("t.bin")).unwrap(), b"precious");
+}
+
+#[test]
+fn default_output_names_never_collide() {
+    let dir = scratch("names");
+    let f = fake();
+    for expected in ["trace.bin", "trace.1.bin", "trace.2.bin"] {
+        let out = Command::new(gmem())
+            .current_dir(&dir)
+            .args(["record", "--collector"])
+            .arg(collector())
+            .arg("--cupti")
+            .arg(&f.cupti)
+            .arg("--")
+            .arg(&f.app)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(dir.join(expected).is_file(), "{expected} missing");
+    }
+    // No leftovers: the per-process parts are removed after the merge.
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn stdin_stdout_and_stderr_pass_through() {
+    let dir = scratch("stdio");
+    let mut child = record_cmd(&dir, "t.bin", &["echo"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello there\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "echo: hello there\n");
+    assert!(stderr(&out).starts_with("to stderr\n"), "{}", stderr(&out));
+}
+
+/// Starts `record` in its own process group (as a shell's foreground job) and
+/// waits until the program prints "ready".
+fn start_in_own_group(dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = record_cmd(dir, "t.bin", args);
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
+#[test]
+fn ctrl_c_reaches_the_program_and_the_trace_is_still_written() {
+    let dir = scratch("sigint");
+    let child = start_in_own_group(&dir, &["signal"]);
+    // What a terminal does on Ctrl-C: SIGINT to the whole foreground group.
+    // SAFETY: killpg with our child's process group id.
+    unsafe { libc::killpg(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(40 + libc::SIGINT),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        site_figures(&dump_json(&dir.join("t.bin")), 3, "site_alpha").0,
+        1
+    );
+}
+
+#[test]
+fn sigterm_sent_to_record_is_passed_to_the_program() {
+    let dir = scratch("sigterm");
+    let child = start_in_own_group(&dir, &["signal"]);
+    // SAFETY: kill with our child's pid (gmem-prof itself).
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(40 + libc::SIGTERM),
+        "{}",
+        stderr(&out)
+    );
+    assert!(dir.join("t.bin").is_file());
+}
+
+#[test]
+fn sigkill_keeps_every_event_older_than_a_second() {
+    let dir = scratch("sigkill");
+    let log = dir.join("allocs.log");
+    let mut child = record_cmd(&dir, "t.bin", &["forever", log.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    // The program is record's only child.
+    let app = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse::<i32>()
+        .unwrap();
+    let kill_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    // SAFETY: kill with the pid of record's child.
+    unsafe { libc::kill(app, libc::SIGKILL) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGKILL));
+    let recs = dump_json(&dir.join("t.bin"));
+    let traced: std::collections::HashSet<u64> = of_type(&recs, "Memory")
+        .iter()
+        .filter(|m| m["alloc"] == true)
+        .map(|m| m["address"].as_u64().unwrap())
+        .collect();
+    let logged: Vec<(u64, u64)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace().skip(1);
+            Some((
+                it.next()?.parse().ok()?,
+                u64::from_str_radix(it.next()?, 16).ok()?,
+            ))
+        })
+        .collect();
+    let old: Vec<u64> = logged
+        .iter()
+        .filter(|(t, _)| *t + 1_000_000_000 < kill_ns)
+        .map(|(_, a)| *a)
+        .collect();
+    assert!(old.len() > 50, "only {} old allocations", old.len());
+    let missing = old.iter().filter(|a| !traced.contains(a)).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} allocations older than 1 s are missing",
+        old.len()
+    );
+    assert!(of_type(&recs, "ProcessEnd").is_empty());
+}
+
+#[test]
+fn eight_threads_lose_nothing() {
+    let dir = scratch("threads");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["threads"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    // fake_app.c `threads`: 8 × 10,000 allocations of 256 bytes, all freed.
+    assert_eq!(
+        site_figures(&recs, 3, "site_alpha"),
+        (80_000, 80_000 * 256, 80_000, 80_000 * 256)
+    );
+    let api = of_type(&recs, "Api");
+    assert_eq!(api.len(), 160_000);
+    let threads: std::collections::HashSet<u64> =
+        api.iter().map(|a| a["tid"].as_u64().unwrap()).collect();
+    assert_eq!(threads.len(), 8);
+    for d in of_type(&recs, "Dropped") {
+        assert_eq!(
+            (d["cupti"].as_u64(), d["collector"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
+}
+
+#[test]
+fn a_fork_child_neither_hangs_nor_writes() {
+    let dir = scratch("fork");
+    let started = Instant::now();
+    let out = run(&mut record_cmd(&dir, "t.bin", &["fork"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let recs = dump_json(&dir.join("t.bin"));
+    assert_eq!(of_type(&recs, "Process").len(), 1);
+    assert_eq!(of_type(&recs, "ProcessEnd").len(), 1);
+    assert_eq!(site_figures(&recs, 3, "site_alpha").0, 3);
+}
+
+#[test]
+fn exec_children_are_recorded_into_the_same_trace() {
+    let dir = scratch("exec");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["exec"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let procs = of_type(&recs, "Process");
+    assert_eq!(procs.len(), 2);
+    let child = procs
+        .iter()
+        .find(|p| p["cmdline"][1] == "basic")
+        .expect("the exec'ed child");
+    let parent = procs
+        .iter()
+        .find(|p| p["cmdline"][1] == "exec")
+        .expect("the parent");
+    assert_eq!(child["ppid"], parent["pid"]);
+    assert!(stderr(&out).contains("2 processes"), "{}", stderr(&out));
+}
+
+#[test]
+fn another_cupti_client_is_reported_and_the_program_runs_on() {
+    let dir = scratch("taken");
+    let out = run(record_cmd(&dir, "t.bin", &["basic", "5"]).env("FAKE_CUPTI_TAKEN", "1"));
+    assert_eq!(out.status.code(), Some(5));
+    assert!(
+        stderr(&out).contains("another CUPTI client"),
+        "{}",
+        stderr(&out)
+    );
+    let recs = dump_json(&dir.join("t.bin"));
+    assert!(of_type(&recs, "Memory").is_empty());
+    assert!(of_type(&recs, "Message")[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("another CUPTI client"));
+}
+
+#[test]
+fn a_cupti_of_another_version_is_refused_clearly() {
+    let dir = scratch("version");
+    let out = run(record_cmd(&dir, "t.bin", &["basic"]).env("FAKE_CUPTI_VERSION", "120800"));
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("CUPTI API version 120800") && err.contains("CUDA 13.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_program_that_never_uses_cuda_runs_and_gets_no_trace() {
+    let dir = scratch("nocuda");
+    let out = Command::new(gmem())
+        .current_dir(&dir)
+        .args(["record", "--collector"])
+        .arg(collector())
+        .arg("--cupti")
+        .arg(&fake().cupti)
+        .args(["--", "sh", "-c", "echo plain; exit 4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "plain\n");
+    assert!(stderr(&out).contains("no CUDA process"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn gmem_prof_failures_exit_2_with_a_message() {
+    let dir = scratch("fail");
+    let out = Command::new(gmem())
+        .current_dir(&dir)
+        .args([
+            "record",
+            "--cupti",
+            "/nonexistent/libcupti.so.13",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("gmem-prof: "), "{}", stderr(&out));
+    let out = Command::new(gmem())
+        .current_dir(&dir)
+        .args(["record", "--collector"])
+        .arg(collector())
+        .args(["--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot run"), "{}", stderr(&out));
+}
+
+#[test]
+fn environment_variables_alone_then_symbolize() {
+    let dir = scratch("envonly");
+    let f = fake();
+    let parts = dir.join("parts");
+    let status = Command::new(&f.app)
+        .arg("basic")
+        .env("CUDA_INJECTION64_PATH", collector())
+        .env("GMEM_PROF_DIR", &parts)
+        .env("GMEM_PROF_CUPTI", &f.cupti)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 1);
+    let out = Command::new(gmem())
+        .arg("symbolize")
+        .arg(&parts)
+        .arg("-o")
+        .arg(dir.join("merged.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The per-process file reads directly too; only the merged one has symbols.
+    let raw = dump_json(&parts);
+    assert!(of_type(&raw, "Symbol").is_empty());
+    let recs = dump_json(&dir.join("merged.bin"));
+    assert_eq!(
+        site_figures(&recs, 3, "site_alpha"),
+        (3, 3 << 20, 2, 2 << 20)
+    );
+}
+
+#[test]
+fn help_explains_record() {
+    let out = Command::new(gmem())
+        .args(["record", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--no-kernels",
+        "--stack-depth",
+        "--cupti",
+        "exit code",
+        "gmem-prof record -o run.bin -- python3 train.py",
+    ] {
+        assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
+    }
+}

@@ -1,0 +1,233 @@
+//! Figures in the real traces of traces/samples (recorded on the GPU
+//! machine), checked against what the recorded programs did: the `expect:`
+//! lines of tests/programs/*.cu and PyTorch's own memory_stats at recording
+//! time (traces/samples/README.md).
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const MIB: u64 = 1 << 20;
+const DEVICE: u64 = 3;
+const PINNED: u64 = 2;
+const ARRAY: u64 = 4;
+const MANAGED: u64 = 5;
+
+fn api<'a>(recs: &'a [Value], func: &str) -> Vec<&'a Value> {
+    of_type(recs, "Api")
+        .into_iter()
+        .filter(|a| a["func_name"] == func && a["result"] == 0)
+        .collect()
+}
+
+#[test]
+fn kinds_every_memory_kind_at_its_site() {
+    let r = dump_json(&sample("kinds.bin"));
+    assert_eq!(
+        site_figures(&r, DEVICE, "alloc_device_buffers"),
+        (4, 4 * MIB, 3, 3 * MIB)
+    );
+    assert_eq!(
+        site_figures(&r, DEVICE, "alloc_pitched"),
+        (1, 102_400, 1, 102_400)
+    );
+    assert_eq!(site_figures(&r, ARRAY, "alloc_array").0, 1);
+    assert_eq!(
+        site_figures(&r, MANAGED, "alloc_managed"),
+        (1, 4 * MIB, 1, 4 * MIB)
+    );
+    assert_eq!(
+        site_figures(&r, PINNED, "alloc_pinned"),
+        (2, 3 * MIB, 1, 2 * MIB)
+    );
+    let kernels = of_type(&r, "Kernel");
+    assert_eq!(kernels.len(), 3);
+    let name = of_type(&r, "String")[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(name.contains("touch_kernel"), "{name}");
+    let dev = &of_type(&r, "Device")[0];
+    assert_eq!(dev["name"], "NVIDIA H200");
+    assert!(dev["total_memory"].as_u64().unwrap() > 140_000_000_000);
+}
+
+#[test]
+fn oom_failed_requests_with_their_sizes_and_sites() {
+    let r = dump_json(&sample("oom.bin"));
+    let failed: Vec<&Value> = of_type(&r, "Api")
+        .into_iter()
+        .filter(|a| a["result"] == 2)
+        .collect();
+    assert_eq!(failed.len(), 2);
+    let site = |a: &Value| stack_functions(&r, 0, a["stack"].as_u64().unwrap());
+    assert_eq!(failed[0]["bytes"], 1u64 << 40);
+    assert!(site(failed[0]).iter().any(|f| f.contains("try_huge")));
+    assert_eq!(failed[1]["bytes"], 16u64 << 30);
+    assert!(site(failed[1]).iter().any(|f| f.contains("fill_device")));
+    // 8 blocks of 16 GiB filled the 141 GiB device; all were freed.
+    assert_eq!(
+        site_figures(&r, DEVICE, "fill_device"),
+        (8, 8 * (16 << 30), 8, 8 * (16 << 30))
+    );
+}
+
+#[test]
+fn vmm_maps_unmaps_and_reservations() {
+    let r = dump_json(&sample("vmm.bin"));
+    assert_eq!(api(&r, "cuMemAddressReserve")[0]["bytes"], 64 * MIB);
+    assert_eq!(api(&r, "cuMemCreate").len(), 2);
+    assert_eq!(api(&r, "cuMemMap").len(), 2);
+    assert_eq!(api(&r, "cuMemUnmap").len(), 1);
+    assert_eq!(
+        site_figures(&r, DEVICE, "map_two_chunks"),
+        (2, 16 * MIB, 1, 8 * MIB)
+    );
+    // VMM mappings belong to no context.
+    assert!(of_type(&r, "Memory")
+        .iter()
+        .all(|m| m["context"] == 0xFFFF_FFFFu64));
+}
+
+#[test]
+fn pools_stream_ordered_allocations_and_pool_life() {
+    let r = dump_json(&sample("pools.bin"));
+    assert_eq!(
+        site_figures(&r, DEVICE, "alloc_default_pool"),
+        (8, 8 * MIB, 8, 8 * MIB)
+    );
+    assert_eq!(
+        site_figures(&r, DEVICE, "alloc_custom_pool"),
+        (4, 16 * MIB, 4, 16 * MIB)
+    );
+    let ops: Vec<u64> = of_type(&r, "Pool")
+        .iter()
+        .map(|p| p["op"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ops.iter().filter(|o| **o == 1).count(),
+        2,
+        "default pool + custom pool created"
+    );
+    assert_eq!(
+        ops.iter().filter(|o| **o == 2).count(),
+        1,
+        "custom pool destroyed"
+    );
+    assert!(of_type(&r, "Memory")
+        .iter()
+        .all(|m| m["is_async"] == true && m["pool_type"] == 1));
+}
+
+#[test]
+fn graph_memory_nodes_and_the_graph_pool() {
+    let r = dump_json(&sample("graph.bin"));
+    assert_eq!(api(&r, "cuGraphAddMemAllocNode")[0]["bytes"], 2 * MIB);
+    let mem = of_type(&r, "Memory");
+    // The graph's physical pool: one allocation at address 0, released at trim.
+    assert_eq!(mem.len(), 2);
+    assert!(mem
+        .iter()
+        .all(|m| m["address"] == 0 && m["bytes"] == 32 * MIB));
+}
+
+#[test]
+fn children_two_processes_each_with_its_own_sites() {
+    let r = dump_json(&sample("children.bin"));
+    let procs = of_type(&r, "Process");
+    assert_eq!(procs.len(), 2);
+    assert_eq!(procs[1]["ppid"], procs[0]["pid"]);
+    assert_eq!(
+        site_figures(&r, DEVICE, "parent_alloc"),
+        (1, 2 * MIB, 1, 2 * MIB)
+    );
+    assert_eq!(
+        site_figures(&r, DEVICE, "child_alloc"),
+        (2, 6 * MIB, 1, 3 * MIB)
+    );
+}
+
+#[test]
+fn killed_a_process_that_never_finished() {
+    let r = dump_json(&sample("killed.bin"));
+    assert!(of_type(&r, "ProcessEnd").is_empty());
+    let (n, bytes, freed, _) = site_figures(&r, DEVICE, "alloc_forever_step");
+    assert!(
+        n > 100 && bytes == n * MIB && freed == 0,
+        "{n} {bytes} {freed}"
+    );
+}
+
+#[test]
+fn cupti_client_the_collector_said_why_it_could_not_profile() {
+    let r = dump_json(&sample("cupti_client.bin"));
+    let msg = of_type(&r, "Message")[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("another CUPTI client"), "{msg}");
+    assert!(of_type(&r, "Memory").is_empty());
+}
+
+#[test]
+fn torch_native_segments_equal_torch_memory_stats() {
+    // torch.cuda.memory_stats() of that run: segment.all.allocated = 22,
+    // reserved_bytes.all.allocated = 599,785,472, no segment freed.
+    let r = dump_json(&sample("torch_native.bin"));
+    assert_eq!(
+        site_figures(&r, DEVICE, "CUDACachingAllocator"),
+        (22, 599_785_472, 0, 0)
+    );
+    let statics = of_type(&r, "Memory")
+        .iter()
+        .filter(|m| m["kind"] == 6)
+        .count();
+    assert_eq!(statics, 883, "device-static module memory, never freed");
+}
+
+#[test]
+fn torch_async_peak_equals_torch_allocated_peak() {
+    // torch.cuda.memory_stats() of that run: allocated_bytes.all.peak = 577,163,264.
+    let r = dump_json(&sample("torch_async.bin"));
+    let mut mem: Vec<&Value> = of_type(&r, "Memory")
+        .into_iter()
+        .filter(|m| m["kind"] == DEVICE)
+        .collect();
+    mem.sort_by_key(|m| m["time"].as_u64());
+    let async_corr: std::collections::HashSet<u64> = api(&r, "cuMemAllocAsync")
+        .iter()
+        .map(|a| a["correlation"].as_u64().unwrap())
+        .collect();
+    let (mut live, mut peak) = (0u64, 0u64);
+    let mut sizes = std::collections::HashMap::new();
+    for m in mem {
+        let addr = m["address"].as_u64().unwrap();
+        if m["alloc"] == true && async_corr.contains(&m["correlation"].as_u64().unwrap()) {
+            sizes.insert(addr, m["bytes"].as_u64().unwrap());
+            live += m["bytes"].as_u64().unwrap();
+            peak = peak.max(live);
+        } else if m["alloc"] == false {
+            live -= sizes.remove(&addr).unwrap_or(0);
+        }
+    }
+    assert_eq!(peak, 577_163_264);
+}
+
+#[test]
+fn torch_spawn_four_processes_of_one_run() {
+    let r = dump_json(&sample("torch_spawn.bin"));
+    let procs = of_type(&r, "Process");
+    assert_eq!(procs.len(), 4);
+    let parent = procs
+        .iter()
+        .find(|p| {
+            p["cmdline"][1]
+                .as_str()
+                .is_some_and(|a| a.ends_with("torch_spawn.py"))
+        })
+        .unwrap();
+    assert_eq!(
+        procs.iter().filter(|p| p["ppid"] == parent["pid"]).count(),
+        3
+    );
+}

@@ -1,0 +1,250 @@
+//! Helpers: the CLI binary, the collector library, the fake CUPTI, dumps.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub fn gmem() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gmem-prof"))
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn sample(name: &str) -> PathBuf {
+    repo().join("traces/samples").join(name)
+}
+
+/// The collector cdylib next to the CLI (where `record` looks for it).
+/// `cargo test` does not build cdylibs of other packages, so build it here.
+pub fn collector() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "gmem-prof-collector"]);
+        if gmem().to_string_lossy().contains("/release/") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo to build the collector");
+        assert!(status.success(), "building the collector failed");
+        let path = gmem().with_file_name("libgmem_prof_collector.so");
+        assert!(path.is_file(), "{} missing", path.display());
+        path
+    })
+}
+
+pub struct Fake {
+    pub cupti: PathBuf,
+    pub app: PathBuf,
+}
+
+/// Compiles tests/fake_cupti (a stand-in libcupti.so.13 and driver, and a
+/// "CUDA program" using it) with the system C compiler, once per test run.
+pub fn fake() -> &'static Fake {
+    static FAKE: OnceLock<Fake> = OnceLock::new();
+    FAKE.get_or_init(|| {
+        let src = repo().join("tests/fake_cupti");
+        let dir = gmem().with_file_name(format!("fake-cupti-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cupti = dir.join("libcupti.so.13");
+        let app = dir.join("fake_app");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let run = |args: &[&str]| {
+            let out = Command::new(&cc)
+                .args(args)
+                .output()
+                .expect("a C compiler (cc) is needed");
+            assert!(
+                out.status.success(),
+                "cc failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "-O2",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcupti.so.13",
+            "-o",
+            cupti.to_str().unwrap(),
+            src.join("fake_cupti.c").to_str().unwrap(),
+            "-ldl",
+            "-lpthread",
+        ]);
+        run(&[
+            "-O2",
+            "-g",
+            "-o",
+            app.to_str().unwrap(),
+            src.join("fake_app.c").to_str().unwrap(),
+            cupti.to_str().unwrap(),
+            "-Wl,-rpath,$ORIGIN",
+            "-lpthread",
+        ]);
+        Fake { cupti, app }
+    })
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gmem-prof-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `gmem-prof record` of the fake app, with the fake CUPTI.
+pub fn record_cmd(dir: &Path, output: &str, app_args: &[&str]) -> Command {
+    let f = fake();
+    let mut cmd = Command::new(gmem());
+    cmd.current_dir(dir)
+        .arg("record")
+        .arg("--collector")
+        .arg(collector())
+        .arg("--cupti")
+        .arg(&f.cupti)
+        .arg("-o")
+        .arg(output)
+        .arg("--")
+        .arg(&f.app)
+        .args(app_args)
+        .env_remove("GMEM_PROF_DISABLE")
+        .env_remove("FAKE_CUPTI_TAKEN")
+        .env_remove("FAKE_CUPTI_VERSION");
+    cmd
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run gmem-prof")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every record of a trace, as `dump --json` prints it.
+pub fn dump_json(trace: &Path) -> Vec<Value> {
+    let out = Command::new(gmem())
+        .arg("dump")
+        .arg("--json")
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dump failed: {}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn of_type<'a>(recs: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    recs.iter().filter(|r| r["type"] == ty).collect()
+}
+
+/// Lookups over a dump: stacks and symbols by (stream, id/address), API
+/// calls by (stream, correlation id).
+pub struct Index<'a> {
+    stacks: HashMap<(u64, u64), &'a Value>,
+    symbols: HashMap<(u64, u64), &'a Value>,
+    calls: HashMap<(u64, u64), &'a Value>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(recs: &'a [Value]) -> Self {
+        let key = |r: &Value, f: &str| (r["stream"].as_u64().unwrap(), r[f].as_u64().unwrap());
+        let mut ix = Index {
+            stacks: HashMap::new(),
+            symbols: HashMap::new(),
+            calls: HashMap::new(),
+        };
+        for r in recs {
+            match r["type"].as_str() {
+                Some("Stack") => {
+                    ix.stacks.insert(key(r, "id"), r);
+                }
+                Some("Symbol") => {
+                    ix.symbols.insert(key(r, "address"), r);
+                }
+                Some("Api") if r["internal"] == false => {
+                    ix.calls.entry(key(r, "correlation")).or_insert(r);
+                }
+                _ => {}
+            }
+        }
+        ix
+    }
+
+    /// Function names (inlined levels included) of a stack, from the
+    /// trace's own symbol records.
+    pub fn functions(&self, stream: u64, stack: u64) -> Vec<String> {
+        let Some(st) = self.stacks.get(&(stream, stack)) else {
+            return Vec::new();
+        };
+        let mut names = Vec::new();
+        for f in st["frames"].as_array().unwrap() {
+            let Some(addr) = f["Native"].as_u64() else {
+                continue;
+            };
+            if let Some(sym) = self.symbols.get(&(stream, addr)) {
+                for fr in sym["frames"].as_array().unwrap() {
+                    names.push(fr["function"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// The program's API call that caused a memory record.
+    pub fn call_of(&self, m: &Value) -> Option<&'a Value> {
+        self.calls
+            .get(&(m["stream"].as_u64()?, m["correlation"].as_u64()?))
+            .copied()
+    }
+}
+
+pub fn stack_functions(recs: &[Value], stream: u64, stack: u64) -> Vec<String> {
+    Index::new(recs).functions(stream, stack)
+}
+
+/// Device allocations (MEMORY2 records joined to the API call that made
+/// them, by correlation id) whose stack passes through `site`:
+/// (count, bytes, freed count, freed bytes).
+pub fn site_figures(recs: &[Value], kind: u64, site: &str) -> (u64, u64, u64, u64) {
+    let ix = Index::new(recs);
+    let mut mem: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "Memory" && r["kind"] == kind)
+        .collect();
+    mem.sort_by_key(|m| (m["stream"].as_u64(), m["time"].as_u64()));
+    let mut site_of_stack: HashMap<(u64, u64), bool> = HashMap::new();
+    let mut live = HashMap::new();
+    let (mut n, mut bytes, mut freed, mut freed_bytes) = (0, 0, 0, 0);
+    for m in mem {
+        let stream = m["stream"].as_u64().unwrap();
+        let key = (stream, m["address"].as_u64().unwrap());
+        if m["alloc"] == true {
+            let at_site = ix.call_of(m).is_some_and(|c| {
+                let stack = c["stack"].as_u64().unwrap();
+                *site_of_stack
+                    .entry((stream, stack))
+                    .or_insert_with(|| ix.functions(stream, stack).iter().any(|f| f.contains(site)))
+            });
+            if at_site {
+                n += 1;
+                bytes += m["bytes"].as_u64().unwrap();
+                live.insert(key, m["bytes"].as_u64().unwrap());
+            }
+        } else if let Some(b) = live.remove(&key) {
+            freed += 1;
+            freed_bytes += b;
+        }
+    }
+    (n, bytes, freed, freed_bytes)
+}

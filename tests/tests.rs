@@ -1,0 +1,26 @@
+//! End-to-end tests of the gmem-prof CLI: the real binary, run through
+//! CARGO_BIN_EXE, on machines without a GPU.
+//!
+//! Contents:
+//! - `util`: builds the fake CUPTI/driver (tests/fake_cupti) and the
+//!   collector, runs the CLI, reads dumps.
+//! - `record`: `gmem-prof record` over fake CUDA programs: exit codes,
+//!   stdio, signals, SIGKILL, threads, fork/exec, CUPTI conflicts.
+//! - `dump`: `dump` and `symbolize` on the real sample traces; golden dumps
+//!   per format version; damaged and hostile input.
+//! - `samples`: figures in the real GPU traces (traces/samples) checked
+//!   against what the recorded programs did.
+//!
+//! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
+
+#[path = "e2e/util.rs"]
+mod util;
+
+#[path = "e2e/record.rs"]
+mod record;
+
+#[path = "e2e/dump.rs"]
+mod dump;
+
+#[path = "e2e/samples.rs"]
+mod samples;
