@@ -203,7 +203,10 @@ impl Stacks {
             return (0, false, false);
         };
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            if addr < rsp || !addr.is_multiple_of(8) || addr.checked_add(8).is_none_or(|e| e > stack_end) {
+            if addr < rsp
+                || !addr.is_multiple_of(8)
+                || addr.checked_add(8).is_none_or(|e| e > stack_end)
+            {
                 return Err(());
             }
             // SAFETY: addr is 8-aligned and inside [rsp, stack_end), the live

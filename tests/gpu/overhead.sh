@@ -8,7 +8,9 @@
 #
 # events: bench_events.cu, ns per cudaMallocAsync+cudaFreeAsync pair from 30
 #         frames deep (the per-event cost, least noisy).
-# resnet: torchvision resnet50 bf16 training (default caching allocator).
+# resnet: torchvision resnet50 bf16 training (default caching allocator);
+#         RESNET_VARIANTS picks the recorded variants (default "plain full";
+#         also nokernels, nostacks, slowflush = --flush-ms 1000).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,6 +29,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     case $variant in
         nokernels) flags=(--no-kernels) ;;
         nostacks) flags=(--stack-depth 0) ;;
+        slowflush) flags=(--flush-ms 1000) ;;
     esac
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
@@ -47,7 +50,7 @@ for bench in $BENCHES; do
             done ;;
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in plain full; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+                for v in ${RESNET_VARIANTS:-plain full}; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
@@ -56,7 +59,7 @@ for bench in $BENCHES; do
                 done
             done
             "$BIN/gmem-prof" dump "$WORK/overhead/alloc-full-1.bin" | awk '
-                / memory alloc / {alloc++} / memory free / {free++}
+                / memory t=[0-9]+ alloc / {alloc++} / memory t=[0-9]+ free / {free++}
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/alloc-events.json"
             tail -n 2 "$WORK/overhead/alloc-full-1.bin.log" ;;
     esac
@@ -81,7 +84,7 @@ for bench in ("events", "resnet50", "alloc"):
         continue
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
-    for variant in ("full", "nostacks", "nokernels"):
+    for variant in ("full", "nostacks", "nokernels", "slowflush"):
         v = by.get((bench, variant))
         if not v:
             continue
