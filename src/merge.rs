@@ -20,7 +20,10 @@ use crate::symbols;
 #[derive(Default, Debug)]
 pub struct ProcessSummary {
     pub info: Option<ProcessInfo>,
+    /// Allocations, static module memory (kinds device_static and
+    /// managed_static, loaded with CUDA modules and never freed) apart.
     pub allocations: u64,
+    pub static_allocations: u64,
     pub frees: u64,
     /// Allocations by memory kind name.
     pub by_kind: BTreeMap<&'static str, u64>,
@@ -192,7 +195,14 @@ fn note(st: &mut StreamState, r: &Record) {
             }
         }
         Record::Memory(m) => {
-            if m.alloc {
+            if m.alloc
+                && matches!(
+                    m.kind,
+                    memory_kind::DEVICE_STATIC | memory_kind::MANAGED_STATIC
+                )
+            {
+                s.static_allocations += 1;
+            } else if m.alloc {
                 s.allocations += 1;
                 *s.by_kind.entry(memory_kind::name(m.kind)).or_default() += 1;
             } else {
@@ -226,15 +236,17 @@ pub fn map(path: &Path) -> Result<memmap2::Mmap> {
 /// Prints what a merge produced, and anything the user must know about.
 pub fn print_summary(output: &Path, s: &MergeSummary) {
     let allocs: u64 = s.processes.iter().map(|p| p.allocations).sum();
+    let statics: u64 = s.processes.iter().map(|p| p.static_allocations).sum();
     let oom: u64 = s.processes.iter().map(|p| p.out_of_memory).sum();
     let failed: u64 = s.processes.iter().map(|p| p.failed_calls).sum();
     let events = s.events().max(1);
     eprintln!(
-        "gmem-prof: wrote {}: {} process{}, {} allocations, {} out of memory, {} other failed calls, {} records, {} ({:.1} bytes/record)",
+        "gmem-prof: wrote {}: {} process{}, {} allocations{}, {} out of memory, {} other failed calls, {} records, {} ({:.1} bytes/record)",
         output.display(),
         s.processes.len(),
         if s.processes.len() == 1 { "" } else { "es" },
         allocs,
+        if statics > 0 { format!(" (+{statics} of static module memory)") } else { String::new() },
         oom,
         failed,
         s.events(),

@@ -20,8 +20,10 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::{file_header, ChunkEncoder, Record};
 
-/// Items waiting for the writer before new ones are dropped.
-pub const MAX_PENDING: usize = 2_000_000;
+/// Items waiting for the writer before new ones are dropped. An item is 200
+/// bytes, so a stalled writer costs the program at most ~200 MiB; at 100,000
+/// events/s the writer would have to stall for ten seconds to get there.
+pub const MAX_PENDING: usize = 1 << 20;
 /// A chunk is written when its payload reaches this size…
 const CHUNK_BYTES: usize = 512 << 10;
 
