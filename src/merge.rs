@@ -24,21 +24,16 @@ pub struct ProcessSummary {
     /// managed_static, loaded with CUDA modules and never freed) apart.
     pub allocations: u64,
     pub static_allocations: u64,
-    pub frees: u64,
-    /// Allocations by memory kind name.
-    pub by_kind: BTreeMap<&'static str, u64>,
     /// Allocation calls that failed for lack of memory (CUDA_ERROR_OUT_OF_MEMORY).
     pub out_of_memory: u64,
     /// Other failed calls (probes, invalid arguments, unsupported features).
     pub failed_calls: u64,
-    pub kernels: u64,
     pub records: u64,
     pub dropped_cupti: u64,
     pub dropped_collector: u64,
     pub ended_cleanly: bool,
     /// Warnings and errors the collector wrote.
     pub messages: Vec<(u8, String)>,
-    pub stacks: u64,
     pub unresolved_modules: BTreeMap<String, String>,
 }
 
@@ -187,7 +182,6 @@ fn note(st: &mut StreamState, r: &Record) {
         Record::Process(p) => s.info = Some(p.clone()),
         Record::Module(m) => st.modules.push(m.clone()),
         Record::Stack(def) => {
-            s.stacks += 1;
             for f in &def.frames {
                 if let gmem_prof_traces::record::Frame::Native(a) = f {
                     st.addresses.insert(*a);
@@ -204,16 +198,12 @@ fn note(st: &mut StreamState, r: &Record) {
                 s.static_allocations += 1;
             } else if m.alloc {
                 s.allocations += 1;
-                *s.by_kind.entry(memory_kind::name(m.kind)).or_default() += 1;
-            } else {
-                s.frees += 1;
             }
         }
         Record::Api(a) if a.result == CUDA_ERROR_OUT_OF_MEMORY && a.func.allocates() => {
             s.out_of_memory += 1
         }
         Record::Api(a) if a.result != 0 => s.failed_calls += 1,
-        Record::Kernel(_) => s.kernels += 1,
         Record::Dropped(d) => {
             s.dropped_cupti = d.cupti;
             s.dropped_collector = d.collector;

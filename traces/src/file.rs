@@ -81,10 +81,6 @@ impl ChunkEncoder {
         self.records += 1;
     }
 
-    pub fn records(&self) -> u64 {
-        self.records
-    }
-
     pub fn is_empty(&self) -> bool {
         self.records == 0
     }
@@ -191,19 +187,6 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
-    /// Copies a chunk read from another trace, assigning it to `stream`.
-    /// Its payload is kept as it is (already validated by the reader).
-    pub fn copy_chunk(&mut self, chunk: &RawChunk, stream: u32) -> io::Result<()> {
-        self.flush_chunk()?;
-        let payload = chunk.payload().map_err(io::Error::other)?;
-        self.records += count_records(&payload);
-        self.scratch.clear();
-        frame_chunk(stream, &payload, self.compress, &mut self.scratch);
-        self.out.write_all(&self.scratch)?;
-        self.chunks += 1;
-        Ok(())
-    }
-
     /// Writes the trailer chunk and returns the inner writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush_chunk()?;
@@ -219,10 +202,6 @@ impl<W: Write> TraceWriter<W> {
         self.out.flush()?;
         Ok(self.out)
     }
-}
-
-fn count_records(payload: &[u8]) -> u64 {
-    ChunkRecords::new(payload).filter(|r| r.is_ok()).count() as u64
 }
 
 /// The time a record is about, used to pick a chunk's base time.
@@ -322,10 +301,6 @@ impl<'p> ChunkRecords<'p> {
             Err(_) => (0, true),
         };
         ChunkRecords { dec, base, failed }
-    }
-
-    pub fn base(&self) -> u64 {
-        self.base
     }
 }
 
