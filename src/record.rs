@@ -99,7 +99,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
              linker cache or pip's nvidia wheels; running the program without profiling. \
              Name it with --cupti PATH."
         );
-        return run_plain(cmd, program);
+        return run_program(cmd, program);
     };
 
     let parts = parts_dir(&output);
@@ -121,18 +121,13 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");
 
-    install_signal_handlers();
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let code = match run_program(cmd, program) {
+        Ok(code) => code,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&parts);
-            bail!("cannot run {}: {e}", Path::new(program).display());
+            return Err(e);
         }
     };
-    CHILD.store(child.id() as i32, Ordering::SeqCst);
-    let status = child.wait().context("waiting for the program")?;
-    CHILD.store(0, Ordering::SeqCst);
-    let code = exit_code(status);
 
     let files = crate::inputs::expand(std::slice::from_ref(&parts)).unwrap_or_default();
     if files.is_empty() {
@@ -173,12 +168,15 @@ fn parts_dir(output: &Path) -> PathBuf {
     output.with_file_name(format!("{name}.parts-{}", std::process::id()))
 }
 
-fn run_plain(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
+/// Runs the program to its end, forwarding signals, and returns the exit
+/// code a shell would report.
+fn run_program(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
     install_signal_handlers();
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    let status = child.wait().context("waiting for the program")?;
-    Ok(exit_code(status))
+    let status = child.wait().context("waiting for the program");
+    CHILD.store(0, Ordering::SeqCst);
+    Ok(exit_code(status?))
 }

@@ -219,27 +219,17 @@ unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 as u32 => {
                 let q = rd!(cs::cuMemAllocHost_v2_params);
-                let a = if ok && !q.pp.is_null() {
-                    ptr_u64(std::ptr::read_unaligned(q.pp))
-                } else {
-                    0
-                };
                 Params {
                     bytes: q.bytesize as u64,
-                    address: a,
+                    address: out(q.pp as *const u64, ok),
                     ..Default::default()
                 }
             }
             x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc as u32 => {
                 let q = rd!(cs::cuMemHostAlloc_params);
-                let a = if ok && !q.pp.is_null() {
-                    ptr_u64(std::ptr::read_unaligned(q.pp))
-                } else {
-                    0
-                };
                 Params {
                     bytes: q.bytesize as u64,
-                    address: a,
+                    address: out(q.pp as *const u64, ok),
                     ..Default::default()
                 }
             }
