@@ -25,6 +25,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a program under the collector and write one trace for the whole run.
     Record(RecordArgs),
+    /// Analyze traces: print a summary and write an HTML report (with SVG
+    /// charts) and the analysis as JSON.
+    Report(ReportArgs),
     /// Print a trace's records, one per line (the format's debugging view).
     Dump(DumpArgs),
     /// Merge per-process trace files (written with no CLI in front, by setting
@@ -79,6 +82,27 @@ pub struct RecordArgs {
     /// The program to run, and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub program: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    gmem-prof report trace.bin              # trace.html, trace.json, trace-*.svg here\n  \
+    gmem-prof report trace.bin -o out/      # the same files in out/\n  \
+    gmem-prof report gmem-traces/           # per-process files written without the CLI\n\n\
+    The summary answers: peak per device and what was live then, leaks (apart from \
+    memory an allocator cache holds at exit), sites that keep growing, fragmentation \
+    and out-of-memory failures. The HTML file needs no network. A damaged or cut-short \
+    trace gives a partial report with a warning; a file that is not a trace exits with 2.")]
+pub struct ReportArgs {
+    /// Trace files, or directories of per-process trace files, analyzed together.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Directory to write the report files into (created if missing).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Print nothing (no summary, no progress).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]

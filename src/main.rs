@@ -8,6 +8,7 @@ mod inputs;
 mod locate;
 mod merge;
 mod record;
+mod report;
 mod symbols;
 
 use clap::Parser;
@@ -19,6 +20,7 @@ fn main() {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Record(a) => record::run(a),
+        cli::Command::Report(a) => report::run(a).map(|()| 0),
         cli::Command::Dump(a) => dump::run(a).map(|()| 0),
         cli::Command::Symbolize(a) => merge::symbolize_command(a).map(|()| 0),
     };

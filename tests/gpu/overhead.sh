@@ -11,7 +11,8 @@
 # resnet: torchvision resnet50 bf16 training (default caching allocator);
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
 #         also nokernels, nostacks, slowflush = --flush-ms 1000).
-# alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync.
+# alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
+#         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -54,7 +55,7 @@ for bench in $BENCHES; do
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in plain full nostacks; do
+                for v in ${ALLOC_VARIANTS:-plain full nostacks}; do
                     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync one alloc $v "$r" python3 "$ROOT/tests/gpu/bench_alloc.py"
                 done
             done

@@ -2,7 +2,7 @@
 # Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
 # with the real CLI and checks every expected figure from the traces.
 #
-#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch overhead, or one
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch fixtures overhead, or one
 #                                   of overhead's: events resnet alloc
 #                                   (default: programs killed torch)
 #
@@ -106,11 +106,23 @@ torch_phase() {
     "$GMEM" dump "$WORK/traces/cupy.bin" | awk '{print $2, $4}' | sort | uniq -c | sort -rn | head -12 | sed 's/^/    /'
 }
 
+fixtures() {
+    note "report fixtures: PyTorch OOM recovery, growth with and without a leak"
+    record torch_oom python3 "$ROOT/tests/gpu/torch_oom.py" "$WORK/torch_oom.json"
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_growth_leak python3 "$ROOT/tests/gpu/torch_growth.py" "$WORK/torch_growth_leak.json" 200 --leak
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_growth python3 "$ROOT/tests/gpu/torch_growth.py" "$WORK/torch_growth.json" 200
+    for name in torch_oom torch_growth_leak torch_growth; do
+        echo "    $name: $(cat "$WORK/$name.json" 2>/dev/null), $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes"
+    done
+    "$GMEM" dump "$WORK/traces/torch_oom.bin" | grep -E " api .*result=[1-9]" | cut -c1-200 | sed 's/^/    /'
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
         killed) killed ;;
         torch) torch_phase ;;
+        fixtures) fixtures ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;

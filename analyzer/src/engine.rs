@@ -1,0 +1,877 @@
+//! The sweep: applies events in time order and keeps only what is live, per
+//! site and per device, plus bounded curves. Memory is bounded by live
+//! allocations, sites and processes, never by trace length.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use gmem_prof_traces::record::{memory_kind, ApiFunc};
+use gmem_prof_traces::Record;
+
+use crate::input::{Event, TimedEvent};
+use crate::regions::Regions;
+use crate::sites::StreamDefs;
+use crate::timeline::{Axis, Curve, Samples};
+
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
+/// Memory kinds by CUPTI's numbering (0..=7).
+pub const KINDS: usize = 8;
+/// CUDA_ERROR_OUT_OF_MEMORY.
+pub const OUT_OF_MEMORY: u32 = 2;
+/// MEMORY2's context id for VMM mappings.
+const NO_CONTEXT: u32 = u32::MAX;
+/// API calls waiting for their device-side record are dropped once this
+/// many are waiting and they are older than `PENDING_AGE_NS` (calls such as
+/// cuMemCreate never get one).
+const PENDING_LIMIT: usize = 65_536;
+const PENDING_AGE_NS: u64 = 10_000_000_000;
+
+/// Why memory has no ordinary allocation call behind it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SiteClass {
+    /// An allocation call of the program (its stack is the site).
+    Call,
+    /// `__device__`/`__managed__` globals of loaded modules.
+    Static,
+    /// The backing of CUDA graph memory nodes.
+    GraphPool,
+    /// No allocation call was seen for it.
+    NoCall,
+    /// Allocated by CUPTI or the collector on their own threads.
+    Profiler,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SiteKey {
+    stream: u32,
+    stack: u32,
+    device: u32,
+    class: SiteClass,
+    /// The API function, so that sites without stacks still differ by call.
+    func: u16,
+}
+
+/// Figures of one raw site: one stack of one process on one device.
+#[derive(Clone, Debug)]
+pub struct SiteStats {
+    pub stream: u32,
+    pub stack: u32,
+    pub device: u32,
+    pub class: SiteClass,
+    pub func: ApiFunc,
+    pub kinds: u8,
+    pub count: u64,
+    pub total_bytes: u64,
+    pub live: u64,
+    pub live_count: u64,
+    pub max_live: u64,
+    pub temporaries: u64,
+    pub failed: u64,
+    /// What it held at its device's peak.
+    pub at_peak: u64,
+    pub at_peak_count: u64,
+    /// What it still held when its process ended (or the trace did).
+    pub at_exit: u64,
+    pub at_exit_count: u64,
+    pub curve: Curve,
+    /// Live bytes against the process's allocation count (growth is judged
+    /// on it: programs spend their start-up time allocating nothing).
+    pub count_curve: Curve,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    bytes: u64,
+    site: u32,
+    device: u32,
+    kind: u8,
+    /// The process's allocation count when this was allocated.
+    seq: u64,
+    /// Pool it came from, or a VMM mapping.
+    pool: Option<u64>,
+    vmm: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingCall {
+    time: u64,
+    stack: u32,
+    func: ApiFunc,
+    address: u64,
+    internal: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct KernelSnap {
+    pub name: u32,
+    pub stream_of_process: u32,
+    pub start: u64,
+    pub end: u64,
+    pub cuda_stream: u32,
+}
+
+pub struct DeviceState {
+    pub live: u64,
+    pub by_kind: [u64; KINDS],
+    pub reserved: u64,
+    pub reserved_peak: u64,
+    pub curve: Curve,
+    pub kind_curves: [Curve; KINDS],
+    pub kind_peaks: [u64; KINDS],
+    pub reserved_curve: Curve,
+    pub peak: u64,
+    pub peak_time: u64,
+    pub peak_by_kind: [u64; KINDS],
+    /// A new peak was reached and its site breakdown is not copied yet.
+    peak_dirty: bool,
+    /// (site, bytes, count) at the peak.
+    pub peak_sites: Vec<(u32, u64, u64)>,
+    /// Raw sites that ever allocated on this device.
+    pub sites: Vec<u32>,
+    active_kernels: VecDeque<KernelSnap>,
+    pub kernels_at_peak: Vec<KernelSnap>,
+    want_next_kernel: bool,
+    pub next_kernel: Option<KernelSnap>,
+    frag_dirty: bool,
+    pub frag: Samples<u16>,
+    pub largest_free: Samples<u64>,
+    /// (time, F, free, largest) at the worst sample.
+    pub frag_worst: Option<(u64, f64, u64, u64)>,
+}
+
+impl DeviceState {
+    fn new() -> Self {
+        DeviceState {
+            live: 0,
+            by_kind: [0; KINDS],
+            reserved: 0,
+            reserved_peak: 0,
+            curve: Curve::default(),
+            kind_curves: Default::default(),
+            kind_peaks: [0; KINDS],
+            reserved_curve: Curve::default(),
+            peak: 0,
+            peak_time: 0,
+            peak_by_kind: [0; KINDS],
+            peak_dirty: false,
+            peak_sites: Vec::new(),
+            sites: Vec::new(),
+            active_kernels: VecDeque::new(),
+            kernels_at_peak: Vec::new(),
+            want_next_kernel: false,
+            next_kernel: None,
+            frag_dirty: false,
+            frag: Samples::default(),
+            largest_free: Samples::default(),
+            frag_worst: None,
+        }
+    }
+}
+
+/// A failed allocation as seen during the sweep.
+#[derive(Clone, Debug)]
+pub struct OomRaw {
+    pub time: u64,
+    pub stream: u32,
+    pub tid: u32,
+    pub device: u32,
+    pub func: ApiFunc,
+    pub bytes: u64,
+    pub result: u32,
+    pub site: u32,
+    pub outcome: &'static str,
+    pub device_live: u64,
+    pub largest_free: Option<u64>,
+    pub live_by_site: Vec<(u32, u64, u64)>,
+}
+
+pub struct StreamState {
+    pub defs: StreamDefs,
+    pending: FastMap<u32, PendingCall>,
+    pending_by_address: FastMap<u64, u32>,
+    alloc_counter: u64,
+    last_device: u32,
+    pub allocations: u64,
+    pub frees: u64,
+    pub failed_calls: u64,
+    pub unmatched_frees: u64,
+    pub live: u64,
+    pub peak: u64,
+    pub peak_time: u64,
+    pub curve: Curve,
+    /// Axis over this process's allocation count.
+    pub count_axis: Axis,
+    pub first_time: Option<u64>,
+    pub last_time: u64,
+    pub ended: Option<u64>,
+    /// Failed allocations not yet known to be recovered: (tid, bytes, index
+    /// into `Engine::ooms`).
+    open_failures: Vec<(u32, u64, usize)>,
+}
+
+impl StreamState {
+    fn new() -> Self {
+        StreamState {
+            defs: StreamDefs::default(),
+            pending: FastMap::default(),
+            pending_by_address: FastMap::default(),
+            alloc_counter: 0,
+            last_device: 0,
+            allocations: 0,
+            frees: 0,
+            failed_calls: 0,
+            unmatched_frees: 0,
+            live: 0,
+            peak: 0,
+            peak_time: 0,
+            curve: Curve::default(),
+            count_axis: Axis::with_width(0, 1),
+            first_time: None,
+            last_time: 0,
+            ended: None,
+            open_failures: Vec::new(),
+        }
+    }
+
+    /// How many allocations the process made.
+    pub fn alloc_counter_total(&self) -> u64 {
+        self.alloc_counter
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.defs.process.as_ref().map_or(0, |p| p.pid)
+    }
+}
+
+pub struct Engine {
+    pub axis: Option<Axis>,
+    pub now: u64,
+    pub streams: Vec<StreamState>,
+    live: FastMap<(u32, u64), Live>,
+    pub sites: Vec<SiteStats>,
+    site_index: FastMap<SiteKey, u32>,
+    pub devices: BTreeMap<u32, DeviceState>,
+    pub regions: Regions,
+    pub ooms: Vec<OomRaw>,
+    pub late_events: u64,
+    pub memory_events: u64,
+    pub api_calls: u64,
+    pub kernels: u64,
+}
+
+impl Engine {
+    pub fn new(streams: u32) -> Self {
+        Engine {
+            axis: None,
+            now: 0,
+            streams: (0..streams).map(|_| StreamState::new()).collect(),
+            live: FastMap::default(),
+            sites: Vec::new(),
+            site_index: FastMap::default(),
+            devices: BTreeMap::new(),
+            regions: Regions::default(),
+            ooms: Vec::new(),
+            late_events: 0,
+            memory_events: 0,
+            api_calls: 0,
+            kernels: 0,
+        }
+    }
+
+    pub fn apply_defs(&mut self, stream: u32, defs: Vec<Record>) {
+        let st = &mut self.streams[stream as usize];
+        for r in defs {
+            if let Record::Device(d) = &r {
+                self.devices
+                    .entry(d.device)
+                    .or_insert_with(DeviceState::new);
+            }
+            st.defs.add(r);
+        }
+    }
+
+    fn device(&mut self, d: u32) -> &mut DeviceState {
+        self.devices.entry(d).or_insert_with(DeviceState::new)
+    }
+
+    fn site(&mut self, key: SiteKey) -> u32 {
+        if let Some(&i) = self.site_index.get(&key) {
+            return i;
+        }
+        let i = self.sites.len() as u32;
+        self.sites.push(SiteStats {
+            stream: key.stream,
+            stack: key.stack,
+            device: key.device,
+            class: key.class,
+            func: ApiFunc(key.func),
+            kinds: 0,
+            count: 0,
+            total_bytes: 0,
+            live: 0,
+            live_count: 0,
+            max_live: 0,
+            temporaries: 0,
+            failed: 0,
+            at_peak: 0,
+            at_peak_count: 0,
+            at_exit: 0,
+            at_exit_count: 0,
+            curve: Curve::default(),
+            count_curve: Curve::default(),
+        });
+        self.site_index.insert(key, i);
+        self.device(key.device).sites.push(i);
+        i
+    }
+
+    /// Applies one event. Events must come in (time, seq) order; one that
+    /// comes later than that is applied at the time already reached.
+    pub fn apply(&mut self, e: TimedEvent) {
+        let t = if e.time < self.now {
+            self.late_events += 1;
+            self.now
+        } else {
+            e.time
+        };
+        match &mut self.axis {
+            None => self.axis = Some(Axis::new(t)),
+            Some(axis) => {
+                if axis.leaves_bucket(t) {
+                    self.sample_fragmentation();
+                }
+            }
+        }
+        if let Some(axis) = &mut self.axis {
+            axis.advance(t);
+        }
+        self.now = t;
+        let st = &mut self.streams[e.stream as usize];
+        st.first_time.get_or_insert(t);
+        st.last_time = t;
+        match e.event {
+            Event::Memory {
+                alloc,
+                kind,
+                address,
+                bytes,
+                device,
+                context,
+                correlation,
+                pool,
+            } => {
+                self.memory_events += 1;
+                if alloc {
+                    self.alloc(
+                        e.stream,
+                        t,
+                        kind,
+                        address,
+                        bytes,
+                        device,
+                        context,
+                        correlation,
+                        pool,
+                    );
+                } else {
+                    self.free(e.stream, t, address, pool);
+                }
+            }
+            Event::Api {
+                func,
+                result,
+                bytes,
+                address,
+                tid,
+                correlation,
+                stack,
+                internal,
+            } => {
+                self.api_calls += 1;
+                self.api(
+                    e.stream,
+                    t,
+                    func,
+                    result,
+                    bytes,
+                    address,
+                    tid,
+                    correlation,
+                    stack,
+                    internal,
+                );
+            }
+            Event::Pool {
+                op,
+                address,
+                size,
+                device,
+            } => {
+                let size = if op == 2 { 0 } else { size };
+                self.set_pool_size(e.stream, device, address, size);
+            }
+            Event::Kernel {
+                end,
+                name,
+                device,
+                stream,
+            } => {
+                self.kernels += 1;
+                let k = KernelSnap {
+                    name,
+                    stream_of_process: e.stream,
+                    start: t,
+                    end,
+                    cuda_stream: stream,
+                };
+                let dev = self.device(device);
+                if dev.want_next_kernel && t >= dev.peak_time {
+                    dev.want_next_kernel = false;
+                    dev.next_kernel = Some(k.clone());
+                }
+                while dev.active_kernels.front().is_some_and(|f| f.end <= t) {
+                    dev.active_kernels.pop_front();
+                }
+                dev.active_kernels.push_back(k);
+            }
+            Event::End => self.process_end(e.stream, t),
+        }
+    }
+
+    fn set_pool_size(&mut self, stream: u32, device: u32, address: u64, size: u64) {
+        let pid = self.streams[stream as usize].pid();
+        let delta = self
+            .regions
+            .set_pool_size(stream, pid, device, address, size);
+        if delta != 0 {
+            let axis = self.axis.as_ref().expect("axis set before events");
+            let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+            dev.reserved = (dev.reserved as i128 + delta).max(0) as u64;
+            dev.reserved_peak = dev.reserved_peak.max(dev.reserved);
+            dev.reserved_curve.set(axis, dev.reserved);
+            dev.frag_dirty = true;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alloc(
+        &mut self,
+        stream: u32,
+        t: u64,
+        kind: u8,
+        address: u64,
+        bytes: u64,
+        device: u32,
+        context: u32,
+        correlation: u32,
+        pool: Option<(u64, u64)>,
+    ) {
+        let st = &mut self.streams[stream as usize];
+        st.last_device = device;
+        // Join the call that caused it: by correlation id, checked against the
+        // address when the call knew it; else by address (VMM maps can carry
+        // another call's correlation id).
+        let mut call = st.pending.remove(&correlation);
+        if let Some(c) = call {
+            if c.address != 0 && c.address != address {
+                st.pending.insert(correlation, c);
+                call = None;
+            }
+        }
+        if call.is_none() {
+            if let Some(corr) = st.pending_by_address.remove(&address) {
+                call = st.pending.remove(&corr);
+            }
+        } else if let Some(c) = call {
+            if c.address != 0 {
+                st.pending_by_address.remove(&c.address);
+            }
+        }
+        let static_kind = kind == memory_kind::DEVICE_STATIC || kind == memory_kind::MANAGED_STATIC;
+        let key = match call {
+            _ if static_kind => SiteKey {
+                stream,
+                stack: 0,
+                device,
+                class: SiteClass::Static,
+                func: 0,
+            },
+            Some(c) => SiteKey {
+                stream,
+                stack: c.stack,
+                device,
+                class: if c.internal {
+                    SiteClass::Profiler
+                } else {
+                    SiteClass::Call
+                },
+                func: if c.stack == 0 { c.func.0 } else { 0 },
+            },
+            None => SiteKey {
+                stream,
+                stack: 0,
+                device,
+                class: if address == 0 {
+                    SiteClass::GraphPool
+                } else {
+                    SiteClass::NoCall
+                },
+                func: 0,
+            },
+        };
+        let site = self.site(key);
+        let st = &mut self.streams[stream as usize];
+        st.alloc_counter += 1;
+        st.allocations += 1;
+        st.count_axis.advance(st.alloc_counter);
+        let vmm = context == NO_CONTEXT;
+        let pool_addr = pool.map(|(a, _)| a);
+        let old = self.live.insert(
+            (stream, address),
+            Live {
+                bytes,
+                site,
+                device,
+                kind,
+                seq: st.alloc_counter,
+                pool: pool_addr,
+                vmm,
+            },
+        );
+        if let Some(old) = old {
+            // The free of the previous occupant was lost: retire it first.
+            self.retire(stream, address, old, false);
+        }
+        if let Some((pa, psize)) = pool {
+            self.set_pool_size(stream, device, pa, psize);
+            self.regions.pool_alloc(stream, pa, address, bytes);
+        }
+        if vmm {
+            self.regions.map(stream, device, address, bytes);
+        }
+        let axis = self.axis.as_ref().expect("axis set before events");
+        let s = &mut self.sites[site as usize];
+        s.kinds |= 1 << (kind & 7);
+        s.count += 1;
+        s.total_bytes += bytes;
+        s.live += bytes;
+        s.live_count += 1;
+        s.max_live = s.max_live.max(s.live);
+        s.curve.set(axis, s.live);
+        let st = &mut self.streams[stream as usize];
+        s.count_curve.set(&st.count_axis, s.live);
+        st.live += bytes;
+        st.curve.set(axis, st.live);
+        if st.live > st.peak {
+            st.peak = st.live;
+            st.peak_time = t;
+        }
+        let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+        let k = usize::from(kind & 7);
+        dev.live += bytes;
+        dev.by_kind[k] += bytes;
+        dev.curve.set(axis, dev.live);
+        dev.kind_curves[k].set(axis, dev.by_kind[k]);
+        dev.kind_peaks[k] = dev.kind_peaks[k].max(dev.by_kind[k]);
+        if pool.is_none() {
+            dev.reserved += bytes;
+            dev.reserved_peak = dev.reserved_peak.max(dev.reserved);
+            dev.reserved_curve.set(axis, dev.reserved);
+        }
+        if pool.is_some() || vmm {
+            dev.frag_dirty = true;
+        }
+        if dev.live > dev.peak {
+            dev.peak = dev.live;
+            dev.peak_time = t;
+            dev.peak_by_kind = dev.by_kind;
+            dev.peak_dirty = true;
+            dev.kernels_at_peak = dev
+                .active_kernels
+                .iter()
+                .filter(|k| k.start <= t && t < k.end)
+                .cloned()
+                .collect();
+            dev.want_next_kernel = true;
+            dev.next_kernel = None;
+        }
+    }
+
+    fn free(&mut self, stream: u32, _t: u64, address: u64, _pool: Option<(u64, u64)>) {
+        let st = &mut self.streams[stream as usize];
+        st.frees += 1;
+        match self.live.remove(&(stream, address)) {
+            Some(l) => self.retire(stream, address, l, true),
+            None => st.unmatched_frees += 1,
+        }
+    }
+
+    /// Copies the site breakdown of a device's latest peak before the live
+    /// set goes down from it.
+    fn settle_peak(dev: &mut DeviceState, sites: &[SiteStats]) {
+        if dev.peak_dirty {
+            dev.peak_dirty = false;
+            dev.peak_sites = dev
+                .sites
+                .iter()
+                .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
+                .filter(|&(_, b, _)| b > 0)
+                .collect();
+        }
+    }
+
+    /// Removes a live allocation from every total (a free, or the process's
+    /// end when `counted` is false).
+    fn retire(&mut self, stream: u32, address: u64, l: Live, counted: bool) {
+        let axis = self.axis.as_ref().expect("axis set before events");
+        let dev = self
+            .devices
+            .entry(l.device)
+            .or_insert_with(DeviceState::new);
+        Self::settle_peak(dev, &self.sites);
+        let k = usize::from(l.kind & 7);
+        dev.live -= l.bytes;
+        dev.by_kind[k] -= l.bytes;
+        dev.curve.set(axis, dev.live);
+        dev.kind_curves[k].set(axis, dev.by_kind[k]);
+        if l.pool.is_none() {
+            dev.reserved -= l.bytes;
+            dev.reserved_curve.set(axis, dev.reserved);
+        }
+        if l.pool.is_some() || l.vmm {
+            dev.frag_dirty = true;
+        }
+        if let Some(p) = l.pool {
+            self.regions.pool_free(stream, p, address);
+        }
+        if l.vmm {
+            self.regions.unmap(stream, address);
+        }
+        let st = &mut self.streams[stream as usize];
+        st.live -= l.bytes;
+        st.curve.set(axis, st.live);
+        let s = &mut self.sites[l.site as usize];
+        s.live -= l.bytes;
+        s.live_count -= 1;
+        s.curve.set(axis, s.live);
+        s.count_curve.set(&st.count_axis, s.live);
+        if counted && st.alloc_counter == l.seq {
+            s.temporaries += 1;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn api(
+        &mut self,
+        stream: u32,
+        t: u64,
+        func: ApiFunc,
+        result: u32,
+        bytes: u64,
+        address: u64,
+        tid: u32,
+        correlation: u32,
+        stack: u32,
+        internal: bool,
+    ) {
+        let st = &mut self.streams[stream as usize];
+        if !func.allocates() {
+            if func == ApiFunc::MEM_ADDRESS_FREE && result == 0 {
+                if let Some(d) = self.regions.unreserve(stream, address) {
+                    self.device(d).frag_dirty = true;
+                }
+            }
+            return;
+        }
+        if result != 0 {
+            st.failed_calls += 1;
+            if result == OUT_OF_MEMORY {
+                self.out_of_memory(stream, t, func, result, bytes, tid, stack, internal);
+            }
+            return;
+        }
+        // A success for the same request on the same thread: the allocator
+        // recovered from the failures before it.
+        st.open_failures.retain(|&(ftid, fbytes, i)| {
+            if ftid == tid && fbytes == bytes {
+                self.ooms[i].outcome = "recovered";
+                false
+            } else {
+                true
+            }
+        });
+        if func == ApiFunc::MEM_ADDRESS_RESERVE {
+            let pid = st.pid();
+            self.regions.reserve(stream, pid, address, bytes);
+            return;
+        }
+        if st.pending.len() >= PENDING_LIMIT {
+            st.pending
+                .retain(|_, c| t.saturating_sub(c.time) < PENDING_AGE_NS);
+            let pending = &st.pending;
+            st.pending_by_address
+                .retain(|_, corr| pending.contains_key(corr));
+        }
+        st.pending.insert(
+            correlation,
+            PendingCall {
+                time: t,
+                stack,
+                func,
+                address,
+                internal,
+            },
+        );
+        if address != 0 {
+            st.pending_by_address.insert(address, correlation);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn out_of_memory(
+        &mut self,
+        stream: u32,
+        t: u64,
+        func: ApiFunc,
+        result: u32,
+        bytes: u64,
+        tid: u32,
+        stack: u32,
+        internal: bool,
+    ) {
+        let device = self.streams[stream as usize].last_device;
+        let site = self.site(SiteKey {
+            stream,
+            stack,
+            device,
+            class: if internal {
+                SiteClass::Profiler
+            } else {
+                SiteClass::Call
+            },
+            func: if stack == 0 { func.0 } else { 0 },
+        });
+        self.sites[site as usize].failed += 1;
+        let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+        let mut live_by_site: Vec<(u32, u64, u64)> = dev
+            .sites
+            .iter()
+            .map(|&i| {
+                (
+                    i,
+                    self.sites[i as usize].live,
+                    self.sites[i as usize].live_count,
+                )
+            })
+            .filter(|&(_, b, _)| b > 0)
+            .collect();
+        live_by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let device_live = dev.live;
+        let largest_free = self.regions.device_extents(device).map(|e| e.largest);
+        let index = self.ooms.len();
+        let st = &mut self.streams[stream as usize];
+        // An earlier failure of the same request on this thread was retried.
+        st.open_failures.retain(|&(ftid, fbytes, i)| {
+            if ftid == tid && fbytes == bytes {
+                self.ooms[i].outcome = "retried";
+                false
+            } else {
+                true
+            }
+        });
+        st.open_failures.push((tid, bytes, index));
+        self.ooms.push(OomRaw {
+            time: t,
+            stream,
+            tid,
+            device,
+            func,
+            bytes,
+            result,
+            site,
+            outcome: "reached program",
+            device_live,
+            largest_free,
+            live_by_site,
+        });
+    }
+
+    /// The process ended: what it still holds is accounted to its sites as
+    /// "at exit" and leaves the device's live set (the driver frees it).
+    fn process_end(&mut self, stream: u32, t: u64) {
+        self.streams[stream as usize].ended = Some(t);
+        self.settle_exit(stream, true);
+    }
+
+    fn settle_exit(&mut self, stream: u32, remove: bool) {
+        let mut left: Vec<(u64, Live)> = self
+            .live
+            .iter()
+            .filter(|((s, _), _)| *s == stream)
+            .map(|(&(_, a), &l)| (a, l))
+            .collect();
+        left.sort_by_key(|&(a, _)| a);
+        for &(address, l) in &left {
+            let s = &mut self.sites[l.site as usize];
+            s.at_exit += l.bytes;
+            s.at_exit_count += 1;
+            if remove {
+                self.live.remove(&(stream, address));
+                self.retire(stream, address, l, false);
+            }
+        }
+    }
+
+    /// Records fragmentation at the end of the current bucket for devices
+    /// whose regions changed in it.
+    fn sample_fragmentation(&mut self) {
+        let Some(axis) = &self.axis else { return };
+        let now = self.now;
+        for (&d, dev) in self.devices.iter_mut() {
+            if !dev.frag_dirty {
+                continue;
+            }
+            dev.frag_dirty = false;
+            let ext = self.regions.device_extents(d);
+            dev.frag.put(
+                axis,
+                axis.current,
+                ext.map(|e| (e.fragmentation() * 1000.0).round() as u16),
+            );
+            dev.largest_free
+                .put(axis, axis.current, ext.map(|e| e.largest));
+            if let Some(e) = ext {
+                let f = e.fragmentation();
+                if dev.frag_worst.is_none_or(|w| f > w.1) {
+                    dev.frag_worst = Some((now, f, e.free, e.largest));
+                }
+            }
+        }
+    }
+
+    /// Ends the sweep: settles pending peaks and what processes that never
+    /// ended still hold.
+    pub fn finish(&mut self) {
+        if self.axis.is_none() {
+            return;
+        }
+        self.sample_fragmentation();
+        for dev in self.devices.values_mut() {
+            Self::settle_peak(dev, &self.sites);
+        }
+        for s in 0..self.streams.len() as u32 {
+            if self.streams[s as usize].ended.is_none() {
+                self.settle_exit(s, false);
+            }
+        }
+        let devices: Vec<u32> = self.devices.keys().copied().collect();
+        for d in devices {
+            let peak_sites = self.devices[&d].peak_sites.clone();
+            for (i, b, c) in peak_sites {
+                let s = &mut self.sites[i as usize];
+                s.at_peak += b;
+                s.at_peak_count += c;
+            }
+        }
+    }
+}

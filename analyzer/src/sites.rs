@@ -1,0 +1,420 @@
+//! Turning raw sites (a stack id of one process on one device) into the
+//! sites a person reads: symbolized frames from the symbol table the trace
+//! carries, a label, a category, and one entry per distinct stack across
+//! processes and devices. The merge and ranking is a group-by over a small
+//! table, done with polars.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gmem_prof_traces::record::{DeviceInfo, Frame, ModuleInfo, ProcessInfo, StackDef, SymbolInfo};
+use gmem_prof_traces::Record;
+use polars::prelude::*;
+
+use crate::engine::{FastMap, SiteClass, SiteStats};
+use crate::model::FrameText;
+
+/// What one stream (process) defined: who it is, its strings, stacks,
+/// modules and symbols.
+#[derive(Default)]
+pub struct StreamDefs {
+    pub process: Option<ProcessInfo>,
+    pub devices: Vec<DeviceInfo>,
+    pub strings: FastMap<u32, String>,
+    pub stacks: FastMap<u32, StackDef>,
+    pub modules: Vec<ModuleInfo>,
+    pub symbols: FastMap<u64, SymbolInfo>,
+    pub messages: Vec<(u8, String)>,
+    /// Cumulative lost records (CUPTI, collector): the last report holds.
+    pub dropped: (u64, u64),
+    pub unknown_records: u64,
+}
+
+impl StreamDefs {
+    pub fn add(&mut self, r: Record) {
+        match r {
+            Record::Process(p) => self.process = Some(p),
+            Record::Device(d) => {
+                if !self.devices.iter().any(|x| x.device == d.device) {
+                    self.devices.push(d);
+                }
+            }
+            Record::String(s) => {
+                self.strings.insert(s.id.0, s.text);
+            }
+            Record::Module(m) => self.modules.push(m),
+            Record::Stack(s) => {
+                self.stacks.insert(s.id.0, s);
+            }
+            Record::Symbol(s) => {
+                self.symbols.insert(s.address, s);
+            }
+            Record::Message(m) => self.messages.push((m.level, m.text)),
+            Record::Dropped(d) => self.dropped = (d.cupti, d.collector),
+            Record::Unknown { .. } => self.unknown_records += 1,
+            _ => {}
+        }
+    }
+
+    fn module_name(&self, id: u32) -> String {
+        self.modules
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| file_name(&m.path))
+            .unwrap_or_else(|| format!("module#{id}"))
+    }
+
+    fn frame_texts(&self, f: &Frame, out: &mut Vec<FrameText>) {
+        match *f {
+            Frame::Native(addr) => match self.symbols.get(&addr) {
+                Some(sym) if !sym.frames.is_empty() => {
+                    let module = self.module_name(sym.module);
+                    for fr in &sym.frames {
+                        out.push(FrameText {
+                            function: fr.function.clone(),
+                            location: if fr.file.is_empty() {
+                                String::new()
+                            } else {
+                                format!("{}:{}", fr.file, fr.line)
+                            },
+                            module: module.clone(),
+                            offset: sym.module_offset,
+                            resolved: true,
+                        });
+                    }
+                }
+                Some(sym) => out.push(unresolved(self.module_name(sym.module), sym.module_offset)),
+                None => {
+                    let m = self
+                        .modules
+                        .iter()
+                        .find(|m| m.start <= addr && addr < m.end);
+                    out.push(match m {
+                        Some(m) => unresolved(file_name(&m.path), addr.wrapping_sub(m.bias)),
+                        None => unresolved("?".into(), addr),
+                    });
+                }
+            },
+            Frame::Python { code, line } => out.push(FrameText {
+                function: self
+                    .strings
+                    .get(&code.0)
+                    .cloned()
+                    .unwrap_or_else(|| "<python>".into()),
+                location: format!("line {line}"),
+                module: "python".into(),
+                offset: 0,
+                resolved: true,
+            }),
+        }
+    }
+
+    /// The frames of a stack, innermost first, inlined frames expanded.
+    pub fn stack_frames(&self, stack: u32) -> (Vec<FrameText>, bool) {
+        let mut out = Vec::new();
+        match self.stacks.get(&stack) {
+            Some(s) => {
+                for f in &s.frames {
+                    self.frame_texts(f, &mut out);
+                }
+                (out, s.truncated)
+            }
+            None => (out, false),
+        }
+    }
+}
+
+fn unresolved(module: String, offset: u64) -> FrameText {
+    FrameText {
+        function: "??".into(),
+        location: String::new(),
+        module,
+        offset,
+        resolved: false,
+    }
+}
+
+fn file_name(path: &str) -> String {
+    Path::new(path)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+/// Frames that belong to CUDA itself, not to whoever asked for memory.
+fn is_cuda_plumbing(f: &FrameText) -> bool {
+    let m = f.module.as_str();
+    let func = f.function.as_str();
+    m.starts_with("libcuda.so")
+        || m.starts_with("libcudart")
+        || m.starts_with("libcupti")
+        || m.starts_with("libgmem_prof_collector")
+        || func.starts_with("cudart::")
+        || func.starts_with("__cudart")
+        || func.starts_with("libcudart_static_")
+        || func.starts_with("cuda") && func[4..].starts_with(|c: char| c.is_ascii_uppercase())
+        || func.starts_with("cu") && func[2..].starts_with("Mem")
+}
+
+/// Frames of an allocator between the program and CUDA.
+fn is_allocator_plumbing(f: &FrameText) -> bool {
+    let func = f.function.as_str();
+    func.starts_with("c10::")
+        || func.starts_with("at::detail::empty")
+        || func.starts_with("at::empty")
+        || func.starts_with("at::native::empty")
+        || func.starts_with("at::_ops::empty")
+        || func.contains("cupy_4cuda_6memory")
+}
+
+/// Who holds memory from this stack when nothing frees it.
+pub fn category(class: SiteClass, frames: &[FrameText]) -> &'static str {
+    match class {
+        SiteClass::Static | SiteClass::GraphPool => return "runtime",
+        SiteClass::Profiler => return "profiler",
+        SiteClass::NoCall => return "unknown",
+        SiteClass::Call => {}
+    }
+    let any = |needle: &str| frames.iter().any(|f| f.function.contains(needle));
+    if any("CUDACachingAllocator::Native")
+        || any("DeviceCachingAllocator")
+        || any("SingleDeviceMemoryPool")
+        || any("BFCAllocator")
+    {
+        "allocator cache"
+    } else {
+        "program"
+    }
+}
+
+/// The frame a person means by "who allocated this".
+pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText]) -> String {
+    match class {
+        SiteClass::Static => return "module globals (__device__ / __managed__ variables)".into(),
+        SiteClass::GraphPool => return "CUDA graph memory pool".into(),
+        SiteClass::NoCall => return "no allocation call seen".into(),
+        _ => {}
+    }
+    let outside_cuda = frames.iter().position(|f| !is_cuda_plumbing(f));
+    let Some(first) = outside_cuda else {
+        return if frames.is_empty() {
+            format!("{func_name} (no stack)")
+        } else {
+            frame_label(&frames[0])
+        };
+    };
+    let user = frames[first..]
+        .iter()
+        .find(|f| !is_allocator_plumbing(f) && f.resolved)
+        .unwrap_or(&frames[first]);
+    frame_label(user)
+}
+
+pub fn frame_label(f: &FrameText) -> String {
+    if !f.resolved {
+        return format!("{}+{:#x}", f.module, f.offset);
+    }
+    let name = short_function(&f.function);
+    if f.location.is_empty() {
+        format!("{name} ({})", f.module)
+    } else {
+        let loc = f.location.rsplit('/').next().unwrap_or(&f.location);
+        format!("{name} at {loc}")
+    }
+}
+
+/// A C++ name without its parameter list, for labels.
+fn short_function(name: &str) -> &str {
+    let mut depth = 0i32;
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && i > 0 && !name[i..].starts_with("(anonymous namespace)") => {
+                return &name[..i]
+            }
+            _ => {}
+        }
+    }
+    name
+}
+
+/// One merged site before ranking.
+pub struct MergedSite {
+    pub label: String,
+    pub category: &'static str,
+    pub frames: Vec<FrameText>,
+    pub truncated: bool,
+    pub pids: Vec<u32>,
+    pub kinds: u8,
+}
+
+/// Groups raw sites by (class, category, frames). Returns the merged sites
+/// in a deterministic order and, per raw site, its merged index.
+pub fn merge_sites(sites: &[SiteStats], defs: &[&StreamDefs]) -> (Vec<MergedSite>, Vec<usize>) {
+    let mut groups: BTreeMap<String, (MergedSite, Vec<usize>)> = BTreeMap::new();
+    for (i, s) in sites.iter().enumerate() {
+        let d = defs[s.stream as usize];
+        let (frames, truncated) = if s.stack != 0 {
+            d.stack_frames(s.stack)
+        } else {
+            (Vec::new(), false)
+        };
+        let func_name = s.func.name().unwrap_or("allocation");
+        let cat = category(s.class, &frames);
+        let mut key = format!(
+            "{:?}|{cat}|{}",
+            s.class,
+            if s.stack == 0 { func_name } else { "" }
+        );
+        for f in &frames {
+            key.push_str(&format!(
+                "\n{}|{}|{}|{}",
+                f.function,
+                f.location,
+                f.module,
+                if f.resolved { 0 } else { f.offset }
+            ));
+        }
+        let pid = d.process.as_ref().map_or(0, |p| p.pid);
+        let entry = groups.entry(key).or_insert_with(|| {
+            (
+                MergedSite {
+                    label: label(s.class, func_name, &frames),
+                    category: cat,
+                    frames,
+                    truncated,
+                    pids: Vec::new(),
+                    kinds: 0,
+                },
+                Vec::new(),
+            )
+        });
+        if !entry.0.pids.contains(&pid) {
+            entry.0.pids.push(pid);
+        }
+        entry.0.kinds |= s.kinds;
+        entry.1.push(i);
+    }
+    let mut merged = Vec::with_capacity(groups.len());
+    let mut of_raw = vec![0usize; sites.len()];
+    for (_, (mut m, members)) in groups {
+        m.pids.sort_unstable();
+        for i in members {
+            of_raw[i] = merged.len();
+        }
+        merged.push(m);
+    }
+    (merged, of_raw)
+}
+
+/// Per merged site: summed figures, and the rank order.
+pub struct Ranked {
+    /// Merged indices, best first.
+    pub order: Vec<usize>,
+    pub columns: BTreeMap<&'static str, Vec<u64>>,
+}
+
+/// Sums raw-site figures per merged site and ranks them by bytes live at the
+/// peak, then total bytes, then count (polars group-by and sort).
+pub fn rank(
+    sites: &[SiteStats],
+    of_raw: &[usize],
+    merged: usize,
+    leaked: &[bool],
+    cached: &[bool],
+) -> PolarsResult<Ranked> {
+    let n = sites.len();
+    let col = |name: &'static str, f: &dyn Fn(usize, &SiteStats) -> u64| {
+        Column::new(
+            name.into(),
+            sites
+                .iter()
+                .enumerate()
+                .map(|(i, s)| f(i, s))
+                .collect::<Vec<u64>>(),
+        )
+    };
+    let df = DataFrame::new(
+        n,
+        vec![
+            Column::new(
+                "merged".into(),
+                of_raw.iter().map(|&m| m as u64).collect::<Vec<u64>>(),
+            ),
+            col("count", &|_, s| s.count),
+            col("total_bytes", &|_, s| s.total_bytes),
+            col("live_at_peak", &|_, s| s.at_peak),
+            col("max_live", &|_, s| s.max_live),
+            col("temporaries", &|_, s| s.temporaries),
+            col("failed", &|_, s| s.failed),
+            col("leaked_bytes", &|i, s| {
+                if leaked[i] {
+                    s.at_exit
+                } else {
+                    0
+                }
+            }),
+            col("leaked_count", &|i, s| {
+                if leaked[i] {
+                    s.at_exit_count
+                } else {
+                    0
+                }
+            }),
+            col("cached_at_exit_bytes", &|i, s| {
+                if cached[i] {
+                    s.at_exit
+                } else {
+                    0
+                }
+            }),
+        ],
+    )?;
+    let sums = [
+        "count",
+        "total_bytes",
+        "live_at_peak",
+        "temporaries",
+        "failed",
+        "leaked_bytes",
+        "leaked_count",
+        "cached_at_exit_bytes",
+    ];
+    let mut aggs: Vec<Expr> = sums
+        .iter()
+        .map(|c| polars::prelude::col(*c).sum())
+        .collect();
+    // Sites merged across processes peak separately: keep the highest.
+    aggs.push(polars::prelude::col("max_live").max());
+    let out = df
+        .lazy()
+        .group_by([polars::prelude::col("merged")])
+        .agg(aggs)
+        .sort_by_exprs(
+            [
+                polars::prelude::col("live_at_peak"),
+                polars::prelude::col("total_bytes"),
+                polars::prelude::col("count"),
+                polars::prelude::col("merged"),
+            ],
+            SortMultipleOptions::default().with_order_descending_multi([true, true, true, false]),
+        )
+        .collect()?;
+    let get = |name: &str| -> PolarsResult<Vec<u64>> {
+        Ok(out
+            .column(name)?
+            .cast(&DataType::UInt64)?
+            .u64()?
+            .iter()
+            .map(|v| v.unwrap_or(0))
+            .collect())
+    };
+    let order: Vec<usize> = get("merged")?.into_iter().map(|m| m as usize).collect();
+    debug_assert_eq!(order.len(), merged);
+    let mut columns = BTreeMap::new();
+    for c in sums.iter().chain(["max_live"].iter()) {
+        columns.insert(*c, get(c)?);
+    }
+    Ok(Ranked { order, columns })
+}

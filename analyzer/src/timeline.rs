@@ -1,0 +1,198 @@
+//! Bounded curves over a time axis whose length is unknown while streaming.
+//!
+//! Every curve shares one bucket width. Buckets start narrow; when time runs
+//! past `MAX_BUCKETS` buckets the width doubles and every curve merges its
+//! buckets pairwise. A bucket keeps the highest value during it and the value
+//! at its end, so peaks survive any amount of merging. Memory is
+//! `MAX_BUCKETS` points per curve whatever the trace length.
+
+use crate::model::Point;
+
+/// Buckets per curve at most (between half and all of them are used).
+pub const MAX_BUCKETS: usize = 512;
+const FIRST_WIDTH_NS: u64 = 1 << 10;
+
+/// The shared axis: origin, width and the bucket time has reached.
+#[derive(Clone, Debug)]
+pub struct Axis {
+    pub start: u64,
+    pub width: u64,
+    /// Index of the bucket holding the latest time seen.
+    pub current: usize,
+    /// How many times the width doubled; curves catch up lazily.
+    pub generation: u32,
+    latest: u64,
+}
+
+impl Axis {
+    pub fn new(start: u64) -> Self {
+        Self::with_width(start, FIRST_WIDTH_NS)
+    }
+
+    /// An axis over another clock (e.g. a count of allocations).
+    pub fn with_width(start: u64, width: u64) -> Self {
+        Axis {
+            start,
+            width,
+            current: 0,
+            generation: 0,
+            latest: 0,
+        }
+    }
+
+    /// True when time `t` lies beyond the current bucket.
+    pub fn leaves_bucket(&self, t: u64) -> bool {
+        let rel = t.saturating_sub(self.start);
+        rel > self.latest && rel / self.width != self.current as u64
+    }
+
+    /// Moves time forward to `t` (never back).
+    pub fn advance(&mut self, t: u64) {
+        let rel = t.saturating_sub(self.start).max(self.latest);
+        self.latest = rel;
+        while rel / self.width >= MAX_BUCKETS as u64 {
+            self.width *= 2;
+            self.generation += 1;
+        }
+        self.current = (rel / self.width) as usize;
+    }
+
+    /// Number of buckets in use.
+    pub fn buckets(&self) -> usize {
+        self.current + 1
+    }
+}
+
+/// A curve of `Point`s; buckets not yet written carry the last value forward.
+#[derive(Clone, Debug, Default)]
+pub struct Curve {
+    points: Vec<Point>,
+    value: u64,
+    generation: u32,
+}
+
+impl Curve {
+    fn catch_up(&mut self, axis: &Axis) {
+        while self.generation < axis.generation {
+            self.points = halve(&self.points);
+            self.generation += 1;
+        }
+        // Fill buckets between the last written one and the current one with
+        // the value they held (no change happened in them).
+        if self.points.len() <= axis.current {
+            let carry = Point {
+                max: self.value,
+                last: self.value,
+            };
+            self.points.resize(axis.current + 1, carry);
+        }
+    }
+
+    /// Sets the curve's value at the axis's current time.
+    pub fn set(&mut self, axis: &Axis, v: u64) {
+        self.catch_up(axis);
+        self.value = v;
+        let p = &mut self.points[axis.current];
+        p.last = v;
+        p.max = p.max.max(v);
+    }
+
+    /// The points up to and including `buckets - 1`.
+    pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<Point> {
+        self.catch_up(axis);
+        let mut out = self.points.clone();
+        let carry = Point {
+            max: self.value,
+            last: self.value,
+        };
+        out.resize(buckets, carry);
+        out
+    }
+}
+
+fn halve(points: &[Point]) -> Vec<Point> {
+    points
+        .chunks(2)
+        .map(|pair| match pair {
+            [a, b] => Point {
+                max: a.max.max(b.max),
+                last: b.last,
+            },
+            [a] => *a,
+            _ => unreachable!("chunks(2) yields one or two"),
+        })
+        .collect()
+}
+
+/// A curve of optional samples taken at bucket ends (fragmentation).
+#[derive(Clone, Debug, Default)]
+pub struct Samples<T: Copy> {
+    points: Vec<Option<T>>,
+    generation: u32,
+}
+
+impl<T: Copy> Samples<T> {
+    /// Records the value at the end of bucket `idx` (of the axis's current
+    /// generation).
+    pub fn put(&mut self, axis: &Axis, idx: usize, v: Option<T>) {
+        while self.generation < axis.generation {
+            self.points = self
+                .points
+                .chunks(2)
+                .map(|pair| pair[pair.len() - 1])
+                .collect();
+            self.generation += 1;
+        }
+        if self.points.len() <= idx {
+            let carry = self.points.last().copied().flatten();
+            self.points.resize(idx + 1, carry);
+        }
+        self.points[idx] = v;
+    }
+
+    pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<Option<T>> {
+        self.put_none_catch_up(axis);
+        let carry = self.points.last().copied().flatten();
+        let mut out = self.points.clone();
+        out.resize(buckets, carry);
+        out
+    }
+
+    fn put_none_catch_up(&mut self, axis: &Axis) {
+        while self.generation < axis.generation {
+            self.points = self
+                .points
+                .chunks(2)
+                .map(|pair| pair[pair.len() - 1])
+                .collect();
+            self.generation += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peaks_survive_rescaling() {
+        let mut axis = Axis::new(0);
+        let mut c = Curve::default();
+        c.set(&axis, 10);
+        assert!(axis.leaves_bucket(5_000));
+        axis.advance(5_000);
+        assert!(!axis.leaves_bucket(5_001));
+        c.set(&axis, 99);
+        c.set(&axis, 20);
+        // Far past the first width: the axis rescales many times.
+        axis.advance(10_000_000_000);
+        c.set(&axis, 30);
+        let buckets = axis.buckets();
+        let pts = c.finish(&axis, buckets);
+        assert_eq!(pts.len(), buckets);
+        assert!(buckets <= MAX_BUCKETS);
+        assert_eq!(pts.iter().map(|p| p.max).max(), Some(99));
+        assert_eq!(pts[0].max, 99);
+        assert_eq!(pts.last().map(|p| p.last), Some(30));
+    }
+}

@@ -1,0 +1,13 @@
+//! Analyzer tests, one binary:
+//! - `samples`: the real traces of traces/samples/, checked against what the
+//!   recorded programs did (the `// expect:` lines of tests/programs/*.cu and
+//!   the figures PyTorch itself reported), never against our own output.
+//! - `reference`: random traces compared with a naive reference.
+//! - `constructed`: patterns with exactly known answers (fragmentation).
+//! - `damaged`: bad input gives warnings or a clear error, never a panic.
+
+mod constructed;
+mod damaged;
+mod reference;
+mod samples;
+mod util;

@@ -1,0 +1,283 @@
+//! The real sample traces against what their programs did.
+
+use std::collections::HashMap;
+
+use gmem_prof_analyzer::model::{Analysis, Site};
+
+use crate::util::*;
+
+/// `// expect: site=NAME key=value …` lines of a test program.
+fn expectations(program: &str) -> Vec<(String, HashMap<String, String>)> {
+    let src = std::fs::read_to_string(repo().join("tests/programs").join(program)).unwrap();
+    src.lines()
+        .filter_map(|l| l.trim().strip_prefix("// expect: "))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let first = words.next()?;
+            let kv: HashMap<String, String> = words
+                .filter_map(|w| {
+                    w.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect();
+            Some((first.to_string(), kv))
+        })
+        .collect()
+}
+
+fn sites_named<'a>(a: &'a Analysis, name: &str) -> Vec<&'a Site> {
+    a.sites
+        .iter()
+        .filter(|s| s.label.starts_with(&format!("{name} at ")))
+        .collect()
+}
+
+/// Every `site=` and `failed site=` expectation of a program holds in the
+/// analysis of its sample trace.
+fn check_program(sample_name: &str, program: &str) {
+    let a = sample(sample_name);
+    let mut checked = 0;
+    for (head, kv) in expectations(program) {
+        let num = |k: &str| kv.get(k).map(|v| v.parse::<u64>().unwrap());
+        if let Some(name) = head.strip_prefix("site=") {
+            let sites = sites_named(&a, name);
+            assert!(!sites.is_empty(), "{sample_name}: no site {name}");
+            let sum = |f: &dyn Fn(&Site) -> u64| sites.iter().map(|s| f(s)).sum::<u64>();
+            if let Some(n) = num("allocs") {
+                assert_eq!(sum(&|s| s.count), n, "{sample_name} {name} allocations");
+            }
+            if let Some(b) = num("bytes") {
+                assert_eq!(sum(&|s| s.total_bytes), b, "{sample_name} {name} bytes");
+            }
+            if let Some(l) = num("leaked") {
+                assert_eq!(
+                    sum(&|s| s.leaked_count),
+                    l,
+                    "{sample_name} {name} leaked count"
+                );
+            }
+            if let Some(l) = num("leaked_bytes") {
+                assert_eq!(
+                    sum(&|s| s.leaked_bytes),
+                    l,
+                    "{sample_name} {name} leaked bytes"
+                );
+            }
+            checked += 1;
+        } else if head == "failed" {
+            let name = &kv["site"];
+            let bytes = num("bytes").unwrap();
+            let hits: Vec<_> = a
+                .ooms
+                .iter()
+                .filter(|o| o.requested_bytes == bytes)
+                .filter(|o| {
+                    a.sites[o.site as usize]
+                        .label
+                        .starts_with(&format!("{name} at "))
+                })
+                .collect();
+            assert_eq!(
+                hits.len() as u64,
+                num("count").unwrap(),
+                "{sample_name}: failed {name}"
+            );
+            assert!(hits
+                .iter()
+                .all(|o| o.result == num("result").unwrap() as u32));
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "{program} states no site figures");
+}
+
+#[test]
+fn kinds_sites_counts_bytes_and_leaks() {
+    check_program("kinds.bin", "kinds.cu");
+    let a = sample("kinds.bin");
+    // kinds.cu leaks one 1 MiB device buffer and one 1 MiB pinned buffer.
+    let p = &a.processes[0];
+    assert!(p.clean_exit);
+    assert_eq!(
+        (p.at_exit.leaked_bytes, p.at_exit.leaked_count),
+        (2 * MIB, 2)
+    );
+    let kinds: Vec<&str> = a.devices[0]
+        .live_by_kind
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
+    for k in ["device", "pinned host", "managed", "array"] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+}
+
+#[test]
+fn vmm_sites_and_exact_fragmentation_of_the_reservation() {
+    check_program("vmm.bin", "vmm.cu");
+    // vmm.cu: 64 MiB reserved, two 8 MiB chunks mapped at its start, the
+    // first unmapped: 56 MiB free, the largest extent the 48 MiB tail.
+    let a = sample("vmm.bin");
+    let f = &a.devices[0].fragmentation;
+    let w = f.worst.as_ref().unwrap();
+    assert_eq!((w.free_bytes, w.largest_free_bytes), (56 * MIB, 48 * MIB));
+    assert!((w.fragmentation - 1.0 / 7.0).abs() < 1e-12);
+    assert!(f
+        .regions
+        .iter()
+        .any(|r| r.kind == "vmm reservation" && r.max_size == 64 * MIB && !r.estimated));
+}
+
+#[test]
+fn pools_sites_and_reserved_above_live() {
+    check_program("pools.bin", "pools.cu");
+    let a = sample("pools.bin");
+    let d = &a.devices[0];
+    assert!(d.reserved_peak >= d.peak_bytes);
+    assert!(d.fragmentation.regions.iter().any(|r| r.kind == "pool"));
+    assert_eq!(a.processes[0].at_exit.leaked_bytes, 0);
+}
+
+#[test]
+fn oom_failed_requests_peak_and_what_was_live() {
+    check_program("oom.bin", "oom.cu");
+    let a = sample("oom.bin");
+    // oom.cu fills the device with 8 × 16 GiB; the ninth 16 GiB fails.
+    let d = &a.devices[0];
+    assert_eq!(d.peak_bytes, 8 * 16 * 1024 * MIB);
+    let fill = &a.sites[d.peak_sites[0].site as usize];
+    assert!(fill.label.starts_with("fill_device at "));
+    assert_eq!(d.peak_sites[0].count, 8);
+    let ninth = a
+        .ooms
+        .iter()
+        .find(|o| o.requested_bytes == 16 * 1024 * MIB)
+        .unwrap();
+    assert_eq!(ninth.device_live_bytes, 8 * 16 * 1024 * MIB);
+    assert_eq!(ninth.outcome, "reached program");
+    assert_eq!(ninth.live_by_site[0].site, fill.id);
+}
+
+#[test]
+fn children_two_processes() {
+    check_program("children.bin", "children.cu");
+    assert_eq!(sample("children.bin").processes.len(), 2);
+}
+
+#[test]
+fn killed_process_is_not_clean_and_its_growth_is_seen() {
+    let a = sample("killed.bin");
+    let p = &a.processes[0];
+    assert!(!p.clean_exit);
+    // killed.cu allocates 1 MiB per step forever from one site.
+    let g = &a.growth[0];
+    assert!(a.sites[g.site as usize]
+        .label
+        .starts_with("alloc_forever_step at "));
+    assert_eq!(p.at_exit.leaked_bytes, p.allocations * MIB);
+}
+
+fn stats(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(repo().join("traces/samples").join(name)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn torch_oom_outcomes_match_torch_counters() {
+    let a = sample("torch_oom.bin");
+    let s = stats("torch_oom.stats.json");
+    let count = |o: &str| a.ooms.iter().filter(|x| x.outcome == o).count() as u64;
+    // num_ooms: failures that reached the program; num_alloc_retries: times
+    // the allocator released its cache and retried.
+    assert_eq!(count("reached program"), s["num_ooms"].as_u64().unwrap());
+    assert_eq!(
+        count("recovered") + count("retried"),
+        s["num_alloc_retries"].as_u64().unwrap()
+    );
+    let recovered = a.ooms.iter().find(|o| o.outcome == "recovered").unwrap();
+    assert_eq!(
+        recovered.requested_bytes,
+        s["recovered_request_bytes"].as_u64().unwrap()
+    );
+    let reached = a
+        .ooms
+        .iter()
+        .find(|o| o.outcome == "reached program")
+        .unwrap();
+    assert!(reached.requested_bytes >= s["impossible_request_bytes"].as_u64().unwrap());
+    // What PyTorch still holds at exit is cached, not leaked.
+    let p = &a.processes[0];
+    assert!(p.at_exit.cached_bytes > 0);
+    assert_eq!(p.allocator_view, "segments");
+    assert!(a
+        .sites
+        .iter()
+        .filter(|s| s.leaked_bytes > 0)
+        .all(|s| s.category != "allocator cache"));
+}
+
+#[test]
+fn torch_native_segments_are_cached_at_exit() {
+    // torch.cuda.memory_stats(): 22 segments, 599,785,472 bytes reserved, none freed.
+    let a = sample("torch_native.bin");
+    let cache: Vec<&Site> = a
+        .sites
+        .iter()
+        .filter(|s| s.category == "allocator cache")
+        .collect();
+    assert_eq!(cache.iter().map(|s| s.count).sum::<u64>(), 22);
+    assert_eq!(
+        cache.iter().map(|s| s.total_bytes).sum::<u64>(),
+        599_785_472
+    );
+    assert_eq!(a.processes[0].at_exit.cached_bytes, 599_785_472);
+    assert!(a.devices[0]
+        .fragmentation
+        .blind_spots
+        .iter()
+        .any(|b| b.contains("caching allocator")));
+}
+
+#[test]
+fn torch_growth_names_the_leaking_site_and_the_steady_run_has_none() {
+    let leak = sample("torch_growth_leak.bin");
+    let s = stats("torch_growth_leak.stats.json");
+    let kept = s["kept_bytes"].as_u64().unwrap();
+    assert_eq!(leak.growth.len(), 1, "{:?}", leak.growth);
+    let g = &leak.growth[0];
+    let site = &leak.sites[g.site as usize];
+    assert!(
+        site.frames.iter().any(|f| f.function.contains("randn")),
+        "{:?}",
+        site.label
+    );
+    assert_eq!(site.max_live, kept, "the list kept every 1 MiB tensor");
+    assert!(g.growth_bytes >= kept / 2, "{g:?}");
+    assert!(sample("torch_growth.bin").growth.is_empty());
+}
+
+#[test]
+fn torch_spawn_four_processes_on_one_device() {
+    let a = sample("torch_spawn.bin");
+    assert_eq!(a.processes.len(), 4);
+    assert_eq!(a.devices.len(), 1);
+    let per_process_peak: u64 = a.processes.iter().map(|p| p.peak_bytes).max().unwrap();
+    assert!(a.devices[0].peak_bytes >= per_process_peak);
+}
+
+#[test]
+fn analysis_is_deterministic_across_thread_counts() {
+    let path = repo().join("traces/samples/torch_async.bin");
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let a =
+                gmem_prof_analyzer::analyze_files(&[path.clone()], &Default::default()).unwrap();
+            serde_json::to_string(&a).unwrap()
+        })
+    };
+    assert_eq!(run(1), run(4));
+}

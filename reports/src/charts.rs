@@ -1,0 +1,287 @@
+//! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
+//! charts (no string from a trace), so nothing in them needs escaping.
+
+use gmem_prof_analyzer::model::{Analysis, DeviceReport};
+use plotters::prelude::*;
+
+use crate::format::bytes;
+
+const SIZE: (u32, u32) = (960, 320);
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// One chart: a file name for its SVG file and the SVG text.
+pub struct Chart {
+    pub name: String,
+    pub title: String,
+    pub svg: String,
+}
+
+struct Series<'a> {
+    label: String,
+    values: &'a [u64],
+    area: bool,
+}
+
+fn seconds(a: &Analysis, i: usize) -> f64 {
+    i as f64 * a.timeline.bucket_ns as f64 / 1e9
+}
+
+/// A chart of byte values over the timeline.
+fn bytes_chart(
+    a: &Analysis,
+    name: String,
+    title: String,
+    series: &[Series],
+    mark: Option<(u64, u64)>,
+) -> Chart {
+    let mut svg = String::new();
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        * 1.08;
+    let xmax = seconds(a, a.timeline.buckets.max(1));
+    let drawn = (|| -> Result<(), String> {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(84)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("time since the first event (s)")
+            .y_label_formatter(&|v| bytes(*v as u64))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, s) in series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let points: Vec<(f64, f64)> = s
+                .values
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| (seconds(a, j), v as f64))
+                .collect();
+            let legend = move |(x, y): (i32, i32)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            };
+            if s.area {
+                chart
+                    .draw_series(AreaSeries::new(points, 0.0, color.mix(0.25)).border_style(color))
+                    .map_err(|e| e.to_string())?
+                    .label(s.label.clone())
+                    .legend(legend);
+            } else {
+                chart
+                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                    .map_err(|e| e.to_string())?
+                    .label(s.label.clone())
+                    .legend(legend);
+            }
+        }
+        if let Some((t, v)) = mark {
+            let x = t as f64 / 1e9;
+            chart
+                .draw_series(std::iter::once(Circle::new((x, v as f64), 5, RED.filled())))
+                .map_err(|e| e.to_string())?
+                .label(format!("peak {}", bytes(v)))
+                .legend(|(x, y)| Circle::new((x + 9, y), 4, RED.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())
+    })();
+    if let Err(e) = drawn {
+        svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"40\"><text x=\"4\" y=\"20\">chart failed: {}</text></svg>",
+            SIZE.0,
+            crate::format::escape(&e)
+        );
+    }
+    Chart { name, title, svg }
+}
+
+/// Live (split by kind) and reserved bytes of one device, peak marked.
+pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
+    let live: Vec<u64> = d.live.iter().map(|p| p.max).collect();
+    let reserved: Vec<u64> = d.reserved.iter().map(|p| p.max).collect();
+    let kinds: Vec<Vec<u64>> = d
+        .live_by_kind
+        .iter()
+        .map(|k| k.points.iter().map(|p| p.max).collect())
+        .collect();
+    let mut series = vec![Series {
+        label: "live (all kinds)".into(),
+        values: &live,
+        area: true,
+    }];
+    if d.reserved_peak > d.peak_bytes {
+        series.push(Series {
+            label: "reserved by allocators".into(),
+            values: &reserved,
+            area: false,
+        });
+    }
+    if d.live_by_kind.len() > 1 {
+        for (k, v) in d.live_by_kind.iter().zip(&kinds) {
+            series.push(Series {
+                label: k.kind.clone(),
+                values: v,
+                area: false,
+            });
+        }
+    }
+    bytes_chart(
+        a,
+        format!("device{}-memory.svg", d.device),
+        format!("Device {}: memory over time", d.device),
+        &series,
+        Some((d.peak_time_ns, d.peak_bytes)),
+    )
+}
+
+/// Fragmentation F(t) (per mille) and the largest free block of a device.
+pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
+    if d.fragmentation.curve.iter().all(|v| v.is_none()) {
+        return None;
+    }
+    let mut svg = String::new();
+    let xmax = seconds(a, a.timeline.buckets.max(1));
+    let drawn = (|| -> Result<(), String> {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "Device {}: fragmentation F = 1 − largest free / total free",
+                    d.device
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax, 0f64..1.05f64)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("time since the first event (s)")
+            .y_desc("F")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        // Draw each run of defined samples as its own line.
+        let mut run: Vec<(f64, f64)> = Vec::new();
+        let mut runs = Vec::new();
+        for (i, v) in d.fragmentation.curve.iter().enumerate() {
+            match v {
+                Some(f) => run.push((seconds(a, i), f64::from(*f) / 1000.0)),
+                None => {
+                    if !run.is_empty() {
+                        runs.push(std::mem::take(&mut run));
+                    }
+                }
+            }
+        }
+        if !run.is_empty() {
+            runs.push(run);
+        }
+        for r in runs {
+            chart
+                .draw_series(LineSeries::new(r, PALETTE[3].stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())
+    })();
+    if drawn.is_err() {
+        return None;
+    }
+    Some(Chart {
+        name: format!("device{}-fragmentation.svg", d.device),
+        title: format!("Device {}: fragmentation", d.device),
+        svg,
+    })
+}
+
+/// Live bytes of each growing site (at most five).
+pub fn growth(a: &Analysis) -> Option<Chart> {
+    if a.growth.is_empty() {
+        return None;
+    }
+    let series: Vec<Series> = a
+        .growth
+        .iter()
+        .take(5)
+        .map(|g| Series {
+            label: format!("site {} (pid {})", g.site, g.pid),
+            values: &g.curve,
+            area: false,
+        })
+        .collect();
+    Some(bytes_chart(
+        a,
+        "growth.svg".into(),
+        "Sites that keep growing: live bytes".into(),
+        &series,
+        None,
+    ))
+}
+
+/// Live bytes per process, when there are several.
+pub fn processes(a: &Analysis) -> Option<Chart> {
+    if a.processes.len() < 2 {
+        return None;
+    }
+    let curves: Vec<Vec<u64>> = a
+        .processes
+        .iter()
+        .map(|p| p.live.iter().map(|x| x.max).collect())
+        .collect();
+    let series: Vec<Series> = a
+        .processes
+        .iter()
+        .zip(&curves)
+        .map(|(p, c)| Series {
+            label: format!("pid {}", p.pid),
+            values: c,
+            area: false,
+        })
+        .collect();
+    Some(bytes_chart(
+        a,
+        "processes.svg".into(),
+        "Live bytes per process".into(),
+        &series,
+        None,
+    ))
+}
+
+/// Every chart of the report, in page order.
+pub fn all(a: &Analysis) -> Vec<Chart> {
+    let mut out = Vec::new();
+    for d in &a.devices {
+        out.push(device_memory(a, d));
+        out.extend(fragmentation(a, d));
+    }
+    out.extend(growth(a));
+    out.extend(processes(a));
+    out
+}

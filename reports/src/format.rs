@@ -1,0 +1,75 @@
+//! Small text helpers shared by every renderer.
+
+/// Bytes in binary units with three significant digits: "1.00 MiB".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    let digits = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {}", UNITS[u])
+}
+
+/// A duration since the start of the trace: "1.234 s", "12.3 ms".
+pub fn time(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    }
+}
+
+/// Share of a whole, as a percentage with one decimal.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "–".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1 << 20), "1.00 MiB");
+        assert_eq!(bytes(599_785_472), "572 MiB");
+        assert_eq!(bytes(41_875_931_136), "39.0 GiB");
+        assert_eq!(time(1_500_000_000), "1.500 s");
+        assert_eq!(escape("<script>a&b\"'"), "&lt;script&gt;a&amp;b&quot;&#39;");
+    }
+}

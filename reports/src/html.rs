@@ -1,0 +1,427 @@
+//! The HTML report: one file, inline CSS and SVG, no script, nothing fetched
+//! from the network. Stacks expand with `<details>`. Every string from the
+//! trace goes through `escape`.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, Site, SiteBytes};
+
+use crate::charts::{self, Chart};
+use crate::format::{bytes, escape, percent, time};
+
+const STYLE: &str = r#"
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 48px;color:#222}
+h1{margin:24px 0 4px}h2{margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.meta{color:#555;margin:0 0 12px}
+table{border-collapse:collapse;width:100%;margin:8px 0 16px;font-size:14px}
+th,td{border-bottom:1px solid #eee;padding:4px 6px;text-align:left;vertical-align:top}
+th{background:#f6f6f6}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.warn{background:#fff4e5;border:1px solid #f0c36d;padding:8px 12px;margin:8px 0}
+.note{background:#eef5ff;border:1px solid #b6d0f5;padding:8px 12px;margin:8px 0}
+.answers li{margin:4px 0}
+details summary{cursor:pointer}ol.frames{font-family:ui-monospace,monospace;font-size:12px;margin:4px 0 8px;padding-left:28px}
+ol.frames .unresolved{color:#a00}.cat{font-size:12px;color:#555;white-space:nowrap}
+svg{max-width:100%;height:auto}code{font-family:ui-monospace,monospace}
+"#;
+
+fn site<'a>(a: &'a Analysis, id: u32) -> Option<&'a Site> {
+    a.sites.get(id as usize)
+}
+
+fn site_link(a: &Analysis, id: u32) -> String {
+    let label = site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone());
+    format!("<a href=\"#site-{id}\">{}</a>", escape(&label))
+}
+
+/// A site's label with its frames expandable.
+fn site_frames(s: &Site) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<details><summary>{}</summary><ol class=\"frames\">",
+        escape(&s.label)
+    );
+    for f in &s.frames {
+        if f.resolved {
+            let _ = write!(
+                out,
+                "<li>{}{}</li>",
+                escape(&f.function),
+                if f.location.is_empty() {
+                    format!(" <span class=\"cat\">({})</span>", escape(&f.module))
+                } else {
+                    format!(" <span class=\"cat\">{}</span>", escape(&f.location))
+                }
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<li class=\"unresolved\">{}+{:#x} <span class=\"cat\">(unresolved)</span></li>",
+                escape(&f.module),
+                f.offset
+            );
+        }
+    }
+    if s.frames.is_empty() {
+        out.push_str("<li>no stack recorded</li>");
+    }
+    if s.truncated {
+        out.push_str("<li>… (stack truncated)</li>");
+    }
+    out.push_str("</ol></details>");
+    out
+}
+
+fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
+    let mut out = String::from(
+        "<table><tr><th>site</th><th class=\"n\">bytes</th><th class=\"n\">share</th><th class=\"n\">allocations</th></tr>",
+    );
+    for r in rows.iter().take(limit) {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            site_link(a, r.site),
+            bytes(r.bytes),
+            percent(r.bytes, whole),
+            r.count
+        );
+    }
+    if rows.len() > limit {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"4\">… and {} more sites</td></tr>",
+            rows.len() - limit
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn chart_html(c: &Chart) -> String {
+    format!("<figure>{}</figure>", c.svg)
+}
+
+fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut String) {
+    let _ = write!(
+        out,
+        "<h2 id=\"device-{}\">Device {}: {}</h2><p class=\"meta\">{} total; peak <b>{}</b> live at {}; allocators reserved at most {}.</p>",
+        d.device,
+        d.device,
+        escape(&d.name),
+        if d.total_memory > 0 { bytes(d.total_memory) } else { "unknown".into() },
+        bytes(d.peak_bytes),
+        time(d.peak_time_ns),
+        bytes(d.reserved_peak)
+    );
+    let memory = format!("device{}-memory.svg", d.device);
+    let frag = format!("device{}-fragmentation.svg", d.device);
+    for c in charts.iter().filter(|c| c.name == memory) {
+        out.push_str(&chart_html(c));
+    }
+    out.push_str("<h3>Live at the peak</h3>");
+    let kinds: Vec<String> = d
+        .peak_by_kind
+        .iter()
+        .map(|k| format!("{} {}", escape(&k.kind), bytes(k.bytes)))
+        .collect();
+    let _ = write!(out, "<p>By kind: {}.</p>", kinds.join(", "));
+    out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
+    if !d.kernels_at_peak.is_empty() {
+        out.push_str("<p>Kernels running at the peak:</p><ul>");
+        for k in &d.kernels_at_peak {
+            let _ = write!(
+                out,
+                "<li><code>{}</code> (pid {}, stream {}, {} – {})</li>",
+                escape(&k.name),
+                k.pid,
+                k.stream,
+                time(k.start_ns),
+                time(k.end_ns)
+            );
+        }
+        out.push_str("</ul>");
+    }
+    if let Some(k) = &d.next_kernel_after_peak {
+        let _ = write!(
+            out,
+            "<p>First kernel to start after the peak: <code>{}</code> (pid {}, stream {}, at {}).</p>",
+            escape(&k.name),
+            k.pid,
+            k.stream,
+            time(k.start_ns)
+        );
+    }
+    if !d.kernels_traced {
+        out.push_str("<p class=\"note\">Kernels were not traced in every process on this device (recorded with <code>--no-kernels</code>): the kernel at the peak may be unknown.</p>");
+    }
+    out.push_str("<h3>Fragmentation</h3>");
+    for c in charts.iter().filter(|c| c.name == frag) {
+        out.push_str(&chart_html(c));
+    }
+    let f = &d.fragmentation;
+    if let Some(w) = &f.worst {
+        let _ = write!(
+            out,
+            "<p>Worst: <b>F = {:.3}</b> at {}: {} free in the regions, largest free block {}.</p>",
+            w.fragmentation,
+            time(w.time_ns),
+            bytes(w.free_bytes),
+            bytes(w.largest_free_bytes)
+        );
+    }
+    if !f.regions.is_empty() {
+        out.push_str("<table><tr><th>region</th><th>pid</th><th class=\"n\">address</th><th class=\"n\">largest size</th><th>layout</th></tr>");
+        for r in &f.regions {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"n\"><code>{:#x}</code></td><td class=\"n\">{}</td><td>{}</td></tr>",
+                escape(&r.kind),
+                r.pid,
+                r.address,
+                bytes(r.max_size),
+                if r.estimated {
+                    "estimated (CUPTI reports the pool's size, not its address ranges)"
+                } else {
+                    "exact"
+                }
+            );
+        }
+        out.push_str("</table>");
+    }
+    for b in &f.blind_spots {
+        let _ = write!(out, "<p class=\"note\">{}</p>", escape(b));
+    }
+}
+
+fn sites_section(a: &Analysis, out: &mut String) {
+    out.push_str("<h2 id=\"sites\">Top allocation sites</h2><p class=\"meta\">Ranked by bytes live at the peak, then total bytes. Click a site for its stack (innermost frame first).</p>");
+    out.push_str("<table><tr><th>#</th><th>site</th><th>category</th><th class=\"n\">live at peak</th><th class=\"n\">max live</th><th class=\"n\">total</th><th class=\"n\">count</th><th class=\"n\">temporaries</th><th class=\"n\">leaked</th><th class=\"n\">failed</th></tr>");
+    for s in a.sites.iter().take(200) {
+        let _ = write!(
+            out,
+            "<tr id=\"site-{}\"><td>{}</td><td>{}<span class=\"cat\">{} · pid {}</span></td><td class=\"cat\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            s.id,
+            s.id,
+            site_frames(s),
+            escape(&s.kinds.join(", ")),
+            s.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+            escape(&s.category),
+            bytes(s.live_at_peak),
+            bytes(s.max_live),
+            bytes(s.total_bytes),
+            s.count,
+            s.temporaries,
+            if s.leaked_bytes > 0 { bytes(s.leaked_bytes) } else { "–".into() },
+            s.failed
+        );
+    }
+    if a.sites.len() > 200 {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"10\">… and {} more sites (see the JSON output)</td></tr>",
+            a.sites.len() - 200
+        );
+    }
+    out.push_str("</table>");
+}
+
+fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+    out.push_str("<h2 id=\"leaks\">Leaks and growth</h2>");
+    out.push_str("<table><tr><th>pid</th><th>exit</th><th class=\"n\">leaked (never freed)</th><th class=\"n\">cached by an allocator</th><th class=\"n\">runtime (module globals, graph pools)</th><th class=\"n\">profiler</th></tr>");
+    for p in &a.processes {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{}</td></tr>",
+            p.pid,
+            if p.clean_exit { "clean" } else { "did not end cleanly: live when the trace ends" },
+            bytes(p.at_exit.leaked_bytes),
+            p.at_exit.leaked_count,
+            bytes(p.at_exit.cached_bytes),
+            p.at_exit.cached_count,
+            bytes(p.at_exit.runtime_bytes),
+            p.at_exit.runtime_count,
+            bytes(p.at_exit.profiler_bytes)
+        );
+    }
+    out.push_str("</table><p class=\"meta\">Memory a caching allocator (PyTorch, CuPy, XLA) still holds at exit is cached, not leaked: the allocator keeps freed blocks for reuse and the driver reclaims them when the process ends.</p>");
+    let mut leaking: Vec<&Site> = a.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
+    leaking.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
+    if leaking.is_empty() {
+        out.push_str("<p>No leaks: everything the programs allocated was freed or is held by an allocator cache.</p>");
+    } else {
+        out.push_str("<h3>Leaked, by site</h3><table><tr><th>site</th><th class=\"n\">leaked</th><th class=\"n\">allocations</th></tr>");
+        for s in leaking.iter().take(50) {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                site_link(a, s.id),
+                bytes(s.leaked_bytes),
+                s.leaked_count
+            );
+        }
+        out.push_str("</table>");
+    }
+    out.push_str("<h3>Growth after the warm-up</h3>");
+    if a.growth.is_empty() {
+        let _ = write!(
+            out,
+            "<p>No site keeps growing: none rose by {} or more between the end of the warm-up ({}% of each process's lifetime) and the end of the run.</p>",
+            bytes(gmem_prof_analyzer::GROWTH_MIN_BYTES),
+            (gmem_prof_analyzer::WARM_UP * 100.0) as u32
+        );
+    } else {
+        for c in charts.iter().filter(|c| c.name == "growth.svg") {
+            out.push_str(&chart_html(c));
+        }
+        out.push_str("<table><tr><th>site</th><th>pid</th><th class=\"n\">after warm-up</th><th class=\"n\">near the end</th><th class=\"n\">growth</th></tr>");
+        for g in &a.growth {
+            let _ = write!(
+                out,
+                "<tr><td>site {}: {}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">+{}</td></tr>",
+                g.site,
+                site_link(a, g.site),
+                g.pid,
+                bytes(g.from_bytes),
+                bytes(g.to_bytes),
+                bytes(g.growth_bytes)
+            );
+        }
+        out.push_str("</table>");
+    }
+}
+
+fn oom_section(a: &Analysis, out: &mut String) {
+    out.push_str("<h2 id=\"oom\">Out of memory</h2>");
+    if a.ooms.is_empty() {
+        out.push_str("<p>No allocation failed.</p>");
+        return;
+    }
+    out.push_str("<p class=\"meta\">\"recovered\": the same request succeeded on a retry (the allocator released its cache); \"retried\": it failed again on a retry; \"reached program\": the last attempt failed and the program saw the error.</p>");
+    for (i, o) in a.ooms.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<h3 id=\"oom-{i}\">{} of {} at {} — {}</h3><p>pid {}, thread {}, device {}, CUDA error {}. Live on the device then: {} of {}; largest free block in pools/VMM regions: {}.</p><p>Requested from: {}</p>",
+            escape(&o.function),
+            bytes(o.requested_bytes),
+            time(o.time_ns),
+            escape(&o.outcome),
+            o.pid,
+            o.tid,
+            o.device,
+            o.result,
+            bytes(o.device_live_bytes),
+            if o.device_total_bytes > 0 { bytes(o.device_total_bytes) } else { "unknown".into() },
+            o.largest_free_extent.map_or_else(|| "not visible (no pool or VMM region)".into(), bytes),
+            site(a, o.site).map_or_else(|| format!("site {}", o.site), site_frames)
+        );
+        out.push_str(&site_bytes_table(
+            a,
+            &o.live_by_site,
+            o.device_live_bytes,
+            10,
+        ));
+    }
+}
+
+fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+    out.push_str("<h2 id=\"processes\">Processes</h2>");
+    for c in charts.iter().filter(|c| c.name == "processes.svg") {
+        out.push_str(&chart_html(c));
+    }
+    out.push_str("<table><tr><th>pid</th><th>parent</th><th>command</th><th class=\"n\">lifetime</th><th class=\"n\">allocations</th><th class=\"n\">frees</th><th class=\"n\">failed</th><th class=\"n\">peak</th><th>allocator view</th></tr>");
+    for p in &a.processes {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td class=\"n\">{} – {}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            p.pid,
+            p.ppid,
+            escape(&p.cmdline.join(" ")),
+            time(p.start_ns),
+            time(p.end_ns),
+            p.allocations,
+            p.frees,
+            p.failed_allocations,
+            bytes(p.peak_bytes),
+            match p.allocator_view.as_str() {
+                "segments" => "segments of a caching allocator (tensors inside are not seen)",
+                "tensors" => "per tensor (stream-ordered allocator)",
+                _ => "direct CUDA allocations",
+            }
+        );
+    }
+    out.push_str("</table>");
+    for p in a.processes.iter().filter(|p| !p.messages.is_empty()) {
+        let _ = write!(out, "<p>pid {}:</p><ul>", p.pid);
+        for m in &p.messages {
+            let _ = write!(out, "<li>{}</li>", escape(m));
+        }
+        out.push_str("</ul>");
+    }
+}
+
+/// Writes the whole report.
+pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
+    let charts = charts::all(a);
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>gmem-prof: {}</title><style>{STYLE}</style></head><body>",
+        escape(title)
+    );
+    let _ = write!(
+        out,
+        "<h1>GPU memory report</h1><p class=\"meta\">{} · {} process(es) · {} device(s) · {} over {} · {} allocation/free events, {} API calls, {} kernels</p>",
+        escape(&a.input.files.join(", ")),
+        a.processes.len(),
+        a.devices.len(),
+        bytes(a.input.bytes),
+        time(a.timeline.end_ns),
+        a.input.memory_events,
+        a.input.api_calls,
+        a.input.kernels
+    );
+    for warning in &a.input.warnings {
+        let _ = write!(out, "<p class=\"warn\">{}</p>", escape(warning));
+    }
+    // The answers first.
+    out.push_str("<ul class=\"answers\">");
+    for d in &a.devices {
+        let top = d.peak_sites.first().map_or_else(String::new, |s| {
+            format!(
+                "; largest share {} from {}",
+                percent(s.bytes, d.peak_bytes),
+                site_link(a, s.site)
+            )
+        });
+        let _ = write!(
+            out,
+            "<li><a href=\"#device-{}\">Device {}</a>: peak <b>{}</b> at {}{}.</li>",
+            d.device,
+            d.device,
+            bytes(d.peak_bytes),
+            time(d.peak_time_ns),
+            top
+        );
+    }
+    let leaked: u64 = a.processes.iter().map(|p| p.at_exit.leaked_bytes).sum();
+    let cached: u64 = a.processes.iter().map(|p| p.at_exit.cached_bytes).sum();
+    let _ = write!(
+        out,
+        "<li><a href=\"#leaks\">Leaks</a>: {}{}.</li><li><a href=\"#leaks\">Growth</a>: {}.</li><li><a href=\"#oom\">Out of memory</a>: {}.</li>",
+        if leaked > 0 { format!("<b>{}</b> never freed", bytes(leaked)) } else { "none".into() },
+        if cached > 0 { format!(" ({} cached by an allocator at exit, not leaked)", bytes(cached)) } else { String::new() },
+        if a.growth.is_empty() { "no site keeps growing".into() } else { format!("{} site(s) keep growing, most by {}", a.growth.len(), bytes(a.growth[0].growth_bytes)) },
+        if a.ooms.is_empty() { "never".into() } else { format!("{} failed allocation(s), {} reached the program", a.ooms.len(), a.ooms.iter().filter(|o| o.outcome == "reached program").count()) }
+    );
+    out.push_str("</ul>");
+    for d in &a.devices {
+        device_section(a, d, &charts, &mut out);
+    }
+    sites_section(a, &mut out);
+    leaks_section(a, &charts, &mut out);
+    oom_section(a, &mut out);
+    processes_section(a, &charts, &mut out);
+    out.push_str("<p class=\"meta\">Written by gmem-prof. Times are measured from the first event of the trace.</p></body></html>\n");
+    w.write_all(out.as_bytes())
+}

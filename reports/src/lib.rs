@@ -1,0 +1,37 @@
+//! gmem-prof's renderers: the analysis model (`gmem_prof_analyzer::model`)
+//! to a terminal summary, a self-contained HTML page with SVG charts, SVG
+//! files and JSON.
+//!
+//! # Design constraints
+//! - Render into any `Write`; the same analysis gives byte-identical output
+//!   (no clock, no absolute paths of this machine, no hash-map order), so
+//!   golden files can pin it.
+//! - The HTML fetches nothing: inline CSS and SVG, `<details>` instead of
+//!   script.
+//! - Every string that comes from a trace (kernel names, symbols, paths,
+//!   command lines) is escaped; charts carry only our own words.
+//! - Reads only the model: never wire records, never polars.
+
+mod charts;
+pub mod format;
+mod html;
+mod text;
+
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::model::Analysis;
+
+pub use charts::Chart;
+pub use html::html;
+pub use text::summary;
+
+/// The SVG charts of the report, each with the file name it is written as.
+pub fn charts(a: &Analysis) -> Vec<Chart> {
+    charts::all(a)
+}
+
+/// The analysis as pretty JSON (schema: `schema_version` in the model).
+pub fn json(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *w, a).map_err(io::Error::other)?;
+    w.write_all(b"\n")
+}

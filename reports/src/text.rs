@@ -1,0 +1,184 @@
+//! The terminal summary: the plain questions answered in a few lines.
+
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::model::{Analysis, Site};
+
+use crate::format::{bytes, percent, time};
+
+/// How many sites each list shows.
+const TOP: usize = 5;
+
+fn site<'a>(a: &'a Analysis, id: u32) -> Option<&'a Site> {
+    a.sites.get(id as usize)
+}
+
+fn site_label(a: &Analysis, id: u32) -> String {
+    site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone())
+}
+
+pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
+    writeln!(
+        w,
+        "{} process{}, {} device{}, {} events over {}",
+        a.processes.len(),
+        if a.processes.len() == 1 { "" } else { "es" },
+        a.devices.len(),
+        if a.devices.len() == 1 { "" } else { "s" },
+        events,
+        time(a.timeline.end_ns)
+    )?;
+    for d in &a.devices {
+        let kinds: Vec<String> = d
+            .peak_by_kind
+            .iter()
+            .map(|k| format!("{} {}", k.kind, bytes(k.bytes)))
+            .collect();
+        writeln!(
+            w,
+            "\ndevice {} ({}{}): peak {} live at {} ({})",
+            d.device,
+            d.name,
+            if d.total_memory > 0 {
+                format!(", {}", bytes(d.total_memory))
+            } else {
+                String::new()
+            },
+            bytes(d.peak_bytes),
+            time(d.peak_time_ns),
+            kinds.join(", ")
+        )?;
+        if d.reserved_peak > d.peak_bytes {
+            writeln!(
+                w,
+                "  reserved by allocators at most {}",
+                bytes(d.reserved_peak)
+            )?;
+        }
+        for s in d.peak_sites.iter().take(TOP) {
+            writeln!(
+                w,
+                "  {:>6} {:>10} in {:>5} × {}",
+                percent(s.bytes, d.peak_bytes),
+                bytes(s.bytes),
+                s.count,
+                site_label(a, s.site)
+            )?;
+        }
+        if d.peak_sites.len() > TOP {
+            writeln!(w, "  … and {} more sites", d.peak_sites.len() - TOP)?;
+        }
+        match (d.kernels_at_peak.first(), &d.next_kernel_after_peak) {
+            (Some(k), _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
+            (None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
+            (None, None) if !d.kernels_traced => {
+                writeln!(w, "  kernels were not traced (recorded with --no-kernels)")?
+            }
+            _ => {}
+        }
+        if let Some(f) = &d.fragmentation.worst {
+            let estimated = d.fragmentation.regions.iter().any(|r| r.estimated);
+            writeln!(
+                w,
+                "  worst fragmentation {:.2} at {}: {} free, largest free block {}{}",
+                f.fragmentation,
+                time(f.time_ns),
+                bytes(f.free_bytes),
+                bytes(f.largest_free_bytes),
+                if estimated {
+                    " (pool layout estimated)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+    }
+
+    let leaked: u64 = a.processes.iter().map(|p| p.at_exit.leaked_bytes).sum();
+    let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();
+    let cached: u64 = a.processes.iter().map(|p| p.at_exit.cached_bytes).sum();
+    writeln!(w)?;
+    if leaked == 0 {
+        writeln!(w, "leaks: none")?;
+    } else {
+        writeln!(
+            w,
+            "leaks: {} in {} allocations never freed",
+            bytes(leaked),
+            leaked_n
+        )?;
+        let mut sites: Vec<&Site> = a.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
+        sites.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
+        for s in sites.iter().take(TOP) {
+            writeln!(
+                w,
+                "  {:>10} in {:>5} × {}",
+                bytes(s.leaked_bytes),
+                s.leaked_count,
+                s.label
+            )?;
+        }
+    }
+    if cached > 0 {
+        writeln!(
+            w,
+            "cached at exit: {} held by a caching allocator (PyTorch, CuPy, XLA): not a leak",
+            bytes(cached)
+        )?;
+    }
+    for p in a.processes.iter().filter(|p| !p.clean_exit) {
+        writeln!(
+            w,
+            "process {} did not exit cleanly: what it held is counted as live when the trace ends",
+            p.pid
+        )?;
+    }
+    if a.growth.is_empty() {
+        writeln!(w, "growth: no site keeps growing after the warm-up")?;
+    } else {
+        writeln!(w, "growth after the warm-up:")?;
+        for g in a.growth.iter().take(TOP) {
+            writeln!(
+                w,
+                "  +{:>9} ({} → {}) pid {}: {}",
+                bytes(g.growth_bytes),
+                bytes(g.from_bytes),
+                bytes(g.to_bytes),
+                g.pid,
+                site_label(a, g.site)
+            )?;
+        }
+    }
+    if a.ooms.is_empty() {
+        writeln!(w, "out of memory: never")?;
+    } else {
+        let count = |o: &str| a.ooms.iter().filter(|x| x.outcome == o).count();
+        writeln!(
+            w,
+            "out of memory: {} failed allocations ({} reached the program, {} recovered by the allocator, {} retried)",
+            a.ooms.len(),
+            count("reached program"),
+            count("recovered"),
+            count("retried")
+        )?;
+        for o in a.ooms.iter().take(TOP) {
+            writeln!(
+                w,
+                "  {} {} of {} at {} (pid {}, {} live on device {}): {}",
+                o.outcome,
+                o.function,
+                bytes(o.requested_bytes),
+                time(o.time_ns),
+                o.pid,
+                bytes(o.device_live_bytes),
+                o.device,
+                site_label(a, o.site)
+            )?;
+        }
+    }
+    for warning in &a.input.warnings {
+        writeln!(w, "warning: {warning}")?;
+    }
+    Ok(())
+}
