@@ -10,6 +10,8 @@
 //!   per format version; damaged and hostile input.
 //! - `samples`: figures in the real GPU traces (traces/samples) checked
 //!   against what the recorded programs did.
+//! - `report`: `gmem-prof report`: files, summary, golden JSON/HTML, bad and
+//!   hostile input, the page in headless chromium.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -24,3 +26,6 @@ mod dump;
 
 #[path = "e2e/samples.rs"]
 mod samples;
+
+#[path = "e2e/report.rs"]
+mod report;

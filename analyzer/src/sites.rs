@@ -34,10 +34,8 @@ impl StreamDefs {
     pub fn add(&mut self, r: Record) {
         match r {
             Record::Process(p) => self.process = Some(p),
-            Record::Device(d) => {
-                if !self.devices.iter().any(|x| x.device == d.device) {
-                    self.devices.push(d);
-                }
+            Record::Device(d) if !self.devices.iter().any(|x| x.device == d.device) => {
+                self.devices.push(d);
             }
             Record::String(s) => {
                 self.strings.insert(s.id.0, s.text);

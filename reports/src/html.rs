@@ -25,9 +25,7 @@ ol.frames .unresolved{color:#a00}.cat{font-size:12px;color:#555;white-space:nowr
 svg{max-width:100%;height:auto}code{font-family:ui-monospace,monospace}
 "#;
 
-fn site<'a>(a: &'a Analysis, id: u32) -> Option<&'a Site> {
-    a.sites.get(id as usize)
-}
+use crate::site;
 
 fn site_link(a: &Analysis, id: u32) -> String {
     let label = site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone());

@@ -9,9 +9,7 @@ use crate::format::{bytes, percent, time};
 /// How many sites each list shows.
 const TOP: usize = 5;
 
-fn site<'a>(a: &'a Analysis, id: u32) -> Option<&'a Site> {
-    a.sites.get(id as usize)
-}
+use crate::site;
 
 fn site_label(a: &Analysis, id: u32) -> String {
     site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone())

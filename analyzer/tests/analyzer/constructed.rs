@@ -53,7 +53,7 @@ fn peak_is_the_highest_sum_and_leaks_are_what_is_left() {
         mem(20, true, BASE + 0x1000_0000, 5 * MIB, None),
         mem(30, false, BASE, 3 * MIB, None),
         mem(40, true, BASE + 0x2000_0000, 4 * MIB, None),
-        mem(50, true, BASE + 0x3000_0000, 1 * MIB, None),
+        mem(50, true, BASE + 0x3000_0000, MIB, None),
         mem(60, false, BASE + 0x2000_0000, 4 * MIB, None),
     ];
     let a = analyze_bytes(&trace(&records));

@@ -39,7 +39,7 @@ fn program(steps: &[Step]) -> Vec<Ev> {
             PLAIN_BASE + slot as u64 * 0x1000_0000
         };
         match live[slot] {
-            None if action % 3 != 0 => {
+            None if !action.is_multiple_of(3) => {
                 let bytes = if in_pool {
                     MIB
                 } else {
@@ -54,7 +54,7 @@ fn program(steps: &[Step]) -> Vec<Ev> {
                     pool: in_pool,
                 });
             }
-            Some((bytes, pool)) if action % 3 == 0 || action % 5 == 0 => {
+            Some((bytes, pool)) if action.is_multiple_of(3) || action.is_multiple_of(5) => {
                 live[slot] = None;
                 out.push(Ev {
                     time: t,

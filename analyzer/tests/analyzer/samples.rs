@@ -275,7 +275,8 @@ fn analysis_is_deterministic_across_thread_counts() {
             .unwrap();
         pool.install(|| {
             let a =
-                gmem_prof_analyzer::analyze_files(&[path.clone()], &Default::default()).unwrap();
+                gmem_prof_analyzer::analyze_files(std::slice::from_ref(&path), &Default::default())
+                    .unwrap();
             serde_json::to_string(&a).unwrap()
         })
     };

@@ -1,0 +1,225 @@
+//! `gmem-prof report`: files written, summary, golden JSON/HTML/SVG, bad and
+//! hostile input, and the page in a real browser when chromium is present.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gmem_prof_traces::record::{
+    Bytes, KernelEvent, MemoryEvent, Nanos, ProcessEnd, ProcessInfo, StringDef, StringId,
+};
+use gmem_prof_traces::{Record, TraceWriter};
+
+use crate::util::*;
+
+fn report(traces: &[&Path], out: &Path) -> Output {
+    run(Command::new(gmem())
+        .arg("report")
+        .args(traces)
+        .arg("-o")
+        .arg(out))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn report_writes_html_json_and_charts_and_prints_the_answers() {
+    let dir = scratch("report-kinds");
+    let o = report(&[&sample("kinds.bin")], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    // kinds.cu leaks one 1 MiB device and one 1 MiB pinned buffer.
+    assert!(
+        text.contains("leaks: 2.00 MiB in 2 allocations never freed"),
+        "{text}"
+    );
+    assert!(text.contains("alloc_device_buffers at kinds.cu:"), "{text}");
+    assert!(text.contains("kinds.html"), "{text}");
+    for f in ["kinds.html", "kinds.json", "kinds-device0-memory.svg"] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    let html = std::fs::read_to_string(dir.join("kinds.html")).unwrap();
+    assert!(
+        !html.contains("https://") && !html.contains("src=\"http"),
+        "nothing fetched"
+    );
+    assert!(!html.contains("<script"), "no script, nothing fetched");
+    assert!(html.contains("<svg"), "charts inline");
+}
+
+/// Golden report files of a real trace. Re-bless with GMEM_PROF_BLESS=1
+/// (and review the diff).
+#[test]
+fn reports_of_sample_traces_match_their_golden_files() {
+    for name in ["kinds", "vmm", "torch_oom"] {
+        let dir = scratch(&format!("report-golden-{name}"));
+        let o = report(&[&sample(&format!("{name}.bin"))], &dir);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        for ext in ["json", "html"] {
+            let got = std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap();
+            let golden = repo().join(format!("tests/golden/report/{name}.{ext}"));
+            if std::env::var_os("GMEM_PROF_BLESS").is_some() {
+                std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+                std::fs::write(&golden, &got).unwrap();
+                continue;
+            }
+            let want = std::fs::read_to_string(&golden).unwrap_or_else(|_| {
+                panic!("{} missing: run with GMEM_PROF_BLESS=1", golden.display())
+            });
+            assert!(
+                want == got,
+                "{name}.{ext} differs from {}",
+                golden.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn report_of_a_directory_of_per_process_files() {
+    let dir = scratch("report-dir");
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    std::fs::copy(sample("kinds.bin"), traces.join("a.bin")).unwrap();
+    std::fs::copy(sample("vmm.bin"), traces.join("b.bin")).unwrap();
+    let o = report(&[&traces], &dir.join("out"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("2 processes"), "{}", stdout(&o));
+    assert!(dir.join("out/a.html").is_file());
+}
+
+#[test]
+fn bad_input_exits_2_with_a_message_and_damage_gives_a_warning() {
+    let dir = scratch("report-bad");
+    let garbage = dir.join("garbage.bin");
+    std::fs::write(&garbage, b"this is not a trace").unwrap();
+    let empty = dir.join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    for f in [&garbage, &empty, &dir.join("missing.bin")] {
+        let o = report(&[f], &dir);
+        assert_eq!(o.status.code(), Some(2), "{}", f.display());
+        assert!(stderr(&o).starts_with("gmem-prof: "), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"));
+    }
+    let full = std::fs::read(sample("torch_growth_leak.bin")).unwrap();
+    let cut = dir.join("cut.bin");
+    std::fs::write(&cut, &full[..full.len() / 2]).unwrap();
+    let o = report(&[&cut], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("warning: "), "{}", stdout(&o));
+    let html = std::fs::read_to_string(dir.join("cut.html")).unwrap();
+    assert!(html.contains("class=\"warn\""));
+}
+
+/// Strings from a trace (kernel names, command lines) appear as text.
+#[test]
+fn hostile_strings_are_escaped() {
+    let dir = scratch("report-hostile");
+    let evil = "<script>alert('x')</script><img src=x onerror=alert(1)>";
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    let recs = [
+        Record::Process(ProcessInfo {
+            pid: 7,
+            exe: evil.into(),
+            cmdline: vec![evil.into(), "&amp;".into()],
+            kernels_traced: true,
+            ..Default::default()
+        }),
+        Record::String(StringDef {
+            id: StringId(1),
+            text: evil.into(),
+        }),
+        Record::Kernel(KernelEvent {
+            start: Nanos(1_000),
+            end: Nanos(900_000),
+            name: StringId(1),
+            ..Default::default()
+        }),
+        Record::Memory(MemoryEvent {
+            time: Nanos(2_000),
+            alloc: true,
+            kind: 3,
+            address: 0x7f00_0000_0000,
+            bytes: Bytes(1 << 20),
+            context: 1,
+            ..Default::default()
+        }),
+        Record::ProcessEnd(ProcessEnd {
+            time: Nanos(1_000_000),
+        }),
+    ];
+    for r in &recs {
+        w.push(r).unwrap();
+    }
+    let trace = dir.join("evil.bin");
+    std::fs::write(&trace, w.finish().unwrap()).unwrap();
+    let o = report(&[&trace], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let html = std::fs::read_to_string(dir.join("evil.html")).unwrap();
+    assert!(
+        !html.contains("<script"),
+        "markup from the trace was not escaped"
+    );
+    assert!(!html.contains("<img"));
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
+    assert!(html.contains("&amp;amp;"));
+}
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|c| {
+            let ok = Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            ok.then(|| PathBuf::from(c))
+        })
+}
+
+/// The page in a real browser: its DOM after load holds the sections, and a
+/// screenshot is drawn. Skipped with a printed reason without chromium.
+#[test]
+fn report_renders_in_headless_chromium() {
+    let Some(browser) = chromium() else {
+        eprintln!("skipped: no chromium on this machine (apt-get install chromium)");
+        return;
+    };
+    let dir = scratch("report-chromium");
+    let o = report(&[&sample("torch_oom.bin")], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let url = format!("file://{}", dir.join("torch_oom.html").display());
+    let flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+    ];
+    let dom = run(Command::new(&browser)
+        .args(flags)
+        .arg("--dump-dom")
+        .arg(&url));
+    let dom = stdout(&dom);
+    for text in [
+        "GPU memory report",
+        "Top allocation sites",
+        "Out of memory",
+        "reached program",
+        "<svg",
+    ] {
+        assert!(dom.contains(text), "{text} missing from the rendered page");
+    }
+    let shot = dir.join("page.png");
+    let o = run(Command::new(&browser)
+        .args(flags)
+        .arg("--window-size=1200,2000")
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(&url));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "a blank page?"
+    );
+}
