@@ -215,7 +215,9 @@ fn decode(c: &ChunkRef) -> Decoded {
             other => d.defs.push(other),
         }
     }
-    d.events.sort_unstable_by_key(|e| (e.time, e.seq));
+    if !d.events.is_sorted_by_key(|e| (e.time, e.seq)) {
+        d.events.sort_unstable_by_key(|e| (e.time, e.seq));
+    }
     d
 }
 

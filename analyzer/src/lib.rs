@@ -110,29 +110,11 @@ pub fn analyze(
     let mut engine = Engine::new(streams);
     let mut records = 0u64;
     let mut done_bytes = 0u64;
-    loop {
-        // Feed the stream that has read least, so that every stream's window
-        // can be released.
-        let pick = cursors
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.next < c.chunks.len())
-            .min_by_key(|(i, c)| (c.read_up_to, *i))
-            .map(|(i, _)| i);
-        let Some(s) = pick else { break };
-        let cur = &mut cursors[s];
-        let end = (cur.next + input::BATCH).min(cur.chunks.len());
-        let batch: Vec<&ChunkRef> = cur.chunks[cur.next..end]
-            .iter()
-            .map(|&i| &chunks[i])
-            .collect();
-        cur.next = end;
-        done_bytes += batch
-            .iter()
-            .map(|c| c.raw.stored.len() as u64 + 24)
-            .sum::<u64>();
-        let decoded = input::decode_batch(&batch);
-        let mut events: Vec<TimedEvent> = Vec::new();
+    // The next batch is decoded while the sweep applies the current one
+    // (rayon::join): decoding is parallel, the sweep is sequential.
+    let mut in_flight = next_batch(&mut cursors, &chunks, &mut done_bytes)
+        .map(|(s, batch)| (s, input::decode_batch(&batch)));
+    while let Some((s, decoded)) = in_flight.take() {
         for d in decoded {
             records += d.records;
             if let Some((offset, why)) = d.error {
@@ -141,22 +123,28 @@ pub fn analyze(
                 ));
             }
             engine.apply_defs(d.stream, d.defs);
-            events.extend(d.events);
+            let cur = &mut cursors[s];
+            // Each chunk's events are sorted: the last is its latest.
+            if let Some(last) = d.events.last() {
+                cur.read_up_to = cur.read_up_to.max(last.time);
+            }
+            cur.insert(d.events);
         }
-        // Runs sorted per chunk: the stable sort merges them.
-        events.sort_by_key(|e| (e.time, e.seq));
-        let cur = &mut cursors[s];
-        if let Some(max) = events.iter().map(|e| e.time).max() {
-            cur.read_up_to = cur.read_up_to.max(max);
-        }
-        cur.insert(events);
+        // Events are safe to apply once every stream still being read has
+        // read past them by the window.
         let safe = cursors
             .iter()
             .filter(|c| c.next < c.chunks.len())
             .map(|c| c.read_up_to.saturating_sub(input::WINDOW_NS))
             .min()
             .unwrap_or(u64::MAX);
-        release(&mut cursors, safe, &mut engine);
+        let next = next_batch(&mut cursors, &chunks, &mut done_bytes);
+        let (pending, engine_ref) = (&mut cursors, &mut engine);
+        let (decoded_next, ()) = rayon::join(
+            || next.map(|(s2, batch)| (s2, input::decode_batch(&batch))),
+            || release(pending, safe, engine_ref),
+        );
+        in_flight = decoded_next;
         if let Some(p) = opts.progress {
             p(done_bytes, total_bytes);
         }
@@ -183,6 +171,33 @@ pub fn analyze(
         late_events: engine.late_events,
     };
     build(engine, summary)
+}
+
+/// Takes the next batch of chunks of the stream that has read least (so
+/// that every stream's window can be released), advancing its cursor.
+fn next_batch<'c, 'a>(
+    cursors: &mut [Cursor],
+    chunks: &'c [ChunkRef<'a>],
+    done_bytes: &mut u64,
+) -> Option<(usize, Vec<&'c ChunkRef<'a>>)> {
+    let s = cursors
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.next < c.chunks.len())
+        .min_by_key(|(i, c)| (c.read_up_to, *i))
+        .map(|(i, _)| i)?;
+    let cur = &mut cursors[s];
+    let end = (cur.next + input::BATCH).min(cur.chunks.len());
+    let batch: Vec<&ChunkRef> = cur.chunks[cur.next..end]
+        .iter()
+        .map(|&i| &chunks[i])
+        .collect();
+    cur.next = end;
+    *done_bytes += batch
+        .iter()
+        .map(|c| c.raw.stored.len() as u64 + 24)
+        .sum::<u64>();
+    Some((s, batch))
 }
 
 /// A stream's reading state: its chunks, and decoded events not yet
@@ -378,8 +393,8 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
             .any(|(i, s)| s.device == d && categories[i] == "allocator cache");
         let regions: Vec<RegionSummary> = engine
             .regions
-            .pools
-            .values()
+            .pools_sorted()
+            .into_iter()
             .filter(|p| p.device == d)
             .map(|p| RegionSummary {
                 kind: "pool".into(),

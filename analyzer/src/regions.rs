@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::FastMap;
+
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
     pub device: u32,
@@ -19,7 +21,8 @@ pub struct Pool {
     /// Reserved size as CUPTI last reported it.
     pub size: u64,
     pub max_size: u64,
-    live: BTreeMap<u64, u64>,
+    /// Live sub-allocations (address → bytes); sorted only when sampled.
+    live: FastMap<u64, u64>,
     used: u64,
 }
 
@@ -59,9 +62,9 @@ impl Extents {
 impl Pool {
     fn extents(&self) -> Extents {
         let free = self.size.saturating_sub(self.used);
-        let (Some((&first, _)), Some((&last, &last_len))) =
-            (self.live.first_key_value(), self.live.last_key_value())
-        else {
+        let mut blocks: Vec<(u64, u64)> = self.live.iter().map(|(&a, &l)| (a, l)).collect();
+        blocks.sort_unstable();
+        let (Some(&(first, _)), Some(&(last, last_len))) = (blocks.first(), blocks.last()) else {
             return Extents {
                 free,
                 largest: free,
@@ -70,7 +73,7 @@ impl Pool {
         let span = (last + last_len).saturating_sub(first);
         let mut largest = self.size.saturating_sub(span);
         let mut end = first;
-        for (&a, &len) in &self.live {
+        for &(a, len) in &blocks {
             largest = largest.max(a.saturating_sub(end));
             end = end.max(a + len);
         }
@@ -100,7 +103,8 @@ impl Reservation {
 /// Every region of the run, keyed by (stream, address).
 #[derive(Default)]
 pub struct Regions {
-    pub pools: BTreeMap<(u32, u64), Pool>,
+    /// Looked up on every pool event: hashed. Listed sorted (`pools_sorted`).
+    pub pools: FastMap<(u32, u64), Pool>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
 }
 
@@ -195,6 +199,13 @@ impl Regions {
             }
             None => false,
         }
+    }
+
+    /// The pools in a deterministic order.
+    pub fn pools_sorted(&self) -> Vec<&Pool> {
+        let mut v: Vec<(&(u32, u64), &Pool)> = self.pools.iter().collect();
+        v.sort_by_key(|(k, _)| **k);
+        v.into_iter().map(|(_, p)| p).collect()
     }
 
     /// Free extents of a device's regions together; None when it has none.
