@@ -28,6 +28,9 @@ pub enum Command {
     /// Analyze traces: print a summary and write an HTML report (with SVG
     /// charts) and the analysis as JSON.
     Report(ReportArgs),
+    /// Check budgets (peak, leaks, growth, fragmentation, OOMs) for CI: exit 0
+    /// when all hold, 1 when one is exceeded, 2 on bad input.
+    Check(CheckArgs),
     /// Print a trace's records, one per line (the format's debugging view).
     Dump(DumpArgs),
     /// Merge per-process trace files (written with no CLI in front, by setting
@@ -103,6 +106,35 @@ pub struct ReportArgs {
     /// Print nothing (no summary, no progress).
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    gmem-prof check trace.bin --max-peak 8GiB --max-leaked 0\n  \
+    gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n\n\
+    Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB). Exit codes: 0 every budget \
+    holds, 1 a budget is exceeded (each printed with its figure and the sites \
+    responsible), 2 bad input or no budget given.")]
+pub struct CheckArgs {
+    /// Trace files, or directories of per-process trace files.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Highest live bytes allowed on any device.
+    #[arg(long, value_name = "SIZE")]
+    pub max_peak: Option<crate::check::ByteSize>,
+    /// Bytes allowed to stay allocated at exit (memory an allocator cache
+    /// holds is not counted).
+    #[arg(long, value_name = "SIZE")]
+    pub max_leaked: Option<crate::check::ByteSize>,
+    /// Growth allowed for any one site after the warm-up.
+    #[arg(long, value_name = "SIZE")]
+    pub max_growth: Option<crate::check::ByteSize>,
+    /// Highest fragmentation allowed in pools and VMM reservations (0 to 1).
+    #[arg(long, value_name = "F")]
+    pub max_fragmentation: Option<f64>,
+    /// Out-of-memory failures allowed to reach the program.
+    #[arg(long, value_name = "N")]
+    pub max_ooms: Option<u64>,
 }
 
 #[derive(Args, Debug)]

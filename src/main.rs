@@ -2,6 +2,7 @@
 //! exit codes; the trace format lives in `traces/`, the collector in
 //! `collector/`.
 
+mod check;
 mod cli;
 mod dump;
 mod inputs;
@@ -21,6 +22,7 @@ fn main() {
     let result = match cli.command {
         cli::Command::Record(a) => record::run(a),
         cli::Command::Report(a) => report::run(a).map(|()| 0),
+        cli::Command::Check(a) => check::run(a),
         cli::Command::Dump(a) => dump::run(a).map(|()| 0),
         cli::Command::Symbolize(a) => merge::symbolize_command(a).map(|()| 0),
     };

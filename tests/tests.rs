@@ -12,6 +12,7 @@
 //!   against what the recorded programs did.
 //! - `report`: `gmem-prof report`: files, summary, golden JSON/HTML, bad and
 //!   hostile input, the page in headless chromium.
+//! - `check`: budgets and exit codes on the real samples.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -29,3 +30,6 @@ mod samples;
 
 #[path = "e2e/report.rs"]
 mod report;
+
+#[path = "e2e/check.rs"]
+mod check;

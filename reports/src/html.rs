@@ -22,7 +22,7 @@ th{background:#f6f6f6}td.n,th.n{text-align:right;font-variant-numeric:tabular-nu
 .answers li{margin:4px 0}
 details summary{cursor:pointer}ol.frames{font-family:ui-monospace,monospace;font-size:12px;margin:4px 0 8px;padding-left:28px}
 ol.frames .unresolved{color:#a00}.cat{font-size:12px;color:#555;white-space:nowrap}
-svg{max-width:100%;height:auto}code{font-family:ui-monospace,monospace}
+svg{max-width:100%;height:auto}code{font-family:ui-monospace,monospace;overflow-wrap:anywhere}
 "#;
 
 use crate::site;
