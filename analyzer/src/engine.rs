@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use gmem_prof_traces::record::{memory_kind, ApiFunc};
 use gmem_prof_traces::Record;
 
-use crate::input::{Event, TimedEvent};
+use crate::input::{ApiEv, Event, MemoryEv, TimedEvent};
 use crate::regions::Regions;
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Curve, Samples};
@@ -350,56 +350,17 @@ impl Engine {
         st.first_time.get_or_insert(t);
         st.last_time = t;
         match e.event {
-            Event::Memory {
-                alloc,
-                kind,
-                address,
-                bytes,
-                device,
-                context,
-                correlation,
-                pool,
-            } => {
+            Event::Memory(m) => {
                 self.memory_events += 1;
-                if alloc {
-                    self.alloc(
-                        e.stream,
-                        t,
-                        kind,
-                        address,
-                        bytes,
-                        device,
-                        context,
-                        correlation,
-                        pool,
-                    );
+                if m.alloc {
+                    self.alloc(e.stream, t, &m);
                 } else {
-                    self.free(e.stream, t, address, pool);
+                    self.free(e.stream, m.address);
                 }
             }
-            Event::Api {
-                func,
-                result,
-                bytes,
-                address,
-                tid,
-                correlation,
-                stack,
-                internal,
-            } => {
+            Event::Api(call) => {
                 self.api_calls += 1;
-                self.api(
-                    e.stream,
-                    t,
-                    func,
-                    result,
-                    bytes,
-                    address,
-                    tid,
-                    correlation,
-                    stack,
-                    internal,
-                );
+                self.api(e.stream, t, &call);
             }
             Event::Pool {
                 op,
@@ -453,19 +414,17 @@ impl Engine {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn alloc(
-        &mut self,
-        stream: u32,
-        t: u64,
-        kind: u8,
-        address: u64,
-        bytes: u64,
-        device: u32,
-        context: u32,
-        correlation: u32,
-        pool: Option<(u64, u64)>,
-    ) {
+    fn alloc(&mut self, stream: u32, t: u64, m: &MemoryEv) {
+        let MemoryEv {
+            kind,
+            address,
+            bytes,
+            device,
+            context,
+            correlation,
+            pool,
+            ..
+        } = *m;
         let st = &mut self.streams[stream as usize];
         st.last_device = device;
         // Join the call that caused it: by correlation id, checked against the
@@ -597,7 +556,7 @@ impl Engine {
         }
     }
 
-    fn free(&mut self, stream: u32, _t: u64, address: u64, _pool: Option<(u64, u64)>) {
+    fn free(&mut self, stream: u32, address: u64) {
         let st = &mut self.streams[stream as usize];
         st.frees += 1;
         match self.live.remove(&(stream, address)) {
@@ -660,20 +619,17 @@ impl Engine {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn api(
-        &mut self,
-        stream: u32,
-        t: u64,
-        func: ApiFunc,
-        result: u32,
-        bytes: u64,
-        address: u64,
-        tid: u32,
-        correlation: u32,
-        stack: u32,
-        internal: bool,
-    ) {
+    fn api(&mut self, stream: u32, t: u64, call: &ApiEv) {
+        let ApiEv {
+            func,
+            result,
+            bytes,
+            address,
+            tid,
+            correlation,
+            stack,
+            internal,
+        } = *call;
         let st = &mut self.streams[stream as usize];
         if !func.allocates() {
             if func == ApiFunc::MEM_ADDRESS_FREE && result == 0 {
@@ -686,7 +642,7 @@ impl Engine {
         if result != 0 {
             st.failed_calls += 1;
             if result == OUT_OF_MEMORY {
-                self.out_of_memory(stream, t, func, result, bytes, tid, stack, internal);
+                self.out_of_memory(stream, t, call);
             }
             return;
         }
@@ -727,18 +683,16 @@ impl Engine {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn out_of_memory(
-        &mut self,
-        stream: u32,
-        t: u64,
-        func: ApiFunc,
-        result: u32,
-        bytes: u64,
-        tid: u32,
-        stack: u32,
-        internal: bool,
-    ) {
+    fn out_of_memory(&mut self, stream: u32, t: u64, call: &ApiEv) {
+        let ApiEv {
+            func,
+            result,
+            bytes,
+            tid,
+            stack,
+            internal,
+            ..
+        } = *call;
         let device = self.streams[stream as usize].last_device;
         let site = self.site(SiteKey {
             stream,

@@ -31,29 +31,37 @@ pub struct TimedEvent {
     pub event: Event,
 }
 
+/// A device-side allocation or free.
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryEv {
+    pub alloc: bool,
+    pub kind: u8,
+    pub address: u64,
+    pub bytes: u64,
+    pub device: u32,
+    pub context: u32,
+    pub correlation: u32,
+    /// (pool address, pool size) for stream-ordered allocations.
+    pub pool: Option<(u64, u64)>,
+}
+
+/// An API call seen on the calling thread.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiEv {
+    pub func: ApiFunc,
+    pub result: u32,
+    pub bytes: u64,
+    pub address: u64,
+    pub tid: u32,
+    pub correlation: u32,
+    pub stack: u32,
+    pub internal: bool,
+}
+
 #[derive(Clone, Debug)]
 pub enum Event {
-    Memory {
-        alloc: bool,
-        kind: u8,
-        address: u64,
-        bytes: u64,
-        device: u32,
-        context: u32,
-        correlation: u32,
-        /// (pool address, pool size) for stream-ordered allocations.
-        pool: Option<(u64, u64)>,
-    },
-    Api {
-        func: ApiFunc,
-        result: u32,
-        bytes: u64,
-        address: u64,
-        tid: u32,
-        correlation: u32,
-        stack: u32,
-        internal: bool,
-    },
+    Memory(MemoryEv),
+    Api(ApiEv),
     Pool {
         op: u8,
         address: u64,
@@ -167,7 +175,7 @@ fn decode(c: &ChunkRef) -> Decoded {
         match r {
             Record::Memory(m) => d.events.push(timed(
                 m.time.0,
-                Event::Memory {
+                Event::Memory(MemoryEv {
                     alloc: m.alloc,
                     kind: m.kind,
                     address: m.address,
@@ -176,13 +184,13 @@ fn decode(c: &ChunkRef) -> Decoded {
                     context: m.context,
                     correlation: m.correlation,
                     pool: (m.pool_type != 0).then_some((m.pool_address, m.pool_size)),
-                },
+                }),
             )),
             // Placed at the call's entry: the device-side record of what it
             // allocated falls inside the call, and must find the call first.
             Record::Api(a) => d.events.push(timed(
                 a.time.0.saturating_sub(a.duration.0),
-                Event::Api {
+                Event::Api(ApiEv {
                     func: a.func,
                     result: a.result,
                     bytes: a.bytes.0,
@@ -191,7 +199,7 @@ fn decode(c: &ChunkRef) -> Decoded {
                     correlation: a.correlation,
                     stack: a.stack.0,
                     internal: a.internal,
-                },
+                }),
             )),
             Record::Pool(p) => d.events.push(timed(
                 p.time.0,
