@@ -29,6 +29,7 @@ mod input;
 pub mod model;
 mod regions;
 mod sites;
+pub mod synth;
 mod timeline;
 
 use std::collections::VecDeque;
