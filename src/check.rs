@@ -56,12 +56,6 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     Ok(EXIT_OVER_BUDGET)
 }
 
-fn site_label(a: &Analysis, id: u32) -> String {
-    a.sites
-        .get(id as usize)
-        .map_or_else(|| format!("site {id}"), |s| s.label.clone())
-}
-
 fn evaluate(a: &Analysis, b: &CheckArgs) -> Vec<Violation> {
     let mut out = Vec::new();
     if let Some(max) = b.max_peak {
@@ -84,7 +78,7 @@ fn evaluate(a: &Analysis, b: &CheckArgs) -> Vec<Violation> {
                         format!(
                             "{} live at the peak from {}",
                             bytes(s.bytes),
-                            site_label(a, s.site)
+                            a.site_label(s.site)
                         )
                     })
                     .collect(),
@@ -92,10 +86,9 @@ fn evaluate(a: &Analysis, b: &CheckArgs) -> Vec<Violation> {
         }
     }
     if let Some(max) = b.max_leaked {
-        let leaked: u64 = a.processes.iter().map(|p| p.at_exit.leaked_bytes).sum();
+        let leaked = a.leaked_bytes();
         if leaked > max.0 {
-            let mut sites: Vec<_> = a.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
-            sites.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
+            let sites = a.leaking_sites();
             out.push(Violation {
                 what: format!(
                     "{} ({leaked} bytes) never freed; budget {} ({} bytes)",
@@ -136,7 +129,7 @@ fn evaluate(a: &Analysis, b: &CheckArgs) -> Vec<Violation> {
                             "+{} in pid {} from {}",
                             bytes(g.growth_bytes),
                             g.pid,
-                            site_label(a, g.site)
+                            a.site_label(g.site)
                         )
                     })
                     .collect(),
@@ -187,7 +180,7 @@ fn evaluate(a: &Analysis, b: &CheckArgs) -> Vec<Violation> {
                             "{} of {} from {}",
                             o.function,
                             bytes(o.requested_bytes),
-                            site_label(a, o.site)
+                            a.site_label(o.site)
                         )
                     })
                     .collect(),

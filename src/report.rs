@@ -23,7 +23,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         if pct != last_shown.swap(pct, Ordering::Relaxed) {
             eprint!(
                 "\ranalyzing: {pct:>3}% of {}",
-                crate::merge::human_bytes(total)
+                gmem_prof_reports::format::bytes(total)
             );
         }
     };

@@ -85,7 +85,7 @@ struct Live {
     site: u32,
     device: u32,
     kind: u8,
-    /// The process's allocation count when this was allocated.
+    /// The process's allocation count (`allocations`) when this was allocated.
     seq: u64,
     /// Pool it came from, or a VMM mapping.
     pool: Option<u64>,
@@ -185,11 +185,19 @@ pub struct OomRaw {
     pub live_by_site: Vec<(u32, u64, u64)>,
 }
 
+/// (site, bytes, count) of every site holding memory on a device now.
+fn live_sites(dev: &DeviceState, sites: &[SiteStats]) -> Vec<(u32, u64, u64)> {
+    dev.sites
+        .iter()
+        .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
+        .filter(|&(_, b, _)| b > 0)
+        .collect()
+}
+
 pub struct StreamState {
     pub defs: StreamDefs,
     pending: FastMap<u32, PendingCall>,
     pending_by_address: FastMap<u64, u32>,
-    alloc_counter: u64,
     last_device: u32,
     pub allocations: u64,
     pub frees: u64,
@@ -215,7 +223,6 @@ impl StreamState {
             defs: StreamDefs::default(),
             pending: FastMap::default(),
             pending_by_address: FastMap::default(),
-            alloc_counter: 0,
             last_device: 0,
             allocations: 0,
             frees: 0,
@@ -233,9 +240,24 @@ impl StreamState {
         }
     }
 
-    /// How many allocations the process made.
-    pub fn alloc_counter_total(&self) -> u64 {
-        self.alloc_counter
+    /// The call that caused a device-side allocation: by correlation id,
+    /// checked against the address when the call knew it; else by address
+    /// (VMM maps can carry another call's correlation id).
+    fn take_call(&mut self, correlation: u32, address: u64) -> Option<PendingCall> {
+        let by_correlation = self
+            .pending
+            .get(&correlation)
+            .is_some_and(|c| c.address == 0 || c.address == address);
+        if by_correlation {
+            let c = self.pending.remove(&correlation)?;
+            if c.address != 0 {
+                self.pending_by_address.remove(&c.address);
+            }
+            Some(c)
+        } else {
+            let corr = self.pending_by_address.remove(&address)?;
+            self.pending.remove(&corr)
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -427,25 +449,7 @@ impl Engine {
         } = *m;
         let st = &mut self.streams[stream as usize];
         st.last_device = device;
-        // Join the call that caused it: by correlation id, checked against the
-        // address when the call knew it; else by address (VMM maps can carry
-        // another call's correlation id).
-        let mut call = st.pending.remove(&correlation);
-        if let Some(c) = call {
-            if c.address != 0 && c.address != address {
-                st.pending.insert(correlation, c);
-                call = None;
-            }
-        }
-        if call.is_none() {
-            if let Some(corr) = st.pending_by_address.remove(&address) {
-                call = st.pending.remove(&corr);
-            }
-        } else if let Some(c) = call {
-            if c.address != 0 {
-                st.pending_by_address.remove(&c.address);
-            }
-        }
+        let call = st.take_call(correlation, address);
         let static_kind = kind == memory_kind::DEVICE_STATIC || kind == memory_kind::MANAGED_STATIC;
         let key = match call {
             _ if static_kind => SiteKey {
@@ -480,9 +484,8 @@ impl Engine {
         };
         let site = self.site(key);
         let st = &mut self.streams[stream as usize];
-        st.alloc_counter += 1;
         st.allocations += 1;
-        st.count_axis.advance(st.alloc_counter);
+        st.count_axis.advance(st.allocations);
         let vmm = context == NO_CONTEXT;
         let pool_addr = pool.map(|(a, _)| a);
         let old = self.live.insert(
@@ -492,7 +495,7 @@ impl Engine {
                 site,
                 device,
                 kind,
-                seq: st.alloc_counter,
+                seq: st.allocations,
                 pool: pool_addr,
                 vmm,
             },
@@ -570,12 +573,7 @@ impl Engine {
     fn settle_peak(dev: &mut DeviceState, sites: &[SiteStats]) {
         if dev.peak_dirty {
             dev.peak_dirty = false;
-            dev.peak_sites = dev
-                .sites
-                .iter()
-                .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
-                .filter(|&(_, b, _)| b > 0)
-                .collect();
+            dev.peak_sites = live_sites(dev, sites);
         }
     }
 
@@ -614,7 +612,7 @@ impl Engine {
         s.live_count -= 1;
         s.curve.set(axis, s.live);
         s.count_curve.set(&st.count_axis, s.live);
-        if counted && st.alloc_counter == l.seq {
+        if counted && st.allocations == l.seq {
             s.temporaries += 1;
         }
     }

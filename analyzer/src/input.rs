@@ -109,7 +109,6 @@ pub fn frame<'a>(
             source: e,
         })?;
         let mut ids: Vec<(u32, u32)> = Vec::new();
-        let mut file_warnings = Vec::new();
         while let Some(raw) = reader.next_chunk() {
             let stream = match ids.iter().find(|(s, _)| *s == raw.stream) {
                 Some((_, g)) => *g,
@@ -125,8 +124,7 @@ pub fn frame<'a>(
                 raw,
             });
         }
-        file_warnings.append(&mut reader.warnings);
-        for w in file_warnings {
+        for w in reader.warnings {
             // A missing trailer is reported per process (clean exit or not).
             if !matches!(w, Warning::NoTrailer) {
                 warnings.push(format!("{}: {w}", names[i]));

@@ -507,7 +507,7 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
         // Judged against the process's allocation count, not time: programs
         // spend their start-up allocating little, and a loop's leak shows
         // as a rise per allocation.
-        let n = st.alloc_counter_total();
+        let n = st.allocations;
         if n == 0 {
             continue;
         }
@@ -637,12 +637,14 @@ fn process_reports(
     for (si, st) in engine.streams.iter_mut().enumerate() {
         let mut at_exit = AtExit::default();
         let mut view = "direct";
+        let mut cache_sites = false;
         for (i, s) in engine.sites.iter().enumerate() {
             if s.stream as usize != si {
                 continue;
             }
             match categories.get(i).copied().unwrap_or("unknown") {
                 "allocator cache" => {
+                    cache_sites = true;
                     at_exit.cached_bytes += s.at_exit;
                     at_exit.cached_count += s.at_exit_count;
                 }
@@ -657,17 +659,16 @@ fn process_reports(
                 }
             }
         }
-        let frames_mention = |needle: &str| {
-            st.defs
-                .symbols
-                .values()
-                .any(|sym| sym.frames.iter().any(|f| f.function.contains(needle)))
+        let per_tensor = || {
+            st.defs.symbols.values().any(|sym| {
+                sym.frames
+                    .iter()
+                    .any(|f| f.function.contains(sites::PER_TENSOR_ALLOCATOR))
+            })
         };
-        if frames_mention("CUDACachingAllocator::Native")
-            || frames_mention("SingleDeviceMemoryPool")
-        {
+        if cache_sites {
             view = "segments";
-        } else if frames_mention("CUDACachingAllocator::CudaMallocAsync") {
+        } else if per_tensor() {
             view = "tensors";
         }
         let p = st.defs.process.clone().unwrap_or_default();

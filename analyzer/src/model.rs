@@ -27,6 +27,32 @@ pub struct Analysis {
     pub ooms: Vec<Oom>,
 }
 
+impl Analysis {
+    /// A site's label by id ("site N" for an id not in the list).
+    pub fn site_label(&self, id: u32) -> String {
+        self.sites
+            .get(id as usize)
+            .map_or_else(|| format!("site {id}"), |s| s.label.clone())
+    }
+
+    /// Sites that leaked, most leaked bytes first.
+    pub fn leaking_sites(&self) -> Vec<&Site> {
+        let mut v: Vec<&Site> = self.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
+        v.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
+        v
+    }
+
+    /// Bytes never freed, over every process.
+    pub fn leaked_bytes(&self) -> u64 {
+        self.processes.iter().map(|p| p.at_exit.leaked_bytes).sum()
+    }
+
+    /// Bytes a caching allocator still held at exit, over every process.
+    pub fn cached_bytes(&self) -> u64 {
+        self.processes.iter().map(|p| p.at_exit.cached_bytes).sum()
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct InputSummary {
     /// File names as given (no directories), in order.

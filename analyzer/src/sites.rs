@@ -165,6 +165,20 @@ fn is_allocator_plumbing(f: &FrameText) -> bool {
         || func.contains("cupy_4cuda_6memory")
 }
 
+/// Stack markers of caching allocators (PyTorch's native one, CuPy's pool,
+/// XLA's BFC): memory they hold at exit is cached, not leaked, and the trace
+/// sees their segments, not the tensors inside.
+const ALLOCATOR_CACHES: [&str; 4] = [
+    "CUDACachingAllocator::Native",
+    "DeviceCachingAllocator",
+    "SingleDeviceMemoryPool",
+    "BFCAllocator",
+];
+
+/// Stack marker of PyTorch's cudaMallocAsync backend: one CUDA allocation
+/// per tensor.
+pub const PER_TENSOR_ALLOCATOR: &str = "CUDACachingAllocator::CudaMallocAsync";
+
 /// Who holds memory from this stack when nothing frees it.
 pub fn category(class: SiteClass, frames: &[FrameText]) -> &'static str {
     match class {
@@ -173,12 +187,10 @@ pub fn category(class: SiteClass, frames: &[FrameText]) -> &'static str {
         SiteClass::NoCall => return "unknown",
         SiteClass::Call => {}
     }
-    let any = |needle: &str| frames.iter().any(|f| f.function.contains(needle));
-    if any("CUDACachingAllocator::Native")
-        || any("DeviceCachingAllocator")
-        || any("SingleDeviceMemoryPool")
-        || any("BFCAllocator")
-    {
+    let cache = ALLOCATOR_CACHES
+        .iter()
+        .any(|m| frames.iter().any(|f| f.function.contains(m)));
+    if cache {
         "allocator cache"
     } else {
         "program"

@@ -135,14 +135,7 @@ impl<T: Copy> Samples<T> {
     /// Records the value at the end of bucket `idx` (of the axis's current
     /// generation).
     pub fn put(&mut self, axis: &Axis, idx: usize, v: Option<T>) {
-        while self.generation < axis.generation {
-            self.points = self
-                .points
-                .chunks(2)
-                .map(|pair| pair[pair.len() - 1])
-                .collect();
-            self.generation += 1;
-        }
+        self.catch_up(axis);
         if self.points.len() <= idx {
             let carry = self.points.last().copied().flatten();
             self.points.resize(idx + 1, carry);
@@ -151,14 +144,16 @@ impl<T: Copy> Samples<T> {
     }
 
     pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<Option<T>> {
-        self.put_none_catch_up(axis);
+        self.catch_up(axis);
         let carry = self.points.last().copied().flatten();
         let mut out = self.points.clone();
         out.resize(buckets, carry);
         out
     }
 
-    fn put_none_catch_up(&mut self, axis: &Axis) {
+    /// Merges bucket pairs once per doubling of the axis's width; a merged
+    /// bucket ends where its second half ends.
+    fn catch_up(&mut self, axis: &Axis) {
         while self.generation < axis.generation {
             self.points = self
                 .points

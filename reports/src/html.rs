@@ -25,11 +25,8 @@ ol.frames .unresolved{color:#a00}.cat{font-size:12px;color:#555;white-space:nowr
 svg{max-width:100%;height:auto}code{font-family:ui-monospace,monospace;overflow-wrap:anywhere}
 "#;
 
-use crate::site;
-
 fn site_link(a: &Analysis, id: u32) -> String {
-    let label = site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone());
-    format!("<a href=\"#site-{id}\">{}</a>", escape(&label))
+    format!("<a href=\"#site-{id}\">{}</a>", escape(&a.site_label(id)))
 }
 
 /// A site's label with its frames expandable.
@@ -243,8 +240,7 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         );
     }
     out.push_str("</table><p class=\"meta\">Memory a caching allocator (PyTorch, CuPy, XLA) still holds at exit is cached, not leaked: the allocator keeps freed blocks for reuse and the driver reclaims them when the process ends.</p>");
-    let mut leaking: Vec<&Site> = a.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
-    leaking.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
+    let leaking = a.leaking_sites();
     if leaking.is_empty() {
         out.push_str("<p>No leaks: everything the programs allocated was freed or is held by an allocator cache.</p>");
     } else {
@@ -311,7 +307,9 @@ fn oom_section(a: &Analysis, out: &mut String) {
             bytes(o.device_live_bytes),
             if o.device_total_bytes > 0 { bytes(o.device_total_bytes) } else { "unknown".into() },
             o.largest_free_extent.map_or_else(|| "not visible (no pool or VMM region)".into(), bytes),
-            site(a, o.site).map_or_else(|| format!("site {}", o.site), site_frames)
+            a.sites
+                .get(o.site as usize)
+                .map_or_else(|| format!("site {}", o.site), site_frames)
         );
         out.push_str(&site_bytes_table(
             a,
@@ -402,8 +400,7 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
             top
         );
     }
-    let leaked: u64 = a.processes.iter().map(|p| p.at_exit.leaked_bytes).sum();
-    let cached: u64 = a.processes.iter().map(|p| p.at_exit.cached_bytes).sum();
+    let (leaked, cached) = (a.leaked_bytes(), a.cached_bytes());
     let _ = write!(
         out,
         "<li><a href=\"#leaks\">Leaks</a>: {}{}.</li><li><a href=\"#leaks\">Growth</a>: {}.</li><li><a href=\"#oom\">Out of memory</a>: {}.</li>",

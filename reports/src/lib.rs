@@ -19,16 +19,11 @@ mod text;
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Site};
+use gmem_prof_analyzer::model::Analysis;
 
 pub use charts::Chart;
 pub use html::html;
 pub use text::summary;
-
-/// A site by its id (ids index `Analysis.sites`).
-fn site(a: &Analysis, id: u32) -> Option<&Site> {
-    a.sites.get(id as usize)
-}
 
 /// The SVG charts of the report, each with the file name it is written as.
 pub fn charts(a: &Analysis) -> Vec<Chart> {

@@ -2,18 +2,12 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Site};
+use gmem_prof_analyzer::model::Analysis;
 
 use crate::format::{bytes, percent, time};
 
 /// How many sites each list shows.
 const TOP: usize = 5;
-
-use crate::site;
-
-fn site_label(a: &Analysis, id: u32) -> String {
-    site(a, id).map_or_else(|| format!("site {id}"), |s| s.label.clone())
-}
 
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
@@ -61,7 +55,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 percent(s.bytes, d.peak_bytes),
                 bytes(s.bytes),
                 s.count,
-                site_label(a, s.site)
+                a.site_label(s.site)
             )?;
         }
         if d.peak_sites.len() > TOP {
@@ -93,9 +87,9 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         }
     }
 
-    let leaked: u64 = a.processes.iter().map(|p| p.at_exit.leaked_bytes).sum();
+    let leaked = a.leaked_bytes();
     let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();
-    let cached: u64 = a.processes.iter().map(|p| p.at_exit.cached_bytes).sum();
+    let cached = a.cached_bytes();
     writeln!(w)?;
     if leaked == 0 {
         writeln!(w, "leaks: none")?;
@@ -106,9 +100,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             bytes(leaked),
             leaked_n
         )?;
-        let mut sites: Vec<&Site> = a.sites.iter().filter(|s| s.leaked_bytes > 0).collect();
-        sites.sort_by(|x, y| y.leaked_bytes.cmp(&x.leaked_bytes).then(x.id.cmp(&y.id)));
-        for s in sites.iter().take(TOP) {
+        for s in a.leaking_sites().iter().take(TOP) {
             writeln!(
                 w,
                 "  {:>10} in {:>5} × {}",
@@ -144,7 +136,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(g.from_bytes),
                 bytes(g.to_bytes),
                 g.pid,
-                site_label(a, g.site)
+                a.site_label(g.site)
             )?;
         }
     }
@@ -171,7 +163,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 o.pid,
                 bytes(o.device_live_bytes),
                 o.device,
-                site_label(a, o.site)
+                a.site_label(o.site)
             )?;
         }
     }
