@@ -31,6 +31,12 @@ pub enum Command {
     /// Check budgets (peak, leaks, growth, fragmentation, OOMs) for CI: exit 0
     /// when all hold, 1 when one is exceeded, 2 on bad input.
     Check(CheckArgs),
+    /// Compare two runs site by site (matched by stack): peak per device,
+    /// leaks, totals; optionally fail when they grew above a threshold.
+    Diff(DiffArgs),
+    /// Write a trace for other tools: Perfetto (Chrome trace-event JSON),
+    /// Parquet (one row per event) or the analysis as JSON.
+    Export(ExportArgs),
     /// Print a trace's records, one per line (the format's debugging view).
     Dump(DumpArgs),
     /// Merge per-process trace files (written with no CLI in front, by setting
@@ -91,13 +97,16 @@ pub struct RecordArgs {
 #[command(after_help = "Examples:\n  \
     gmem-prof report trace.bin              # trace.html, trace.json, trace-*.svg here\n  \
     gmem-prof report trace.bin -o out/      # the same files in out/\n  \
-    gmem-prof report gmem-traces/           # per-process files written without the CLI\n\n\
+    gmem-prof report gmem-traces/           # per-process files written without the CLI\n  \
+    gmem-prof report rank0.bin rank1.bin    # several runs: a report each, and runs.html\n\n\
     The summary answers: peak per device and what was live then, leaks (apart from \
     memory an allocator cache holds at exit), sites that keep growing, fragmentation \
     and out-of-memory failures. The HTML file needs no network. A damaged or cut-short \
     trace gives a partial report with a warning; a file that is not a trace exits with 2.")]
 pub struct ReportArgs {
-    /// Trace files, or directories of per-process trace files, analyzed together.
+    /// Traces, one per run: a trace file, or a directory of the per-process
+    /// files of one run. With several, each run gets its own report and
+    /// runs.html puts them side by side (peaks, skew, curves).
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
     /// Directory to write the report files into (created if missing).
@@ -111,30 +120,116 @@ pub struct ReportArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     gmem-prof check trace.bin --max-peak 8GiB --max-leaked 0\n  \
-    gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n\n\
-    Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB). Exit codes: 0 every budget \
-    holds, 1 a budget is exceeded (each printed with its figure and the sites \
-    responsible), 2 bad input or no budget given.")]
+    gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n  \
+    gmem-prof check trace.bin --budget gmem-budget.toml --markdown summary.md --junit junit.xml\n\n\
+    A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
+    of max_peak, max_leaked, max_growth, max_fragmentation and max_ooms (docs/ci.md). \
+    Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
+    GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
+    its figure and the sites responsible), 2 bad input or no budget given.")]
 pub struct CheckArgs {
-    /// Trace files, or directories of per-process trace files.
+    /// Traces (each a file, or a directory of per-process files of one run);
+    /// every budget is checked on each.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
+    /// Budgets from a TOML file: for the run, per device and per process.
+    #[arg(long, value_name = "FILE")]
+    pub budget: Option<PathBuf>,
+    /// Also write the result as JSON (schema "gmem-prof-check", docs/formats.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write a Markdown summary (for a pull-request comment, or
+    /// $GITHUB_STEP_SUMMARY).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Also write JUnit XML, one test case per budget.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Highest live bytes allowed on any device.
     #[arg(long, value_name = "SIZE")]
-    pub max_peak: Option<crate::check::ByteSize>,
+    pub max_peak: Option<crate::check::budget::ByteSize>,
     /// Bytes allowed to stay allocated at exit (memory an allocator cache
     /// holds is not counted).
     #[arg(long, value_name = "SIZE")]
-    pub max_leaked: Option<crate::check::ByteSize>,
+    pub max_leaked: Option<crate::check::budget::ByteSize>,
     /// Growth allowed for any one site after the warm-up.
     #[arg(long, value_name = "SIZE")]
-    pub max_growth: Option<crate::check::ByteSize>,
+    pub max_growth: Option<crate::check::budget::ByteSize>,
     /// Highest fragmentation allowed in pools and VMM reservations (0 to 1).
     #[arg(long, value_name = "F")]
     pub max_fragmentation: Option<f64>,
     /// Out-of-memory failures allowed to reach the program.
     #[arg(long, value_name = "N")]
     pub max_ooms: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome trace-event JSON: open it in https://ui.perfetto.dev or
+    /// chrome://tracing. Counter tracks of live and reserved bytes per GPU,
+    /// kernels as slices per CUDA stream, OOMs and peaks as instants.
+    Perfetto,
+    /// One row per event (alloc, free, failed, exit, kernel) with its site;
+    /// DuckDB, pandas, polars and Spark read it as is. Columns: docs/formats.md.
+    Parquet,
+    /// The analysis (what `report` writes as NAME.json), versioned schema.
+    Json,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    gmem-prof export trace.bin --format perfetto        # trace.perfetto.json\n  \
+    gmem-prof export trace.bin --format parquet -o events.parquet\n  \
+    duckdb -c \"select site_label, sum(bytes) from 'events.parquet' where event = 'exit' group by 1\"\n\n\
+    Times are nanoseconds (Perfetto: microseconds) since the trace's first event. \
+    Parquet reads the trace twice: sites get their report ids only once all of it is read.")]
+pub struct ExportArgs {
+    /// Trace file, or a directory of per-process trace files of one run.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// What to write.
+    #[arg(short, long, value_enum)]
+    pub format: ExportFormat,
+    /// Output file (default: the trace's name with .perfetto.json, .parquet
+    /// or .json, in the current directory). Replaced if it exists.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print nothing on success.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    gmem-prof diff main.bin pr.bin\n  \
+    gmem-prof diff main.bin pr.bin --fail-above 5% --markdown diff.md --html diff.html\n\n\
+    Sites are matched by their frames' function names (module+offset for unresolved \
+    frames), never by address, so two builds compare. --fail-above judges each device's \
+    peak and the bytes leaked at exit against the base; a figure that was 0 in the base \
+    and is not now is always above. Exit codes: 0, 1 when above the threshold, 2 bad input.")]
+pub struct DiffArgs {
+    /// The reference run (a trace file, or a directory of per-process files).
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The run to compare with it.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Exit 1 when a device's peak or the leaked bytes grew by more than
+    /// this share of the base (e.g. 5%).
+    #[arg(long, value_name = "PERCENT")]
+    pub fail_above: Option<crate::diff::Percent>,
+    /// Write the comparison as a self-contained HTML page, curves overlaid.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Write the comparison as JSON (schema "gmem-prof-diff", docs/formats.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a Markdown summary for a pull-request comment.
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// Print nothing but the threshold verdict.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]

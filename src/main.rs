@@ -4,7 +4,9 @@
 
 mod check;
 mod cli;
+mod diff;
 mod dump;
+mod export;
 mod inputs;
 mod locate;
 mod merge;
@@ -23,7 +25,9 @@ fn main() {
         cli::Command::Record(a) => record::run(a),
         cli::Command::Report(a) => report::run(a).map(|()| 0),
         cli::Command::Check(a) => check::run(a),
+        cli::Command::Diff(a) => diff::run(a),
         cli::Command::Dump(a) => dump::run(a).map(|()| 0),
+        cli::Command::Export(a) => export::run(a).map(|()| 0),
         cli::Command::Symbolize(a) => merge::symbolize_command(a).map(|()| 0),
     };
     match result {

@@ -12,7 +12,11 @@
 //!   against what the recorded programs did.
 //! - `report`: `gmem-prof report`: files, summary, golden JSON/HTML, bad and
 //!   hostile input, the page in headless chromium.
-//! - `check`: budgets and exit codes on the real samples.
+//! - `check`: budgets (flags and budget files), exit codes and CI outputs
+//!   (JSON, Markdown, JUnit) on the real samples.
+//! - `diff`: two recorded runs with a known difference.
+//! - `export`: Perfetto JSON and Parquet read back and checked against the
+//!   traces' own records.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -33,3 +37,9 @@ mod report;
 
 #[path = "e2e/check.rs"]
 mod check;
+
+#[path = "e2e/diff.rs"]
+mod diff;
+
+#[path = "e2e/export.rs"]
+mod export;

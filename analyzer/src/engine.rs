@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use gmem_prof_traces::record::{memory_kind, ApiFunc};
 use gmem_prof_traces::Record;
 
+use crate::events::{EventKind, EventRow};
 use crate::input::{ApiEv, Event, MemoryEv, TimedEvent};
 use crate::regions::Regions;
 use crate::sites::StreamDefs;
@@ -279,6 +280,8 @@ pub struct Engine {
     pub memory_events: u64,
     pub api_calls: u64,
     pub kernels: u64,
+    /// Event rows for an exporter, when one asked (`analyze_with_events`).
+    pub rows: Option<Vec<EventRow>>,
 }
 
 impl Engine {
@@ -297,6 +300,41 @@ impl Engine {
             memory_events: 0,
             api_calls: 0,
             kernels: 0,
+            rows: None,
+        }
+    }
+
+    /// Adds an event row when rows are wanted; `device_live`/`reserved` are
+    /// filled from the device's state after the event.
+    fn row(&mut self, t: u64, stream: u32, mut r: EventRow) {
+        let Some(rows) = &mut self.rows else { return };
+        let start = self.axis.as_ref().map_or(t, |a| a.start);
+        r.time_ns = t.saturating_sub(start);
+        r.end_ns = r.end_ns.saturating_sub(start).max(r.time_ns);
+        r.pid = self.streams[stream as usize].pid();
+        if let Some(d) = self.devices.get(&r.device) {
+            r.device_live = d.live;
+            r.device_reserved = d.reserved;
+        }
+        rows.push(r);
+    }
+
+    fn memory_row(what: EventKind, t: u64, m: &MemoryEv, site: Option<u32>) -> EventRow {
+        EventRow {
+            time_ns: t,
+            end_ns: t,
+            what,
+            pid: 0,
+            device: m.device,
+            kind: m.kind,
+            address: m.address,
+            bytes: m.bytes,
+            site,
+            correlation: m.correlation,
+            cuda_stream: 0,
+            name: None,
+            device_live: 0,
+            device_reserved: 0,
         }
     }
 
@@ -375,9 +413,17 @@ impl Engine {
             Event::Memory(m) => {
                 self.memory_events += 1;
                 if m.alloc {
-                    self.alloc(e.stream, t, &m);
+                    let site = self.alloc(e.stream, t, &m);
+                    if self.rows.is_some() {
+                        let r = Self::memory_row(EventKind::Alloc, t, &m, Some(site));
+                        self.row(t, e.stream, r);
+                    }
                 } else {
-                    self.free(e.stream, m.address);
+                    let site = self.free(e.stream, m.address);
+                    if self.rows.is_some() {
+                        let r = Self::memory_row(EventKind::Free, t, &m, site);
+                        self.row(t, e.stream, r);
+                    }
                 }
             }
             Event::Api(call) => {
@@ -416,6 +462,30 @@ impl Engine {
                     dev.active_kernels.pop_front();
                 }
                 dev.active_kernels.push_back(k);
+                if self.rows.is_some() {
+                    let st = &self.streams[e.stream as usize];
+                    let text = st.defs.strings.get(&name).cloned();
+                    self.row(
+                        t,
+                        e.stream,
+                        EventRow {
+                            time_ns: t,
+                            end_ns: end,
+                            what: EventKind::Kernel,
+                            pid: 0,
+                            device,
+                            kind: 0,
+                            address: 0,
+                            bytes: 0,
+                            site: None,
+                            correlation: 0,
+                            cuda_stream: stream,
+                            name: Some(text.unwrap_or_else(|| format!("kernel#{name}"))),
+                            device_live: 0,
+                            device_reserved: 0,
+                        },
+                    );
+                }
             }
             Event::End => self.process_end(e.stream, t),
         }
@@ -436,7 +506,8 @@ impl Engine {
         }
     }
 
-    fn alloc(&mut self, stream: u32, t: u64, m: &MemoryEv) {
+    /// Returns the raw site charged.
+    fn alloc(&mut self, stream: u32, t: u64, m: &MemoryEv) -> u32 {
         let MemoryEv {
             kind,
             address,
@@ -557,14 +628,22 @@ impl Engine {
             dev.want_next_kernel = true;
             dev.next_kernel = None;
         }
+        site
     }
 
-    fn free(&mut self, stream: u32, address: u64) {
+    /// Returns the raw site of the allocation freed, if it was seen.
+    fn free(&mut self, stream: u32, address: u64) -> Option<u32> {
         let st = &mut self.streams[stream as usize];
         st.frees += 1;
         match self.live.remove(&(stream, address)) {
-            Some(l) => self.retire(stream, address, l, true),
-            None => st.unmatched_frees += 1,
+            Some(l) => {
+                self.retire(stream, address, l, true);
+                Some(l.site)
+            }
+            None => {
+                st.unmatched_frees += 1;
+                None
+            }
         }
     }
 
@@ -732,6 +811,25 @@ impl Engine {
             }
         });
         st.open_failures.push((tid, bytes, index));
+        if self.rows.is_some() {
+            let r = EventRow {
+                time_ns: t,
+                end_ns: t,
+                what: EventKind::Failed,
+                pid: 0,
+                device,
+                kind: 0,
+                address: 0,
+                bytes,
+                site: Some(site),
+                correlation: call.correlation,
+                cuda_stream: 0,
+                name: Some(func.name().unwrap_or("?").to_string()),
+                device_live: 0,
+                device_reserved: 0,
+            };
+            self.row(t, stream, r);
+        }
         self.ooms.push(OomRaw {
             time: t,
             stream,
@@ -752,10 +850,12 @@ impl Engine {
     /// "at exit" and leaves the device's live set (the driver frees it).
     fn process_end(&mut self, stream: u32, t: u64) {
         self.streams[stream as usize].ended = Some(t);
-        self.settle_exit(stream, true);
+        self.settle_exit(stream, Some(t));
     }
 
-    fn settle_exit(&mut self, stream: u32, remove: bool) {
+    /// Accounts what `stream` still holds as "at exit"; when the process
+    /// ended (at `ended`), also removes it from the live set.
+    fn settle_exit(&mut self, stream: u32, ended: Option<u64>) {
         let mut left: Vec<(u64, Live)> = self
             .live
             .iter()
@@ -767,9 +867,28 @@ impl Engine {
             let s = &mut self.sites[l.site as usize];
             s.at_exit += l.bytes;
             s.at_exit_count += 1;
-            if remove {
+            if let Some(t) = ended {
                 self.live.remove(&(stream, address));
                 self.retire(stream, address, l, false);
+                if self.rows.is_some() {
+                    let r = EventRow {
+                        time_ns: t,
+                        end_ns: t,
+                        what: EventKind::Exit,
+                        pid: 0,
+                        device: l.device,
+                        kind: l.kind,
+                        address,
+                        bytes: l.bytes,
+                        site: Some(l.site),
+                        correlation: 0,
+                        cuda_stream: 0,
+                        name: None,
+                        device_live: 0,
+                        device_reserved: 0,
+                    };
+                    self.row(t, stream, r);
+                }
             }
         }
     }
@@ -813,7 +932,7 @@ impl Engine {
         }
         for s in 0..self.streams.len() as u32 {
             if self.streams[s as usize].ended.is_none() {
-                self.settle_exit(s, false);
+                self.settle_exit(s, None);
             }
         }
         let devices: Vec<u32> = self.devices.keys().copied().collect();

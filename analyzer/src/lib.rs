@@ -24,7 +24,9 @@
 //! }
 //! ```
 
+pub mod diff;
 mod engine;
+pub mod events;
 mod input;
 pub mod model;
 mod regions;
@@ -35,11 +37,11 @@ mod timeline;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
-use gmem_prof_traces::record::memory_kind;
 use gmem_prof_traces::TraceError;
 
 use engine::{Engine, SiteClass, KINDS};
 use input::{ChunkRef, TimedEvent};
+use events::{EventRow, SiteIds};
 use model::*;
 
 pub use regions::Extents;
@@ -74,6 +76,26 @@ const JUDGED_UNTIL: f64 = 0.95;
 
 /// Analyzes trace files (or per-process files of one run) together.
 pub fn analyze_files(paths: &[PathBuf], opts: &Options) -> Result<Analysis, AnalyzeError> {
+    with_files(paths, |datas, names| analyze(datas, names, opts))
+}
+
+/// Like `analyze_files`, and hands every event to `sink` in time order, in
+/// batches, as the sweep applies them (for exporters).
+pub fn analyze_files_with_events(
+    paths: &[PathBuf],
+    opts: &Options,
+    sink: &mut dyn FnMut(&[EventRow]),
+) -> Result<(Analysis, SiteIds), AnalyzeError> {
+    with_files(paths, |datas, names| {
+        analyze_inner(datas, names, opts, Some(sink))
+    })
+}
+
+/// Maps the files and runs `f` over their bytes.
+fn with_files<T>(
+    paths: &[PathBuf],
+    f: impl FnOnce(&[&[u8]], &[String]) -> Result<T, AnalyzeError>,
+) -> Result<T, AnalyzeError> {
     let mut maps = Vec::new();
     let mut names = Vec::new();
     for p in paths {
@@ -93,7 +115,7 @@ pub fn analyze_files(paths: &[PathBuf], opts: &Options) -> Result<Analysis, Anal
         names.push(name);
     }
     let datas: Vec<&[u8]> = maps.iter().map(|m| &m[..]).collect();
-    analyze(&datas, &names, opts)
+    f(&datas, &names)
 }
 
 /// Analyzes traces held in memory; `names` label them in messages.
@@ -102,6 +124,15 @@ pub fn analyze(
     names: &[String],
     opts: &Options,
 ) -> Result<Analysis, AnalyzeError> {
+    analyze_inner(datas, names, opts, None).map(|(a, _)| a)
+}
+
+fn analyze_inner(
+    datas: &[&[u8]],
+    names: &[String],
+    opts: &Options,
+    mut sink: Option<&mut dyn FnMut(&[EventRow])>,
+) -> Result<(Analysis, SiteIds), AnalyzeError> {
     let (chunks, streams, mut warnings) = input::frame(datas, names)?;
     let total_bytes: u64 = datas.iter().map(|d| d.len() as u64).sum();
     let mut cursors: Vec<Cursor> = (0..streams).map(|_| Cursor::default()).collect();
@@ -109,6 +140,17 @@ pub fn analyze(
         cursors[c.stream as usize].chunks.push(i);
     }
     let mut engine = Engine::new(streams);
+    if sink.is_some() {
+        engine.rows = Some(Vec::new());
+    }
+    let mut hand_out = |engine: &mut Engine| {
+        if let (Some(sink), Some(rows)) = (sink.as_mut(), engine.rows.as_mut()) {
+            if !rows.is_empty() {
+                sink(rows);
+                rows.clear();
+            }
+        }
+    };
     let mut records = 0u64;
     let mut done_bytes = 0u64;
     // The next batch is decoded while the sweep applies the current one
@@ -146,12 +188,14 @@ pub fn analyze(
             || release(pending, safe, engine_ref),
         );
         in_flight = decoded_next;
+        hand_out(&mut engine);
         if let Some(p) = opts.progress {
             p(done_bytes, total_bytes);
         }
     }
     release(&mut cursors, u64::MAX, &mut engine);
     engine.finish();
+    hand_out(&mut engine);
     let summary = InputSummary {
         files: names
             .iter()
@@ -259,31 +303,23 @@ fn release(cursors: &mut [Cursor], safe: u64, engine: &mut Engine) {
     }
 }
 
-fn kind_name(kind: usize) -> String {
-    match kind as u8 {
-        memory_kind::DEVICE => "device".into(),
-        memory_kind::PINNED => "pinned host".into(),
-        memory_kind::PAGEABLE => "pageable host".into(),
-        memory_kind::MANAGED => "managed".into(),
-        memory_kind::ARRAY => "array".into(),
-        memory_kind::DEVICE_STATIC => "static (module globals)".into(),
-        memory_kind::MANAGED_STATIC => "static managed (module globals)".into(),
-        _ => "unknown".into(),
-    }
-}
-
 fn kinds_of(mask: u8) -> Vec<String> {
     (0..KINDS)
         .filter(|k| mask & (1 << k) != 0)
-        .map(kind_name)
+        .map(|k| events::kind_name(k as u8).to_string())
         .collect()
 }
 
 /// Assembles the model from the finished sweep.
-fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, AnalyzeError> {
+/// Assembles the model from the finished sweep; also returns the final id
+/// of every raw site.
+fn build(
+    mut engine: Engine,
+    mut summary: InputSummary,
+) -> Result<(Analysis, SiteIds), AnalyzeError> {
     let Some(axis) = engine.axis.clone() else {
         summary.warnings.push("the trace holds no events".into());
-        return Ok(Analysis {
+        let analysis = Analysis {
             schema_version: SCHEMA_VERSION,
             input: summary,
             timeline: Timeline::default(),
@@ -292,7 +328,8 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
             sites: Vec::new(),
             growth: Vec::new(),
             ooms: Vec::new(),
-        });
+        };
+        return Ok((analysis, SiteIds::default()));
     };
     let buckets = axis.buckets();
     let start = axis.start;
@@ -447,7 +484,7 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
         let live_by_kind: Vec<KindCurve> = (0..KINDS)
             .filter(|&k| dev.kind_peaks[k] > 0)
             .map(|k| KindCurve {
-                kind: kind_name(k),
+                kind: events::kind_name(k as u8).to_string(),
                 points: dev.kind_curves[k].finish(&axis, buckets),
                 peak: dev.kind_peaks[k],
             })
@@ -463,7 +500,7 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
             peak_by_kind: (0..KINDS)
                 .filter(|&k| dev.peak_by_kind[k] > 0)
                 .map(|k| KindBytes {
-                    kind: kind_name(k),
+                    kind: events::kind_name(k as u8).to_string(),
                     bytes: dev.peak_by_kind[k],
                 })
                 .collect(),
@@ -609,7 +646,8 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
             "{unknown} records of a newer format version were skipped: use a newer gmem-prof to see them"
         ));
     }
-    Ok(Analysis {
+    let site_ids = SiteIds((0..engine.sites.len() as u32).map(site_id).collect());
+    let analysis = Analysis {
         schema_version: SCHEMA_VERSION,
         input: summary,
         timeline: Timeline {
@@ -623,7 +661,8 @@ fn build(mut engine: Engine, mut summary: InputSummary) -> Result<Analysis, Anal
         sites: site_list,
         growth,
         ooms,
-    })
+    };
+    Ok((analysis, site_ids))
 }
 
 fn process_reports(

@@ -29,17 +29,23 @@ struct Series<'a> {
     label: String,
     values: &'a [u64],
     area: bool,
+    /// Seconds per value (the bucket width of the values' timeline).
+    step_s: f64,
+}
+
+fn step(a: &Analysis) -> f64 {
+    a.timeline.bucket_ns as f64 / 1e9
 }
 
 fn seconds(a: &Analysis, i: usize) -> f64 {
     i as f64 * a.timeline.bucket_ns as f64 / 1e9
 }
 
-/// A chart of byte values over the timeline.
+/// A chart of byte values over time, `xmax` seconds wide.
 fn bytes_chart(
-    a: &Analysis,
     name: String,
     title: String,
+    xmax: f64,
     series: &[Series],
     mark: Option<(u64, u64)>,
 ) -> Chart {
@@ -51,7 +57,7 @@ fn bytes_chart(
         .unwrap_or(0)
         .max(1) as f64
         * 1.08;
-    let xmax = seconds(a, a.timeline.buckets.max(1));
+    let xmax = xmax.max(1e-9);
     let drawn = (|| -> Result<(), String> {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -74,7 +80,7 @@ fn bytes_chart(
                 .values
                 .iter()
                 .enumerate()
-                .map(|(j, &v)| (seconds(a, j), v as f64))
+                .map(|(j, &v)| (j as f64 * s.step_s, v as f64))
                 .collect();
             let legend = move |(x, y): (i32, i32)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
@@ -133,12 +139,14 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
         label: "live (all kinds)".into(),
         values: &live,
         area: true,
+        step_s: step(a),
     }];
     if d.reserved_peak > d.peak_bytes {
         series.push(Series {
             label: "reserved by allocators".into(),
             values: &reserved,
             area: false,
+            step_s: step(a),
         });
     }
     if d.live_by_kind.len() > 1 {
@@ -147,13 +155,14 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
                 label: k.kind.clone(),
                 values: v,
                 area: false,
+                step_s: step(a),
             });
         }
     }
     bytes_chart(
-        a,
         format!("device{}-memory.svg", d.device),
         format!("Device {}: memory over time", d.device),
+        seconds(a, a.timeline.buckets.max(1)),
         &series,
         Some((d.peak_time_ns, d.peak_bytes)),
     )
@@ -234,12 +243,13 @@ pub fn growth(a: &Analysis) -> Option<Chart> {
             label: format!("site {} (pid {})", g.site, g.pid),
             values: &g.curve,
             area: false,
+            step_s: step(a),
         })
         .collect();
     Some(bytes_chart(
-        a,
         "growth.svg".into(),
         "Sites that keep growing: live bytes".into(),
+        seconds(a, a.timeline.buckets.max(1)),
         &series,
         None,
     ))
@@ -263,12 +273,13 @@ pub fn processes(a: &Analysis) -> Option<Chart> {
             label: format!("pid {}", p.pid),
             values: c,
             area: false,
+            step_s: step(a),
         })
         .collect();
     Some(bytes_chart(
-        a,
         "processes.svg".into(),
         "Live bytes per process".into(),
+        seconds(a, a.timeline.buckets.max(1)),
         &series,
         None,
     ))
@@ -284,4 +295,35 @@ pub fn all(a: &Analysis) -> Vec<Chart> {
     out.extend(growth(a));
     out.extend(processes(a));
     out
+}
+
+/// Live bytes of one device in several runs, overlaid, each on its own
+/// clock (seconds since its first event). Runs without the device are left
+/// out. `name` is the SVG file name.
+pub fn runs_overlay(name: String, title: String, device: u32, runs: &[(&str, &Analysis)]) -> Chart {
+    let curves: Vec<(String, Vec<u64>, f64)> = runs
+        .iter()
+        .filter_map(|(label, a)| {
+            let d = a.devices.iter().find(|d| d.device == device)?;
+            Some((
+                (*label).to_string(),
+                d.live.iter().map(|p| p.max).collect(),
+                step(a),
+            ))
+        })
+        .collect();
+    let series: Vec<Series> = curves
+        .iter()
+        .map(|(label, values, step_s)| Series {
+            label: label.clone(),
+            values,
+            area: false,
+            step_s: *step_s,
+        })
+        .collect();
+    let xmax = runs
+        .iter()
+        .map(|(_, a)| seconds(a, a.timeline.buckets.max(1)))
+        .fold(0.0, f64::max);
+    bytes_chart(name, title, xmax, &series, None)
 }

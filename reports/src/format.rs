@@ -42,6 +42,24 @@ pub fn percent(part: u64, whole: u64) -> String {
     }
 }
 
+/// A signed change in bytes: "+1.00 MiB", "-512 B", "0 B".
+pub fn signed_bytes(d: i64) -> String {
+    match d {
+        0 => "0 B".into(),
+        d if d > 0 => format!("+{}", bytes(d.unsigned_abs())),
+        d => format!("-{}", bytes(d.unsigned_abs())),
+    }
+}
+
+/// A change relative to a base: "+20.8%", "-3.0%", "new" (from zero).
+pub fn change(base: u64, new: u64) -> String {
+    if base == 0 {
+        return if new == 0 { "0%".into() } else { "new".into() };
+    }
+    let r = (new as f64 - base as f64) * 100.0 / base as f64;
+    format!("{}{r:.1}%", if r > 0.0 { "+" } else { "" })
+}
+
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -70,6 +88,10 @@ mod tests {
         assert_eq!(bytes(599_785_472), "572 MiB");
         assert_eq!(bytes(41_875_931_136), "39.0 GiB");
         assert_eq!(time(1_500_000_000), "1.500 s");
+        assert_eq!(signed_bytes(-(1 << 20)), "-1.00 MiB");
+        assert_eq!(signed_bytes(512), "+512 B");
+        assert_eq!(change(100, 125), "+25.0%");
+        assert_eq!(change(0, 5), "new");
         assert_eq!(escape("<script>a&b\"'"), "&lt;script&gt;a&amp;b&quot;&#39;");
     }
 }

@@ -5,12 +5,12 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, Site, SiteBytes};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, Site, SiteBytes};
 
 use crate::charts::{self, Chart};
 use crate::format::{bytes, escape, percent, time};
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 48px;color:#222}
 h1{margin:24px 0 4px}h2{margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .meta{color:#555;margin:0 0 12px}
@@ -31,13 +31,18 @@ fn site_link(a: &Analysis, id: u32) -> String {
 
 /// A site's label with its frames expandable.
 fn site_frames(s: &Site) -> String {
+    frames_details(&s.label, &s.frames, s.truncated)
+}
+
+/// A label that expands to its frames.
+pub(crate) fn frames_details(label: &str, frames: &[FrameText], truncated: bool) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
         "<details><summary>{}</summary><ol class=\"frames\">",
-        escape(&s.label)
+        escape(label)
     );
-    for f in &s.frames {
+    for f in frames {
         if f.resolved {
             let _ = write!(
                 out,
@@ -58,10 +63,10 @@ fn site_frames(s: &Site) -> String {
             );
         }
     }
-    if s.frames.is_empty() {
+    if frames.is_empty() {
         out.push_str("<li>no stack recorded</li>");
     }
-    if s.truncated {
+    if truncated {
         out.push_str("<li>… (stack truncated)</li>");
     }
     out.push_str("</ol></details>");

@@ -13,8 +13,10 @@
 //! - Reads only the model: never wire records, never polars.
 
 mod charts;
+pub mod diff;
 pub mod format;
 mod html;
+pub mod runs;
 mod text;
 
 use std::io::{self, Write};

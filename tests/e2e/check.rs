@@ -106,3 +106,134 @@ fn bad_input_and_no_budget_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).starts_with("gmem-prof: "));
 }
+
+fn write_budget(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = scratch(name);
+    let p = dir.join("gmem-budget.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn budget_file_per_device_and_per_process() {
+    // oom.cu peaks at 8 × 16 GiB = 128 GiB on device 0; the process is
+    // bin/oom; it frees everything; two requests fail and reach it.
+    let ok = write_budget(
+        "check-budget-ok",
+        r#"
+        [run]
+        max_peak = "100GiB"     # overridden for device 0 below
+        max_leaked = 0
+        [device.0]
+        max_peak = "128GiB"
+        max_ooms = 2
+        [process."oom"]
+        max_peak = "128GiB"
+        max_leaked = 0
+        "#,
+    );
+    let o = check("oom.bin", &["--budget", ok.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("ok: max_peak device 0: 128 GiB ≤ 128 GiB"), "{}", out(&o));
+
+    let tight = write_budget(
+        "check-budget-tight",
+        r#"
+        [process."oom"]
+        max_peak = "127GiB"
+        max_ooms = 1
+        "#,
+    );
+    let o = check("oom.bin", &["--budget", tight.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("over budget: process "), "{text}");
+    assert!(text.contains("peaked at 128 GiB (137438953472 bytes)"), "{text}");
+    assert!(text.contains("2 out-of-memory failure(s) reached the program; budget 1"), "{text}");
+    assert!(text.contains("2 of 2 budget(s) exceeded"), "{text}");
+
+    // A flag overrides the file's [run] table.
+    let o = check(
+        "oom.bin",
+        &["--budget", ok.to_str().unwrap(), "--max-leaked", "1MiB", "--max-ooms", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+}
+
+#[test]
+fn bad_budget_file_exits_2_with_the_reason() {
+    let bad = write_budget("check-budget-bad", "[run]\nmax_peek = \"1GiB\"\n");
+    let o = check("oom.bin", &["--budget", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("max_peek"), "{}", stderr(&o));
+    let o = check("oom.bin", &["--budget", "/nonexistent/budget.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot read the budget file"), "{}", stderr(&o));
+}
+
+#[test]
+fn ci_outputs_json_markdown_junit() {
+    let dir = scratch("check-outputs");
+    let (json, md, junit) = (dir.join("c.json"), dir.join("c.md"), dir.join("c.xml"));
+    // kinds.cu leaks 2 MiB (budget 0: fails); its peak is 5 MiB (holds).
+    let o = check(
+        "kinds.bin",
+        &[
+            "--max-leaked",
+            "0",
+            "--max-peak",
+            "1GiB",
+            "--json",
+            json.to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+            "--junit",
+            junit.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "gmem-prof-check");
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["passed"], false);
+    let budgets = doc["budgets"].as_array().unwrap();
+    let leak = budgets.iter().find(|b| b["budget"] == "max_leaked").unwrap();
+    assert_eq!(leak["figure"], 2u64 << 20);
+    assert_eq!(leak["passed"], false);
+    assert_eq!(doc["runs"][0]["leaked_bytes"], 2u64 << 20);
+
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.starts_with("## gmem-prof check: ❌ 1 of 2 budgets exceeded"), "{md}");
+    assert!(md.contains("| ❌ | kinds | `max_leaked` | run | 2.00 MiB | 0 B |"), "{md}");
+    assert!(md.contains("| ✅ | kinds | `max_peak` | device 0 |"), "{md}");
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let doc = roxmltree::Document::parse(&xml).expect("well-formed JUnit XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites");
+    assert_eq!(root.attribute("tests"), Some("2"));
+    assert_eq!(root.attribute("failures"), Some("1"));
+    let cases: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("testcase")).collect();
+    assert_eq!(cases.len(), 2);
+    let failed: Vec<_> = cases
+        .iter()
+        .filter(|c| c.children().any(|n| n.has_tag_name("failure")))
+        .map(|c| c.attribute("name").unwrap())
+        .collect();
+    assert_eq!(failed, vec!["max_leaked run"]);
+}
+
+#[test]
+fn several_traces_are_each_checked() {
+    // kinds leaks 2 MiB, oom leaks nothing.
+    let o = run(Command::new(gmem())
+        .arg("check")
+        .arg(sample("kinds.bin"))
+        .arg(sample("oom.bin"))
+        .args(["--max-leaked", "0"]));
+    assert_eq!(o.status.code(), Some(1));
+    let text = out(&o);
+    assert!(text.contains("over budget: kinds: 2.00 MiB"), "{text}");
+    assert!(text.contains("ok: oom: max_leaked run: 0 B ≤ 0 B"), "{text}");
+}

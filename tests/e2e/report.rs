@@ -223,3 +223,33 @@ fn report_renders_in_headless_chromium() {
         "a blank page?"
     );
 }
+
+#[test]
+fn several_runs_side_by_side() {
+    // Two runs with the same file name get distinct reports.
+    let dir = scratch("report-runs");
+    for r in ["rank0", "rank1"] {
+        std::fs::create_dir_all(dir.join(r)).unwrap();
+    }
+    std::fs::copy(sample("kinds.bin"), dir.join("rank0/trace.bin")).unwrap();
+    std::fs::copy(sample("vmm.bin"), dir.join("rank1/trace.bin")).unwrap();
+    let out = dir.join("out");
+    let o = report(
+        &[&dir.join("rank0/trace.bin"), &dir.join("rank1/trace.bin")],
+        &out,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for f in ["trace.html", "trace-2.html", "trace.json", "trace-2.json", "runs.html"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let text = stdout(&o);
+    assert!(text.contains("2 runs side by side"), "{text}");
+    // kinds peaks at 5 MiB, vmm at 16 MiB: skew from 5 to 16, mean 10.5.
+    assert!(
+        text.contains("skew of peaks: 5.00 MiB to 16.0 MiB (mean 10.5 MiB)"),
+        "{text}"
+    );
+    let page = std::fs::read_to_string(out.join("runs.html")).unwrap();
+    assert!(page.contains("href=\"trace-2.html\""));
+    assert_eq!(page.matches("<svg").count(), 1, "one chart for device 0");
+}

@@ -1,0 +1,280 @@
+//! Comparing two runs: per device, per site (matched by symbolized stack,
+//! never by address), and in totals. Works on two finished analyses.
+//!
+//! A site's key is its category and its frames' function names (module and
+//! offset for unresolved frames); line numbers are left out so that an edit
+//! elsewhere in a file does not unmatch a site. Sites of one run that share
+//! a key are added together.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::{Analysis, FrameText, Site};
+
+/// Version of the diff's JSON form.
+pub const DIFF_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Diff {
+    pub schema: &'static str,
+    pub schema_version: u32,
+    pub base: RunTotals,
+    pub new: RunTotals,
+    /// Devices of either run, by number.
+    pub devices: Vec<DeviceDiff>,
+    /// Every site of either run, largest change of bytes live at the peak
+    /// first.
+    pub sites: Vec<SiteDiff>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunTotals {
+    pub files: Vec<String>,
+    pub duration_ns: u64,
+    pub leaked_bytes: u64,
+    pub cached_at_exit_bytes: u64,
+    /// Bytes allocated over the whole run.
+    pub total_allocated_bytes: u64,
+    pub allocations: u64,
+    pub ooms_reached_program: u64,
+    pub growing_sites: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceDiff {
+    pub device: u32,
+    pub name: String,
+    /// `None` when the run did not use the device.
+    pub base_peak_bytes: Option<u64>,
+    pub new_peak_bytes: Option<u64>,
+    pub delta_peak_bytes: i64,
+    /// What explains the change: sites' bytes live at this device's peak in
+    /// each run, largest change first (index into `Diff.sites`).
+    pub peak_changes: Vec<PeakChange>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PeakChange {
+    pub site: u32,
+    pub base_bytes: u64,
+    pub new_bytes: u64,
+    pub delta_bytes: i64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SiteFigures {
+    pub live_at_peak: u64,
+    pub total_bytes: u64,
+    pub count: u64,
+    pub leaked_bytes: u64,
+    pub max_live: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteDiff {
+    pub id: u32,
+    pub label: String,
+    pub category: String,
+    /// Frames of the new run's site (the base's when only it has the site).
+    pub frames: Vec<FrameText>,
+    /// "both", "base only" (gone), "new only" (appeared).
+    pub presence: &'static str,
+    pub base: SiteFigures,
+    pub new: SiteFigures,
+    pub delta_live_at_peak: i64,
+    pub delta_total_bytes: i64,
+    pub delta_leaked_bytes: i64,
+}
+
+/// The stack-based identity of a site across runs.
+pub fn site_key(s: &Site) -> String {
+    let mut key = s.category.clone();
+    if s.frames.is_empty() {
+        key.push('|');
+        key.push_str(&s.label);
+    }
+    for f in &s.frames {
+        key.push('|');
+        if f.resolved {
+            key.push_str(&f.function);
+        } else {
+            key.push_str(&format!("{}+{:#x}", f.module, f.offset));
+        }
+    }
+    key
+}
+
+fn delta(a: u64, b: u64) -> i64 {
+    (i128::from(b) - i128::from(a)).clamp(i64::MIN.into(), i64::MAX.into()) as i64
+}
+
+fn totals(a: &Analysis) -> RunTotals {
+    RunTotals {
+        files: a.input.files.clone(),
+        duration_ns: a.timeline.end_ns,
+        leaked_bytes: a.leaked_bytes(),
+        cached_at_exit_bytes: a.cached_bytes(),
+        total_allocated_bytes: a.sites.iter().map(|s| s.total_bytes).sum(),
+        allocations: a.sites.iter().map(|s| s.count).sum(),
+        ooms_reached_program: a
+            .ooms
+            .iter()
+            .filter(|o| o.outcome == "reached program")
+            .count() as u64,
+        growing_sites: a.growth.len() as u64,
+    }
+}
+
+fn add(f: &mut SiteFigures, s: &Site) {
+    f.live_at_peak += s.live_at_peak;
+    f.total_bytes += s.total_bytes;
+    f.count += s.count;
+    f.leaked_bytes += s.leaked_bytes;
+    f.max_live = f.max_live.max(s.max_live);
+}
+
+/// Compares `new` against `base`.
+pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
+    // key → (first site of base, first site of new, figures of each).
+    struct Entry<'a> {
+        base_site: Option<&'a Site>,
+        new_site: Option<&'a Site>,
+        base: SiteFigures,
+        new: SiteFigures,
+    }
+    let mut by_key: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut key_of_base = Vec::with_capacity(base.sites.len());
+    let mut key_of_new = Vec::with_capacity(new.sites.len());
+    for (side, a) in [(0, base), (1, new)] {
+        for s in &a.sites {
+            let k = site_key(s);
+            let e = by_key.entry(k.clone()).or_insert(Entry {
+                base_site: None,
+                new_site: None,
+                base: SiteFigures::default(),
+                new: SiteFigures::default(),
+            });
+            if side == 0 {
+                e.base_site.get_or_insert(s);
+                add(&mut e.base, s);
+                key_of_base.push(k);
+            } else {
+                e.new_site.get_or_insert(s);
+                add(&mut e.new, s);
+                key_of_new.push(k);
+            }
+        }
+    }
+    let mut sites: Vec<(String, SiteDiff)> = by_key
+        .into_iter()
+        .map(|(k, e)| {
+            let shown = e.new_site.or(e.base_site).expect("an entry has a site");
+            let presence = match (e.base_site, e.new_site) {
+                (Some(_), Some(_)) => "both",
+                (Some(_), None) => "base only",
+                _ => "new only",
+            };
+            let d = SiteDiff {
+                id: 0,
+                label: shown.label.clone(),
+                category: shown.category.clone(),
+                frames: shown.frames.clone(),
+                presence,
+                delta_live_at_peak: delta(e.base.live_at_peak, e.new.live_at_peak),
+                delta_total_bytes: delta(e.base.total_bytes, e.new.total_bytes),
+                delta_leaked_bytes: delta(e.base.leaked_bytes, e.new.leaked_bytes),
+                base: e.base,
+                new: e.new,
+            };
+            (k, d)
+        })
+        .collect();
+    sites.sort_by(|(ka, a), (kb, b)| {
+        b.delta_live_at_peak
+            .unsigned_abs()
+            .cmp(&a.delta_live_at_peak.unsigned_abs())
+            .then(b.delta_leaked_bytes.unsigned_abs().cmp(&a.delta_leaked_bytes.unsigned_abs()))
+            .then(b.delta_total_bytes.unsigned_abs().cmp(&a.delta_total_bytes.unsigned_abs()))
+            .then(ka.cmp(kb))
+    });
+    let mut id_of_key: BTreeMap<&str, u32> = BTreeMap::new();
+    for (i, (k, s)) in sites.iter_mut().enumerate() {
+        s.id = i as u32;
+        id_of_key.insert(k.as_str(), i as u32);
+    }
+
+    let mut numbers: Vec<u32> = base
+        .devices
+        .iter()
+        .chain(&new.devices)
+        .map(|d| d.device)
+        .collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    let devices = numbers
+        .into_iter()
+        .map(|n| {
+            let b = base.devices.iter().find(|d| d.device == n);
+            let w = new.devices.iter().find(|d| d.device == n);
+            // Per diff site: bytes live at this device's peak in each run.
+            let mut at_peak: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            for (side, d, keys) in [(0, b, &key_of_base), (1, w, &key_of_new)] {
+                for sb in d.map(|d| d.peak_sites.as_slice()).unwrap_or_default() {
+                    let Some(k) = keys.get(sb.site as usize) else { continue };
+                    let id = id_of_key[k.as_str()];
+                    let e = at_peak.entry(id).or_default();
+                    if side == 0 {
+                        e.0 += sb.bytes;
+                    } else {
+                        e.1 += sb.bytes;
+                    }
+                }
+            }
+            let mut peak_changes: Vec<PeakChange> = at_peak
+                .into_iter()
+                .map(|(site, (bb, nb))| PeakChange {
+                    site,
+                    base_bytes: bb,
+                    new_bytes: nb,
+                    delta_bytes: delta(bb, nb),
+                })
+                .filter(|c| c.delta_bytes != 0)
+                .collect();
+            peak_changes.sort_by(|x, y| {
+                y.delta_bytes
+                    .unsigned_abs()
+                    .cmp(&x.delta_bytes.unsigned_abs())
+                    .then(x.site.cmp(&y.site))
+            });
+            DeviceDiff {
+                device: n,
+                name: w.or(b).map(|d| d.name.clone()).unwrap_or_default(),
+                base_peak_bytes: b.map(|d| d.peak_bytes),
+                new_peak_bytes: w.map(|d| d.peak_bytes),
+                delta_peak_bytes: delta(
+                    b.map_or(0, |d| d.peak_bytes),
+                    w.map_or(0, |d| d.peak_bytes),
+                ),
+                peak_changes,
+            }
+        })
+        .collect();
+    Diff {
+        schema: "gmem-prof-diff",
+        schema_version: DIFF_SCHEMA_VERSION,
+        base: totals(base),
+        new: totals(new),
+        devices,
+        sites: sites.into_iter().map(|(_, s)| s).collect(),
+    }
+}
+
+/// A change as a share of the base: `None` when the base is 0 and the new
+/// figure is not (it appeared: above any threshold).
+pub fn relative_change(base: u64, new: u64) -> Option<f64> {
+    if base == 0 {
+        return if new == 0 { Some(0.0) } else { None };
+    }
+    Some((new as f64 - base as f64) / base as f64)
+}

@@ -1,0 +1,91 @@
+//! The trace's memory events one by one, in the order the sweep applies them,
+//! for exporters (Perfetto, Parquet). `analyze_with_events` hands them out in
+//! batches while it analyzes, so memory stays bounded.
+//!
+//! Sites in rows are the sweep's raw site ids; `SiteIds` (returned with the
+//! analysis) maps them to the ids of `Analysis.sites`, which are known only
+//! once the whole trace is read.
+
+/// What happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A device-side allocation record.
+    Alloc,
+    /// A device-side free record.
+    Free,
+    /// An allocation call that failed (out of memory); `bytes` is the
+    /// request, `name` the function.
+    Failed,
+    /// An allocation still live when its process ended: released by the
+    /// driver with no free record (compute-sanitizer's leaks, allocator
+    /// caches, module globals).
+    Exit,
+    /// A kernel; `end_ns` is its end, `name` its name.
+    Kernel,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Alloc => "alloc",
+            EventKind::Free => "free",
+            EventKind::Failed => "failed",
+            EventKind::Exit => "exit",
+            EventKind::Kernel => "kernel",
+        }
+    }
+}
+
+/// One event. Times are nanoseconds since the first event of the trace, as
+/// in the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRow {
+    pub time_ns: u64,
+    /// Kernels: their end; other events: `time_ns`.
+    pub end_ns: u64,
+    pub what: EventKind,
+    pub pid: u32,
+    pub device: u32,
+    /// CUPTI's memory kind code (`gmem_prof_traces::record::memory_kind`);
+    /// 0 for kernels and failures.
+    pub kind: u8,
+    pub address: u64,
+    pub bytes: u64,
+    /// Raw site id (map it with `SiteIds`); `None` for kernels and for frees
+    /// of memory the trace never saw allocated.
+    pub site: Option<u32>,
+    /// CUPTI's correlation id (0 when none).
+    pub correlation: u32,
+    /// CUDA stream of a kernel (0 otherwise).
+    pub cuda_stream: u32,
+    /// Kernel name, or the failed function.
+    pub name: Option<String>,
+    /// The device's live and reserved bytes just after the event.
+    pub device_live: u64,
+    pub device_reserved: u64,
+}
+
+/// Maps the raw site ids of `EventRow` to `Analysis.sites` ids.
+#[derive(Clone, Debug, Default)]
+pub struct SiteIds(pub(crate) Vec<u32>);
+
+impl SiteIds {
+    pub fn get(&self, raw: u32) -> Option<u32> {
+        self.0.get(raw as usize).copied()
+    }
+}
+
+/// A memory kind code's name, as the report and exports write it.
+pub fn kind_name(kind: u8) -> &'static str {
+    use gmem_prof_traces::record::memory_kind;
+    match kind {
+        memory_kind::DEVICE => "device",
+        memory_kind::PINNED => "pinned host",
+        memory_kind::PAGEABLE => "pageable host",
+        memory_kind::MANAGED => "managed",
+        memory_kind::ARRAY => "array",
+        memory_kind::DEVICE_STATIC => "static (module globals)",
+        memory_kind::MANAGED_STATIC => "static managed (module globals)",
+        _ => "unknown",
+    }
+}

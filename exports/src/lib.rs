@@ -1,0 +1,15 @@
+//! gmem-prof's exports: the trace's events in formats other tools read.
+//!
+//! - `perfetto`: Chrome trace-event JSON for Perfetto's UI: counter tracks
+//!   of live and reserved bytes per device, kernel slices, OOM instants.
+//! - `parquet`: one row per event, for DuckDB, pandas, Spark, polars.
+//!
+//! Both stream: the analyzer hands events out in batches while it sweeps
+//! (`gmem_prof_analyzer::analyze_files_with_events`), so memory stays
+//! bounded by the live set, not by the trace.
+
+pub mod parquet;
+pub mod perfetto;
+
+pub use parquet::ParquetEvents;
+pub use perfetto::PerfettoWriter;

@@ -1,0 +1,168 @@
+//! Chrome trace-event JSON, which Perfetto's UI (ui.perfetto.dev) and
+//! chrome://tracing load as is.
+//!
+//! Layout: one track group per GPU ("pid" = device number + 1, named
+//! "GPU n: name") holding
+//! - a counter "memory" with two series, `live` and `reserved` bytes, updated
+//!   at every allocation, free and process exit;
+//! - one thread per CUDA stream with the kernels as slices;
+//! - an instant per failed allocation ("OOM …"), with its outcome and site,
+//!   and one at each device's peak.
+//!
+//! Times are microseconds (the format's unit) with nanosecond decimals,
+//! since the first event of the trace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::events::{EventKind, EventRow};
+use gmem_prof_analyzer::model::Analysis;
+
+/// Streams rows into trace-event JSON; `finish` adds what only the whole
+/// analysis knows (names, OOM outcomes, peaks) and closes the document.
+pub struct PerfettoWriter<W: Write> {
+    out: W,
+    first: bool,
+    /// Last (live, reserved) written per device: unchanged values are not
+    /// repeated.
+    counters: BTreeMap<u32, (u64, u64)>,
+    streams: BTreeSet<(u32, u32)>,
+    pub events_written: u64,
+}
+
+/// The trace-event "pid" of a device's track group (0 is avoided: some
+/// viewers treat it specially).
+fn track(device: u32) -> u64 {
+    u64::from(device) + 1
+}
+
+/// Nanoseconds as the format's microseconds, exactly.
+fn ts(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string always serializes")
+}
+
+impl<W: Write> PerfettoWriter<W> {
+    pub fn new(mut out: W) -> io::Result<Self> {
+        out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+        Ok(PerfettoWriter {
+            out,
+            first: true,
+            counters: BTreeMap::new(),
+            streams: BTreeSet::new(),
+            events_written: 0,
+        })
+    }
+
+    fn event(&mut self, json: &str) -> io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.events_written += 1;
+        self.out.write_all(json.as_bytes())
+    }
+
+    /// Writes a batch of rows (in time order, as the analyzer hands them).
+    pub fn rows(&mut self, rows: &[EventRow]) -> io::Result<()> {
+        for r in rows {
+            match r.what {
+                EventKind::Kernel => {
+                    self.streams.insert((r.device, r.cuda_stream));
+                    let name = r.name.as_deref().unwrap_or("kernel");
+                    let line = format!(
+                        "{{\"name\":{},\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{\"process\":{}}}}}",
+                        json_str(name),
+                        ts(r.time_ns),
+                        ts(r.end_ns - r.time_ns),
+                        track(r.device),
+                        r.cuda_stream,
+                        r.pid
+                    );
+                    self.event(&line)?;
+                }
+                EventKind::Alloc | EventKind::Free | EventKind::Exit => {
+                    let now = (r.device_live, r.device_reserved);
+                    if self.counters.insert(r.device, now) == Some(now) {
+                        continue;
+                    }
+                    let line = format!(
+                        "{{\"name\":\"memory\",\"ph\":\"C\",\"ts\":{},\"pid\":{},\"args\":{{\"live\":{},\"reserved\":{}}}}}",
+                        ts(r.time_ns),
+                        track(r.device),
+                        r.device_live,
+                        r.device_reserved
+                    );
+                    self.event(&line)?;
+                }
+                // Written by `finish`, which knows each failure's outcome.
+                EventKind::Failed => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds track names, OOM instants and peak markers, closes the JSON and
+    /// returns the writer.
+    pub fn finish(mut self, a: &Analysis) -> io::Result<W> {
+        let mut devices: BTreeSet<u32> = self.counters.keys().copied().collect();
+        devices.extend(a.devices.iter().map(|d| d.device));
+        devices.extend(self.streams.iter().map(|&(d, _)| d));
+        for d in devices {
+            let name = a
+                .devices
+                .iter()
+                .find(|x| x.device == d)
+                .map_or_else(|| format!("GPU {d}"), |x| format!("GPU {d}: {}", x.name));
+            let line = format!(
+                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":{}}}}}",
+                track(d),
+                json_str(&name)
+            );
+            self.event(&line)?;
+        }
+        let streams: Vec<(u32, u32)> = self.streams.iter().copied().collect();
+        for (d, s) in streams {
+            let line = format!(
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"stream {}\"}}}}",
+                track(d),
+                s,
+                s
+            );
+            self.event(&line)?;
+        }
+        for d in &a.devices {
+            let line = format!(
+                "{{\"name\":\"peak\",\"cat\":\"memory\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"live_bytes\":{}}}}}",
+                ts(d.peak_time_ns),
+                track(d.device),
+                d.peak_bytes
+            );
+            self.event(&line)?;
+        }
+        for o in &a.ooms {
+            let title = format!(
+                "OOM {} {} B ({})",
+                o.function, o.requested_bytes, o.outcome
+            );
+            let line = format!(
+                "{{\"name\":{},\"cat\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"requested_bytes\":{},\"outcome\":{},\"site\":{},\"process\":{},\"device_live_bytes\":{}}}}}",
+                json_str(&title),
+                ts(o.time_ns),
+                track(o.device),
+                o.requested_bytes,
+                json_str(&o.outcome),
+                json_str(&a.site_label(o.site)),
+                o.pid,
+                o.device_live_bytes
+            );
+            self.event(&line)?;
+        }
+        self.out.write_all(b"\n]}\n")?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}

@@ -1,0 +1,238 @@
+//! Rendering a comparison of two runs (`gmem_prof_analyzer::diff`): the
+//! terminal text, a self-contained HTML page with both runs' live curves
+//! overlaid, and Markdown for a pull-request comment.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::diff::{Diff, SiteDiff};
+use gmem_prof_analyzer::model::Analysis;
+
+use crate::charts;
+use crate::format::{bytes, change, escape, signed_bytes};
+use crate::html::{frames_details, STYLE};
+
+/// Sites listed in the text and Markdown.
+const SITES_SHOWN: usize = 10;
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or_else(|| "–".into(), bytes)
+}
+
+fn changed(s: &&SiteDiff) -> bool {
+    s.delta_live_at_peak != 0 || s.delta_leaked_bytes != 0 || s.delta_total_bytes != 0
+}
+
+pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io::Result<()> {
+    writeln!(w, "gmem-prof diff: {base_name} → {new_name}")?;
+    for dev in &d.devices {
+        writeln!(
+            w,
+            "device {} ({}): peak {} → {} ({}, {})",
+            dev.device,
+            dev.name,
+            opt_bytes(dev.base_peak_bytes),
+            opt_bytes(dev.new_peak_bytes),
+            signed_bytes(dev.delta_peak_bytes),
+            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
+        )?;
+        for c in dev.peak_changes.iter().take(5) {
+            writeln!(
+                w,
+                "    {:>11} at the peak from {}",
+                signed_bytes(c.delta_bytes),
+                d.sites[c.site as usize].label
+            )?;
+        }
+    }
+    let (b, n) = (&d.base, &d.new);
+    writeln!(
+        w,
+        "leaked at exit: {} → {} ({})",
+        bytes(b.leaked_bytes),
+        bytes(n.leaked_bytes),
+        change(b.leaked_bytes, n.leaked_bytes)
+    )?;
+    writeln!(
+        w,
+        "allocated in all: {} in {} allocations → {} in {} allocations",
+        bytes(b.total_allocated_bytes),
+        b.allocations,
+        bytes(n.total_allocated_bytes),
+        n.allocations
+    )?;
+    writeln!(
+        w,
+        "OOMs reaching the program: {} → {}; growing sites: {} → {}",
+        b.ooms_reached_program, n.ooms_reached_program, b.growing_sites, n.growing_sites
+    )?;
+    let moved: Vec<&SiteDiff> = d.sites.iter().filter(changed).take(SITES_SHOWN).collect();
+    if moved.is_empty() {
+        writeln!(w, "no site changed")?;
+    } else {
+        writeln!(w, "sites that changed most (live at peak, leaked, allocated in all):")?;
+        for s in moved {
+            let tag = match s.presence {
+                "both" => String::new(),
+                p => format!(" [{p}]"),
+            };
+            writeln!(
+                w,
+                "  {:>11} {:>11} {:>11}  {}{tag}",
+                signed_bytes(s.delta_live_at_peak),
+                signed_bytes(s.delta_leaked_bytes),
+                signed_bytes(s.delta_total_bytes),
+                s.label
+            )?;
+        }
+    }
+    Ok(())
+}
+
+pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
+    let md = |s: &str| escape(s).replace('|', "&#124;").replace('`', "&#96;");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## gmem-prof diff: {} → {}\n\n| Device | Base peak | New peak | Change |\n|---|---|---|---|",
+        md(base_name),
+        md(new_name)
+    );
+    for dev in &d.devices {
+        let _ = writeln!(
+            out,
+            "| {} ({}) | {} | {} | {} ({}) |",
+            dev.device,
+            md(&dev.name),
+            opt_bytes(dev.base_peak_bytes),
+            opt_bytes(dev.new_peak_bytes),
+            signed_bytes(dev.delta_peak_bytes),
+            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nLeaked at exit: {} → **{}** ({}). Allocated in all: {} → {}.\n",
+        bytes(d.base.leaked_bytes),
+        bytes(d.new.leaked_bytes),
+        change(d.base.leaked_bytes, d.new.leaked_bytes),
+        bytes(d.base.total_allocated_bytes),
+        bytes(d.new.total_allocated_bytes)
+    );
+    let moved: Vec<&SiteDiff> = d.sites.iter().filter(changed).take(SITES_SHOWN).collect();
+    if !moved.is_empty() {
+        out.push_str("| Site | Δ live at peak | Δ leaked | Δ allocated |\n|---|---|---|---|\n");
+        for s in moved {
+            let _ = writeln!(
+                out,
+                "| {}{} | {} | {} | {} |",
+                md(&s.label),
+                if s.presence == "both" { String::new() } else { format!(" ({})", s.presence) },
+                signed_bytes(s.delta_live_at_peak),
+                signed_bytes(s.delta_leaked_bytes),
+                signed_bytes(s.delta_total_bytes)
+            );
+        }
+    }
+    out
+}
+
+/// The comparison as one HTML page; `base`/`new` give the curves.
+pub fn html(
+    d: &Diff,
+    (base_name, base): (&str, &Analysis),
+    (new_name, new): (&str, &Analysis),
+    w: &mut dyn Write,
+) -> io::Result<()> {
+    let mut out = String::new();
+    let title = format!("gmem-prof diff: {} → {}", escape(base_name), escape(new_name));
+    let _ = write!(
+        out,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"
+    );
+    out.push_str("<h2>Peak per device</h2><table><tr><th>device</th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>");
+    for dev in &d.devices {
+        let _ = write!(
+            out,
+            "<tr><td>{} ({})</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} ({})</td></tr>",
+            dev.device,
+            escape(&dev.name),
+            opt_bytes(dev.base_peak_bytes),
+            opt_bytes(dev.new_peak_bytes),
+            signed_bytes(dev.delta_peak_bytes),
+            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
+        );
+    }
+    out.push_str("</table>");
+    for dev in &d.devices {
+        let chart = charts::runs_overlay(
+            format!("device{}-diff.svg", dev.device),
+            format!("Device {}: live bytes, base and new", dev.device),
+            dev.device,
+            &[("base", base), ("new", new)],
+        );
+        out.push_str(&chart.svg);
+        if !dev.peak_changes.is_empty() {
+            let _ = write!(
+                out,
+                "<h3>What changed at the peak of device {}</h3><table><tr><th>site</th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>",
+                dev.device
+            );
+            for c in dev.peak_changes.iter().take(20) {
+                let s = &d.sites[c.site as usize];
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                    frames_details(&s.label, &s.frames, false),
+                    bytes(c.base_bytes),
+                    bytes(c.new_bytes),
+                    signed_bytes(c.delta_bytes)
+                );
+            }
+            out.push_str("</table>");
+        }
+    }
+    let (b, n) = (&d.base, &d.new);
+    let _ = write!(
+        out,
+        "<h2>Totals</h2><table><tr><th></th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>\
+         <tr><td>leaked at exit</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
+         <tr><td>held by allocator caches at exit</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
+         <tr><td>allocated in all</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
+         <tr><td>allocations</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\"></td></tr>\
+         <tr><td>OOMs reaching the program</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\"></td></tr></table>",
+        bytes(b.leaked_bytes),
+        bytes(n.leaked_bytes),
+        change(b.leaked_bytes, n.leaked_bytes),
+        bytes(b.cached_at_exit_bytes),
+        bytes(n.cached_at_exit_bytes),
+        change(b.cached_at_exit_bytes, n.cached_at_exit_bytes),
+        bytes(b.total_allocated_bytes),
+        bytes(n.total_allocated_bytes),
+        change(b.total_allocated_bytes, n.total_allocated_bytes),
+        b.allocations,
+        n.allocations,
+        b.ooms_reached_program,
+        n.ooms_reached_program
+    );
+    out.push_str("<h2>Sites, matched by stack</h2><p class=\"meta\">Largest change of bytes live at the peak first; sites are matched by their frames' functions, not by address.</p><table><tr><th>site</th><th class=\"n\">live at peak</th><th class=\"n\">leaked</th><th class=\"n\">allocated in all</th></tr>");
+    for s in d.sites.iter().filter(changed).take(100) {
+        let _ = write!(
+            out,
+            "<tr><td>{}{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td></tr>",
+            frames_details(&s.label, &s.frames, false),
+            if s.presence == "both" { String::new() } else { format!(" <span class=\"cat\">{}</span>", s.presence) },
+            bytes(s.base.live_at_peak),
+            bytes(s.new.live_at_peak),
+            signed_bytes(s.delta_live_at_peak),
+            bytes(s.base.leaked_bytes),
+            bytes(s.new.leaked_bytes),
+            signed_bytes(s.delta_leaked_bytes),
+            bytes(s.base.total_bytes),
+            bytes(s.new.total_bytes),
+            signed_bytes(s.delta_total_bytes)
+        );
+    }
+    out.push_str("</table></body></html>\n");
+    w.write_all(out.as_bytes())
+}

@@ -1,0 +1,417 @@
+//! `gmem-prof check`: budgets for CI. Exit 0 when every budget holds, 1 when
+//! one is exceeded (each violation printed with the figure, the budget and
+//! the sites responsible), 2 on bad input.
+//!
+//! - `budget.rs`: the budgets, from flags or a TOML file;
+//! - `outputs.rs`: what CI systems read (JSON summary, Markdown, JUnit XML).
+
+pub mod budget;
+mod outputs;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use gmem_prof_analyzer::model::{Analysis, ProcessReport};
+use gmem_prof_analyzer::{analyze_files, Options};
+use gmem_prof_reports::format::bytes;
+use serde::Serialize;
+
+use crate::cli::CheckArgs;
+use budget::{Budgets, Limits};
+
+/// Exit code when a budget is exceeded.
+pub const EXIT_OVER_BUDGET: i32 = 1;
+/// Sites named under a broken budget.
+const SITES_SHOWN: usize = 5;
+
+/// What a figure counts.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    Bytes,
+    Fraction,
+    Count,
+}
+
+/// A figure or limit: written to JSON as an integer when it is one (bytes,
+/// counts), as a fraction otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Figure(pub f64);
+
+impl Serialize for Figure {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.fract() == 0.0 && (0.0..9.0e15).contains(&v) {
+            s.serialize_u64(v as u64)
+        } else {
+            s.serialize_f64(v)
+        }
+    }
+}
+
+/// One budget applied to one target: a device, a process or the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The run (trace) it was checked on.
+    pub run: String,
+    /// "max_peak", "max_leaked", "max_growth", "max_fragmentation", "max_ooms".
+    pub budget: &'static str,
+    /// "run", "device 0", "process 1234 (train.py)".
+    pub target: String,
+    pub unit: Unit,
+    pub figure: Figure,
+    pub limit: Figure,
+    pub passed: bool,
+    /// One line: the figure against the budget, in words.
+    pub summary: String,
+    /// The sites (or regions) responsible, one per line.
+    pub details: Vec<String>,
+}
+
+/// One run's analysis with its name.
+pub struct Run {
+    pub name: String,
+    pub analysis: Analysis,
+}
+
+pub fn run(a: CheckArgs) -> Result<i32> {
+    let mut budgets = match &a.budget {
+        Some(p) => Budgets::from_file(p)?,
+        None => Budgets::default(),
+    };
+    // Flags override the file's run budgets.
+    budgets.run = budgets.run.overridden_by(&Limits {
+        max_peak: a.max_peak,
+        max_leaked: a.max_leaked,
+        max_growth: a.max_growth,
+        max_fragmentation: a.max_fragmentation,
+        max_ooms: a.max_ooms,
+    });
+    budgets.validate()?;
+    if budgets.is_empty() {
+        bail!("no budget given: use --budget FILE, --max-peak, --max-leaked, --max-growth, --max-fragmentation or --max-ooms");
+    }
+    let mut runs = Vec::new();
+    for t in &a.traces {
+        let files = crate::inputs::expand(std::slice::from_ref(t))?;
+        let analysis = analyze_files(&files, &Options::default())?;
+        for w in &analysis.input.warnings {
+            eprintln!("gmem-prof: warning: {}: {w}", t.display());
+        }
+        runs.push(Run {
+            name: crate::report::report_stem(&files),
+            analysis,
+        });
+    }
+    let mut outcomes = Vec::new();
+    for r in &runs {
+        let (o, warnings) = evaluate(r, &budgets);
+        for w in warnings {
+            eprintln!("gmem-prof: warning: {}: {w}", r.name);
+        }
+        outcomes.extend(o);
+    }
+    let failed = outcomes.iter().filter(|o| !o.passed).count();
+
+    print!("{}", outputs::text(&outcomes, runs.len() > 1));
+    let write = |path: &Option<PathBuf>, data: String| -> Result<()> {
+        if let Some(p) = path {
+            std::fs::write(p, data).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Ok(())
+    };
+    write(&a.json, outputs::json(&runs, &outcomes)?)?;
+    write(&a.markdown, outputs::markdown(&runs, &outcomes))?;
+    write(&a.junit, outputs::junit(&outcomes))?;
+    if failed == 0 {
+        println!(
+            "gmem-prof check: every budget holds ({} checked)",
+            outcomes.len()
+        );
+        Ok(0)
+    } else {
+        println!(
+            "gmem-prof check: {failed} of {} budget(s) exceeded",
+            outcomes.len()
+        );
+        Ok(EXIT_OVER_BUDGET)
+    }
+}
+
+fn pct_line(b: u64, what: &str, label: &str) -> String {
+    format!("{} {what} {label}", bytes(b))
+}
+
+/// Applies every budget to one run. Also returns warnings (a budget for a
+/// device or process the run does not have).
+pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
+    let a = &r.analysis;
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    let outcome = |budget, target: String, unit, figure: f64, limit: f64, summary, details| Outcome {
+        run: r.name.clone(),
+        budget,
+        target,
+        unit,
+        figure: Figure(figure),
+        limit: Figure(limit),
+        passed: figure <= limit,
+        summary,
+        details,
+    };
+
+    // Per device: peak, fragmentation, OOMs.
+    for (d, _) in b.devices() {
+        if !a.devices.iter().any(|x| x.device == d) {
+            warnings.push(format!("the budget for device {d} checks nothing: the trace has no device {d}"));
+        }
+    }
+    for d in &a.devices {
+        let own = b.devices().find(|&(n, _)| n == d.device).map(|(_, l)| l);
+        let limits = match own {
+            Some(l) => b.run.overridden_by(l),
+            None => b.run.clone(),
+        };
+        let target = format!("device {}", d.device);
+        if let Some(max) = limits.max_peak {
+            out.push(outcome(
+                "max_peak",
+                target.clone(),
+                Unit::Bytes,
+                d.peak_bytes as f64,
+                max.0 as f64,
+                format!(
+                    "device {} peaked at {} ({} bytes) at {:.3} s; budget {} ({} bytes)",
+                    d.device,
+                    bytes(d.peak_bytes),
+                    d.peak_bytes,
+                    d.peak_time_ns as f64 / 1e9,
+                    bytes(max.0),
+                    max.0
+                ),
+                d.peak_sites
+                    .iter()
+                    .take(SITES_SHOWN)
+                    .map(|s| pct_line(s.bytes, "live at the peak from", &a.site_label(s.site)))
+                    .collect(),
+            ));
+        }
+        if let Some(max) = limits.max_fragmentation {
+            let (f, summary, details) = match &d.fragmentation.worst {
+                Some(w) => (
+                    w.fragmentation,
+                    format!(
+                        "device {} fragmentation reached {:.3} at {:.3} s; budget {max}",
+                        d.device,
+                        w.fragmentation,
+                        w.time_ns as f64 / 1e9
+                    ),
+                    vec![format!(
+                        "{} free in pools/VMM regions, largest free block {}",
+                        bytes(w.free_bytes),
+                        bytes(w.largest_free_bytes)
+                    )],
+                ),
+                None => (
+                    0.0,
+                    format!(
+                        "device {} has no pool or VMM reservation with free space to fragment; budget {max}",
+                        d.device
+                    ),
+                    d.fragmentation.blind_spots.clone(),
+                ),
+            };
+            out.push(outcome("max_fragmentation", target.clone(), Unit::Fraction, f, max, summary, details));
+        }
+        if let (Some(max), Some(_)) = (limits.max_ooms, own.and_then(|l| l.max_ooms)) {
+            let reached: Vec<_> = a
+                .ooms
+                .iter()
+                .filter(|o| o.device == d.device && o.outcome == "reached program")
+                .collect();
+            out.push(oom_outcome(r, target, &reached, max));
+        }
+    }
+
+    // The whole run: leaks, growth, OOMs.
+    if let Some(max) = b.run.max_leaked {
+        let leaked = a.leaked_bytes();
+        out.push(outcome(
+            "max_leaked",
+            "run".into(),
+            Unit::Bytes,
+            leaked as f64,
+            max.0 as f64,
+            format!(
+                "{} ({leaked} bytes) never freed; budget {} ({} bytes)",
+                bytes(leaked),
+                bytes(max.0),
+                max.0
+            ),
+            leak_lines(a, None),
+        ));
+    }
+    if let Some(max) = b.run.max_growth {
+        out.push(growth_outcome(r, "run".into(), None, max.0));
+    }
+    if let Some(max) = b.run.max_ooms {
+        let reached: Vec<_> = a.ooms.iter().filter(|o| o.outcome == "reached program").collect();
+        out.push(oom_outcome(r, "run".into(), &reached, max));
+    }
+
+    // Per process, matched by a piece of its command line.
+    for (key, limits) in &b.process {
+        let matching: Vec<&ProcessReport> = a
+            .processes
+            .iter()
+            .filter(|p| p.exe.contains(key.as_str()) || p.cmdline.iter().any(|w| w.contains(key.as_str())))
+            .collect();
+        if matching.is_empty() {
+            warnings.push(format!("the budget for process {key:?} checks nothing: no process's command line contains it"));
+        }
+        for p in matching {
+            let target = format!("process {} ({key})", p.pid);
+            if let Some(max) = limits.max_peak {
+                out.push(outcome(
+                    "max_peak",
+                    target.clone(),
+                    Unit::Bytes,
+                    p.peak_bytes as f64,
+                    max.0 as f64,
+                    format!(
+                        "process {} peaked at {} ({} bytes); budget {} ({} bytes)",
+                        p.pid,
+                        bytes(p.peak_bytes),
+                        p.peak_bytes,
+                        bytes(max.0),
+                        max.0
+                    ),
+                    Vec::new(),
+                ));
+            }
+            if let Some(max) = limits.max_leaked {
+                let leaked = p.at_exit.leaked_bytes;
+                out.push(outcome(
+                    "max_leaked",
+                    target.clone(),
+                    Unit::Bytes,
+                    leaked as f64,
+                    max.0 as f64,
+                    format!(
+                        "process {}: {} ({leaked} bytes) never freed; budget {} ({} bytes)",
+                        p.pid,
+                        bytes(leaked),
+                        bytes(max.0),
+                        max.0
+                    ),
+                    leak_lines(a, Some(p.pid)),
+                ));
+            }
+            if let Some(max) = limits.max_growth {
+                out.push(growth_outcome(r, target.clone(), Some(p.pid), max.0));
+            }
+            if let Some(max) = limits.max_ooms {
+                let reached: Vec<_> = a
+                    .ooms
+                    .iter()
+                    .filter(|o| o.pid == p.pid && o.outcome == "reached program")
+                    .collect();
+                out.push(oom_outcome(r, target.clone(), &reached, max));
+            }
+        }
+    }
+    (out, warnings)
+}
+
+/// Leaking sites, largest first (of one process when `pid` is given).
+fn leak_lines(a: &Analysis, pid: Option<u32>) -> Vec<String> {
+    a.leaking_sites()
+        .iter()
+        .filter(|s| pid.is_none_or(|p| s.pids.contains(&p)))
+        .take(SITES_SHOWN)
+        .map(|s| {
+            format!(
+                "{} in {} allocation(s) from {}",
+                bytes(s.leaked_bytes),
+                s.leaked_count,
+                s.label
+            )
+        })
+        .collect()
+}
+
+fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcome {
+    let a = &r.analysis;
+    let growing: Vec<_> = a
+        .growth
+        .iter()
+        .filter(|g| pid.is_none_or(|p| g.pid == p))
+        .collect();
+    let most = growing.iter().map(|g| g.growth_bytes).max().unwrap_or(0);
+    let over: Vec<_> = growing.iter().filter(|g| g.growth_bytes > max).collect();
+    let summary = if over.is_empty() {
+        format!(
+            "no site grew by more than {} after the warm-up (most: {})",
+            bytes(max),
+            bytes(most)
+        )
+    } else {
+        format!(
+            "{} site(s) grew by more than {} after the warm-up (most: {})",
+            over.len(),
+            bytes(max),
+            bytes(most)
+        )
+    };
+    Outcome {
+        run: r.name.clone(),
+        budget: "max_growth",
+        target,
+        unit: Unit::Bytes,
+        figure: Figure(most as f64),
+        limit: Figure(max as f64),
+        passed: most <= max,
+        summary,
+        details: growing
+            .iter()
+            .take(SITES_SHOWN)
+            .map(|g| {
+                format!(
+                    "+{} in pid {} from {}",
+                    bytes(g.growth_bytes),
+                    g.pid,
+                    a.site_label(g.site)
+                )
+            })
+            .collect(),
+    }
+}
+
+fn oom_outcome(r: &Run, target: String, reached: &[&gmem_prof_analyzer::model::Oom], max: u64) -> Outcome {
+    let a = &r.analysis;
+    Outcome {
+        run: r.name.clone(),
+        budget: "max_ooms",
+        target,
+        unit: Unit::Count,
+        figure: Figure(reached.len() as f64),
+        limit: Figure(max as f64),
+        passed: reached.len() as u64 <= max,
+        summary: format!(
+            "{} out-of-memory failure(s) reached the program; budget {max}",
+            reached.len()
+        ),
+        details: reached
+            .iter()
+            .take(SITES_SHOWN)
+            .map(|o| {
+                format!(
+                    "{} of {} from {}",
+                    o.function,
+                    bytes(o.requested_bytes),
+                    a.site_label(o.site)
+                )
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,305 @@
+//! What `check` writes: the terminal text, and for CI systems a JSON summary
+//! (schema in docs/formats.md), Markdown for a pull-request comment or
+//! GitHub's step summary, and JUnit XML with one test case per budget.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+use gmem_prof_reports::format::{bytes, escape};
+use serde::Serialize;
+
+use super::{Outcome, Run, Unit};
+
+/// Version of the check JSON summary; bumped when a field changes meaning or
+/// disappears.
+pub const CHECK_SCHEMA_VERSION: u32 = 1;
+
+fn figure(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Bytes => bytes(v as u64),
+        Unit::Fraction => format!("{v:.3}"),
+        Unit::Count => format!("{v}"),
+    }
+}
+
+/// Violations first, each with its details; then one line per budget held.
+pub fn text(outcomes: &[Outcome], several_runs: bool) -> String {
+    let mut out = String::new();
+    let run = |o: &Outcome| {
+        if several_runs {
+            format!("{}: ", o.run)
+        } else {
+            String::new()
+        }
+    };
+    for o in outcomes.iter().filter(|o| !o.passed) {
+        let _ = writeln!(out, "over budget: {}{}", run(o), o.summary);
+        for d in &o.details {
+            let _ = writeln!(out, "    {d}");
+        }
+    }
+    for o in outcomes.iter().filter(|o| o.passed) {
+        let _ = writeln!(
+            out,
+            "ok: {}{} {}: {} ≤ {}",
+            run(o),
+            o.budget,
+            o.target,
+            figure(o.unit, o.figure.0),
+            figure(o.unit, o.limit.0)
+        );
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    schema: &'static str,
+    schema_version: u32,
+    passed: bool,
+    budgets: &'a [Outcome],
+    runs: Vec<RunSummary>,
+}
+
+#[derive(Serialize)]
+struct RunSummary {
+    name: String,
+    files: Vec<String>,
+    devices: Vec<DeviceSummary>,
+    leaked_bytes: u64,
+    cached_at_exit_bytes: u64,
+    ooms_reached_program: u64,
+    ooms_recovered: u64,
+    growing_sites: u64,
+    top_sites: Vec<SiteSummary>,
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct DeviceSummary {
+    device: u32,
+    name: String,
+    peak_bytes: u64,
+    peak_time_ns: u64,
+    reserved_peak_bytes: u64,
+    worst_fragmentation: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct SiteSummary {
+    label: String,
+    category: String,
+    live_at_peak_bytes: u64,
+    total_bytes: u64,
+    leaked_bytes: u64,
+}
+
+fn run_summary(r: &Run) -> RunSummary {
+    let a = &r.analysis;
+    RunSummary {
+        name: r.name.clone(),
+        files: a.input.files.clone(),
+        devices: a
+            .devices
+            .iter()
+            .map(|d| DeviceSummary {
+                device: d.device,
+                name: d.name.clone(),
+                peak_bytes: d.peak_bytes,
+                peak_time_ns: d.peak_time_ns,
+                reserved_peak_bytes: d.reserved_peak,
+                worst_fragmentation: d.fragmentation.worst.as_ref().map(|w| w.fragmentation),
+            })
+            .collect(),
+        leaked_bytes: a.leaked_bytes(),
+        cached_at_exit_bytes: a.cached_bytes(),
+        ooms_reached_program: a
+            .ooms
+            .iter()
+            .filter(|o| o.outcome == "reached program")
+            .count() as u64,
+        ooms_recovered: a.ooms.iter().filter(|o| o.outcome == "recovered").count() as u64,
+        growing_sites: a.growth.len() as u64,
+        top_sites: a
+            .sites
+            .iter()
+            .take(10)
+            .map(|s| SiteSummary {
+                label: s.label.clone(),
+                category: s.category.clone(),
+                live_at_peak_bytes: s.live_at_peak,
+                total_bytes: s.total_bytes,
+                leaked_bytes: s.leaked_bytes,
+            })
+            .collect(),
+        warnings: a.input.warnings.clone(),
+    }
+}
+
+pub fn json(runs: &[Run], outcomes: &[Outcome]) -> Result<String> {
+    let s = Summary {
+        schema: "gmem-prof-check",
+        schema_version: CHECK_SCHEMA_VERSION,
+        passed: outcomes.iter().all(|o| o.passed),
+        budgets: outcomes,
+        runs: runs.iter().map(run_summary).collect(),
+    };
+    Ok(serde_json::to_string_pretty(&s)? + "\n")
+}
+
+/// Text from a trace made safe for Markdown: HTML-escaped (GitHub renders
+/// entities) and table pipes neutralized.
+fn md(s: &str) -> String {
+    escape(s).replace('|', "&#124;").replace('`', "&#96;")
+}
+
+pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
+    let failed = outcomes.iter().filter(|o| !o.passed).count();
+    let mut out = String::new();
+    if failed == 0 {
+        let _ = writeln!(
+            out,
+            "## gmem-prof check: ✅ every budget holds ({} checked)\n",
+            outcomes.len()
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "## gmem-prof check: ❌ {failed} of {} budgets exceeded\n",
+            outcomes.len()
+        );
+    }
+    out.push_str("| | Run | Budget | Target | Figure | Limit |\n|---|---|---|---|---|---|\n");
+    for o in outcomes {
+        let _ = writeln!(
+            out,
+            "| {} | {} | `{}` | {} | {} | {} |",
+            if o.passed { "✅" } else { "❌" },
+            md(&o.run),
+            o.budget,
+            md(&o.target),
+            figure(o.unit, o.figure.0),
+            figure(o.unit, o.limit.0)
+        );
+    }
+    for o in outcomes.iter().filter(|o| !o.passed && !o.details.is_empty()) {
+        let _ = writeln!(
+            out,
+            "\n<details><summary>{}: {}</summary>\n",
+            md(&o.run),
+            md(&o.summary)
+        );
+        for d in &o.details {
+            let _ = writeln!(out, "- {}", md(d));
+        }
+        out.push_str("\n</details>\n");
+    }
+    for r in runs {
+        let a = &r.analysis;
+        let _ = writeln!(out, "\n### {}\n", md(&r.name));
+        for d in &a.devices {
+            let _ = writeln!(
+                out,
+                "- device {} ({}): peak **{}** at {:.3} s",
+                d.device,
+                md(&d.name),
+                bytes(d.peak_bytes),
+                d.peak_time_ns as f64 / 1e9
+            );
+        }
+        let _ = writeln!(
+            out,
+            "- leaked at exit: **{}**; held by allocator caches at exit: {}",
+            bytes(a.leaked_bytes()),
+            bytes(a.cached_bytes())
+        );
+        let reached = a.ooms.iter().filter(|o| o.outcome == "reached program").count();
+        let _ = writeln!(
+            out,
+            "- out-of-memory failures: {} ({reached} reached the program)",
+            a.ooms.len()
+        );
+        if !a.sites.is_empty() {
+            out.push_str("\n| Site | Live at peak | Total | Leaked |\n|---|---|---|---|\n");
+            for s in a.sites.iter().take(5) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} |",
+                    md(&s.label),
+                    bytes(s.live_at_peak),
+                    bytes(s.total_bytes),
+                    bytes(s.leaked_bytes)
+                );
+            }
+        }
+    }
+    out
+}
+
+/// XML text and attribute escaping.
+fn xml(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            // Characters XML 1.0 cannot hold at all.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => o.push('\u{fffd}'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// One `<testsuite>` per run, one `<testcase>` per budget and target.
+pub fn junit(outcomes: &[Outcome]) -> String {
+    let mut runs: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !runs.contains(&o.run.as_str()) {
+            runs.push(&o.run);
+        }
+    }
+    let failures = outcomes.iter().filter(|o| !o.passed).count();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"gmem-prof check\" tests=\"{}\" failures=\"{failures}\">",
+        outcomes.len()
+    );
+    for run in runs {
+        let mine: Vec<&Outcome> = outcomes.iter().filter(|o| o.run == run).collect();
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"gmem-prof check: {}\" tests=\"{}\" failures=\"{}\">",
+            xml(run),
+            mine.len(),
+            mine.iter().filter(|o| !o.passed).count()
+        );
+        for o in mine {
+            let _ = write!(
+                out,
+                "    <testcase classname=\"gmem-prof.{}\" name=\"{} {}\"",
+                xml(run),
+                o.budget,
+                xml(&o.target)
+            );
+            if o.passed {
+                out.push_str(" />\n");
+            } else {
+                let _ = writeln!(
+                    out,
+                    ">\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>",
+                    o.budget,
+                    xml(&o.summary),
+                    xml(&o.details.join("\n"))
+                );
+            }
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}

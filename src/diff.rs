@@ -1,0 +1,105 @@
+//! `gmem-prof diff BASE NEW`: compares two runs site by site and can fail CI
+//! when the peak or the leaks grew by more than a threshold.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use gmem_prof_analyzer::diff::{diff, relative_change};
+use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_analyzer::{analyze_files, Options};
+use gmem_prof_reports::format::{bytes, change};
+
+use crate::cli::DiffArgs;
+
+/// Exit code when a change is above `--fail-above`.
+pub const EXIT_ABOVE_THRESHOLD: i32 = 1;
+
+/// A percentage threshold: "5%", "5", "0.5%".
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Percent(pub f64);
+
+impl std::str::FromStr for Percent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().trim_end_matches('%').trim();
+        match t.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Percent(v)),
+            _ => Err(format!("{s:?} is not a percentage (examples: 5%, 0.5%, 10)")),
+        }
+    }
+}
+
+fn load(path: &PathBuf) -> Result<(String, Analysis)> {
+    let files = crate::inputs::expand(std::slice::from_ref(path))?;
+    let a = analyze_files(&files, &Options::default())?;
+    for w in &a.input.warnings {
+        eprintln!("gmem-prof: warning: {}: {w}", path.display());
+    }
+    Ok((crate::report::report_stem(&files), a))
+}
+
+pub fn run(a: DiffArgs) -> Result<i32> {
+    let (base_name, base) = load(&a.base)?;
+    let (mut new_name, new) = load(&a.new)?;
+    if new_name == base_name {
+        new_name = format!("{new_name} (new)");
+    }
+    let d = diff(&base, &new);
+    if !a.quiet {
+        let stdout = std::io::stdout();
+        gmem_prof_reports::diff::text(&d, &base_name, &new_name, &mut stdout.lock())?;
+    }
+    let write = |path: &Option<PathBuf>, data: &[u8]| -> Result<()> {
+        if let Some(p) = path {
+            std::fs::write(p, data).with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        Ok(())
+    };
+    if a.html.is_some() {
+        let mut page = Vec::new();
+        gmem_prof_reports::diff::html(&d, (&base_name, &base), (&new_name, &new), &mut page)?;
+        write(&a.html, &page)?;
+    }
+    write(&a.json, (serde_json::to_string_pretty(&d)? + "\n").as_bytes())?;
+    write(
+        &a.markdown,
+        gmem_prof_reports::diff::markdown(&d, &base_name, &new_name).as_bytes(),
+    )?;
+
+    let Some(limit) = a.fail_above else {
+        return Ok(0);
+    };
+    let mut above = Vec::new();
+    let mut judge = |what: String, b: u64, n: u64| {
+        let over = match relative_change(b, n) {
+            Some(r) => r * 100.0 > limit.0,
+            None => true,
+        };
+        if over {
+            above.push(format!(
+                "{what} {} → {} ({}) is above +{}%",
+                bytes(b),
+                bytes(n),
+                change(b, n),
+                limit.0
+            ));
+        }
+    };
+    for dev in &d.devices {
+        judge(
+            format!("device {} peak", dev.device),
+            dev.base_peak_bytes.unwrap_or(0),
+            dev.new_peak_bytes.unwrap_or(0),
+        );
+    }
+    judge("leaked at exit".into(), d.base.leaked_bytes, d.new.leaked_bytes);
+    if above.is_empty() {
+        println!("gmem-prof diff: no change above +{}%", limit.0);
+        Ok(0)
+    } else {
+        for line in &above {
+            println!("above threshold: {line}");
+        }
+        Ok(EXIT_ABOVE_THRESHOLD)
+    }
+}

@@ -1,0 +1,121 @@
+//! `gmem-prof export`: the trace in other tools' formats (Perfetto, Parquet)
+//! or the analysis as JSON. Output goes to a temporary file renamed into
+//! place at the end, so a failed export never leaves half a file.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use gmem_prof_analyzer::{analyze_files, analyze_files_with_events, Options};
+use gmem_prof_exports::{ParquetEvents, PerfettoWriter};
+
+use crate::cli::{ExportArgs, ExportFormat};
+
+pub fn run(a: ExportArgs) -> Result<()> {
+    let files = crate::inputs::expand(&a.traces)?;
+    let out = a.output.clone().unwrap_or_else(|| default_output(&files, a.format));
+    let tmp = temp_path(&out);
+    let file = File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let result = write(&files, a.format, file);
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&tmp, &out)
+        .with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
+    if !a.quiet {
+        println!("{}: {summary}", out.display());
+    }
+    Ok(())
+}
+
+fn write(files: &[PathBuf], format: ExportFormat, file: File) -> Result<String> {
+    let opts = Options::default();
+    match format {
+        ExportFormat::Json => {
+            let analysis = analyze_files(files, &opts)?;
+            warn(&analysis.input.warnings);
+            let mut w = BufWriter::new(file);
+            gmem_prof_reports::json(&analysis, &mut w)?;
+            w.flush()?;
+            Ok(format!(
+                "analysis JSON (schema version {})",
+                analysis.schema_version
+            ))
+        }
+        ExportFormat::Perfetto => {
+            let mut writer = PerfettoWriter::new(BufWriter::new(file))?;
+            let mut failure = None;
+            let (analysis, _) = analyze_files_with_events(files, &opts, &mut |rows| {
+                if failure.is_none() {
+                    failure = writer.rows(rows).err();
+                }
+            })?;
+            if let Some(e) = failure {
+                return Err(anyhow!(e).context("cannot write the Perfetto trace"));
+            }
+            warn(&analysis.input.warnings);
+            let n = writer.events_written;
+            writer.finish(&analysis)?.flush()?;
+            Ok(format!(
+                "{n} trace events (open it at https://ui.perfetto.dev or chrome://tracing)"
+            ))
+        }
+        ExportFormat::Parquet => {
+            // Sites get their final ids only once the whole trace is read:
+            // a first pass finds them, the second writes the rows.
+            let tty = std::io::stderr().is_terminal();
+            if tty {
+                eprint!("export: pass 1 of 2 (sites)…");
+            }
+            let (analysis, sites) = analyze_files_with_events(files, &opts, &mut |_| {})?;
+            if tty {
+                eprint!("\r\x1b[2Kexport: pass 2 of 2 (rows)…");
+            }
+            let mut writer = ParquetEvents::new(BufWriter::new(file), &analysis, &sites);
+            let mut failure = None;
+            analyze_files_with_events(files, &opts, &mut |rows| {
+                if failure.is_none() {
+                    failure = writer.rows(rows).err();
+                }
+            })?;
+            if tty {
+                eprint!("\r\x1b[2K");
+            }
+            if let Some(e) = failure {
+                return Err(anyhow!(e).context("cannot write the Parquet file"));
+            }
+            warn(&analysis.input.warnings);
+            let n = writer.finish().context("cannot write the Parquet file")?;
+            Ok(format!("{n} event rows (Parquet)"))
+        }
+    }
+}
+
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("gmem-prof: warning: {w}");
+    }
+}
+
+/// run.bin → run.perfetto.json, run.parquet, run.json (beside the trace's
+/// name, in the current directory).
+fn default_output(files: &[PathBuf], format: ExportFormat) -> PathBuf {
+    let stem = crate::report::report_stem(files);
+    let ext = match format {
+        ExportFormat::Perfetto => "perfetto.json",
+        ExportFormat::Parquet => "parquet",
+        ExportFormat::Json => "json",
+    };
+    PathBuf::from(format!("{stem}.{ext}"))
+}
+
+fn temp_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}", std::process::id()));
+    out.with_file_name(name)
+}

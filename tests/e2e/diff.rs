@@ -1,0 +1,105 @@
+//! `gmem-prof diff`: two recorded runs of one PyTorch loop, with and without
+//! a leak (traces/samples/torch_growth*.bin): the diff must name the kept
+//! tensor's site, matched by stack.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::util::*;
+
+fn diff(base: &str, new: &str, args: &[&str]) -> Output {
+    run(Command::new(gmem())
+        .arg("diff")
+        .arg(sample(base))
+        .arg(sample(new))
+        .args(args))
+}
+
+#[test]
+fn diff_of_the_leaking_loop_names_the_kept_tensor_site() {
+    let dir = scratch("diff-leak");
+    let json = dir.join("d.json");
+    let html = dir.join("d.html");
+    let md = dir.join("d.md");
+    let o = diff(
+        "torch_growth.bin",
+        "torch_growth_leak.bin",
+        &[
+            "--fail-above",
+            "5%",
+            "--json",
+            json.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+            "--markdown",
+            md.to_str().unwrap(),
+        ],
+    );
+    // The leaking run keeps 200 × 1 MiB more at its peak: far above 5%.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("above threshold: device 0 peak"), "{text}");
+
+    let d: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(d["schema"], "gmem-prof-diff");
+    let dev = &d["devices"][0];
+    let top = &dev["peak_changes"][0];
+    let site = &d["sites"][top["site"].as_u64().unwrap() as usize];
+    let frames: Vec<&str> = site["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert!(
+        frames.iter().any(|f| f.contains("randn")),
+        "the top change is not the randn site: {frames:?}"
+    );
+    // What the loop kept, as the program reported it; at the peak all but
+    // at most one step's tensor are live.
+    let stats: Value = serde_json::from_slice(
+        &std::fs::read(sample("torch_growth_leak.stats.json")).unwrap(),
+    )
+    .unwrap();
+    let kept = stats["kept_bytes"].as_u64().unwrap();
+    let delta = top["delta_bytes"].as_i64().unwrap() as u64;
+    assert!((kept - (1 << 20)..=kept).contains(&delta), "{delta}");
+    // The peak grew by about what the site holds.
+    let grew = dev["delta_peak_bytes"].as_i64().unwrap() as u64;
+    assert!(grew.abs_diff(delta) < 4 << 20, "peak +{grew}, site +{delta}");
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("randn"));
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(md.starts_with("## gmem-prof diff: torch_growth → torch_growth_leak"), "{md}");
+}
+
+#[test]
+fn diff_of_a_run_with_itself_shows_no_change() {
+    let o = diff("kinds.bin", "kinds.bin", &["--fail-above", "0%"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("no site changed"), "{text}");
+    assert!(text.contains("no change above +0%"), "{text}");
+}
+
+#[test]
+fn a_new_leak_is_above_any_threshold() {
+    // oom.cu frees everything; kinds.cu leaks 2 MiB: from 0, always above.
+    let o = diff("oom.bin", "kinds.bin", &["--fail-above", "1000%"]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("above threshold: leaked at exit 0 B → 2.00 MiB (new)"), "{text}");
+}
+
+#[test]
+fn diff_bad_input_exits_2() {
+    let o = run(Command::new(gmem())
+        .arg("diff")
+        .arg(sample("kinds.bin"))
+        .arg("/nonexistent.bin"));
+    assert_eq!(o.status.code(), Some(2));
+    let o = diff("kinds.bin", "oom.bin", &["--fail-above", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,221 @@
+//! `gmem-prof export`: the Perfetto JSON checked against the trace-event
+//! format and the recorded programs; the Parquet read back with polars, its
+//! rows and sums equal to the trace's own records (from `dump`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use polars::prelude::*;
+use polars_io::prelude::ParquetReader;
+use polars_io::SerReader;
+use serde_json::Value;
+
+use crate::util::*;
+
+fn export(trace: &Path, format: &str, out: &Path) {
+    let o = run(Command::new(gmem())
+        .arg("export")
+        .arg(trace)
+        .args(["--format", format, "-o"])
+        .arg(out));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+fn perfetto(name: &str) -> Vec<Value> {
+    let dir = scratch(&format!("export-perfetto-{name}"));
+    let out = dir.join("t.json");
+    export(&sample(name), "perfetto", &out);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(doc["displayTimeUnit"], "ns");
+    let events = doc["traceEvents"].as_array().expect("traceEvents array").clone();
+    for e in &events {
+        check_trace_event(e);
+    }
+    events
+}
+
+/// The fields the trace-event format requires for each phase we write.
+fn check_trace_event(e: &Value) {
+    let ph = e["ph"].as_str().expect("ph");
+    assert!(e["name"].is_string(), "{e}");
+    assert!(e["pid"].is_u64(), "{e}");
+    match ph {
+        "M" => {
+            assert!(["process_name", "thread_name"].contains(&e["name"].as_str().unwrap()));
+            assert!(e["args"]["name"].is_string(), "{e}");
+        }
+        "C" => {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0);
+            let args = e["args"].as_object().unwrap();
+            assert!(!args.is_empty() && args.values().all(Value::is_u64), "{e}");
+        }
+        "X" => {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0);
+            assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+            assert!(e["tid"].is_u64(), "{e}");
+        }
+        "i" => {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0);
+            assert!(["g", "p", "t"].contains(&e["s"].as_str().unwrap()), "{e}");
+        }
+        other => panic!("unexpected phase {other}: {e}"),
+    }
+}
+
+fn phase<'a>(events: &'a [Value], ph: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["ph"] == ph).collect()
+}
+
+#[test]
+fn perfetto_of_the_oom_program() {
+    // oom.cu: 8 × 16 GiB live at its peak; a 1 TiB request and a ninth
+    // 16 GiB request fail and reach the program; everything is freed.
+    let events = perfetto("oom.bin");
+    let live: Vec<u64> = phase(&events, "C")
+        .iter()
+        .map(|e| e["args"]["live"].as_u64().unwrap())
+        .collect();
+    assert_eq!(live.iter().max(), Some(&(8 * (16u64 << 30))));
+    assert_eq!(live.last(), Some(&0), "all freed by the end");
+    let ooms: Vec<&Value> = phase(&events, "i")
+        .into_iter()
+        .filter(|e| e["cat"] == "oom")
+        .collect();
+    let mut requested: Vec<u64> = ooms
+        .iter()
+        .map(|e| e["args"]["requested_bytes"].as_u64().unwrap())
+        .collect();
+    requested.sort_unstable();
+    assert_eq!(requested, vec![16u64 << 30, 1u64 << 40]);
+    assert!(ooms.iter().all(|e| e["args"]["outcome"] == "reached program"));
+    let names: Vec<&str> = phase(&events, "M")
+        .iter()
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"GPU 0: NVIDIA H200"), "{names:?}");
+}
+
+#[test]
+fn perfetto_kernels_are_the_traces_kernels() {
+    let trace = sample("kinds.bin");
+    let recs = dump_json(&trace);
+    let kernels = of_type(&recs, "Kernel");
+    let events = perfetto("kinds.bin");
+    let slices = phase(&events, "X");
+    assert_eq!(slices.len(), kernels.len());
+    let mut durations: Vec<u64> = kernels
+        .iter()
+        .map(|k| k["end"].as_u64().unwrap() - k["start"].as_u64().unwrap())
+        .collect();
+    // Durations in ns, written as microseconds with three decimals.
+    let mut written: Vec<u64> = slices
+        .iter()
+        .map(|s| (s["dur"].as_f64().unwrap() * 1000.0).round() as u64)
+        .collect();
+    durations.sort_unstable();
+    written.sort_unstable();
+    assert_eq!(written, durations);
+    assert!(slices.iter().all(|s| s["name"] == "_Z12touch_kernelPcm"));
+}
+
+fn parquet(name: &str) -> DataFrame {
+    let dir = scratch(&format!("export-parquet-{name}"));
+    let out: PathBuf = dir.join("events.parquet");
+    export(&sample(name), "parquet", &out);
+    ParquetReader::new(std::fs::File::open(&out).unwrap())
+        .finish()
+        .unwrap()
+}
+
+fn column_u64(df: &DataFrame, event: &str, col: &str) -> Vec<u64> {
+    let events = df.column("event").unwrap().str().unwrap();
+    let values = df.column(col).unwrap().u64().unwrap();
+    (0..df.height())
+        .filter(|&i| events.get(i) == Some(event))
+        .map(|i| values.get(i).unwrap())
+        .collect()
+}
+
+#[test]
+fn parquet_rows_and_sums_equal_the_trace_records() {
+    for name in ["kinds.bin", "torch_oom.bin", "pools.bin", "vmm.bin"] {
+        let recs = dump_json(&sample(name));
+        let memory = of_type(&recs, "Memory");
+        let sum = |alloc: bool| -> (usize, u64) {
+            let m: Vec<&&Value> = memory
+                .iter()
+                .filter(|m| m["alloc"].as_bool() == Some(alloc))
+                .collect();
+            (m.len(), m.iter().map(|m| m["bytes"].as_u64().unwrap()).sum())
+        };
+        let df = parquet(name);
+        for (event, alloc) in [("alloc", true), ("free", false)] {
+            let bytes = column_u64(&df, event, "bytes");
+            assert_eq!(
+                (bytes.len(), bytes.iter().sum::<u64>()),
+                sum(alloc),
+                "{name}: {event} rows"
+            );
+        }
+        let kernels = column_u64(&df, "kernel", "bytes").len();
+        assert_eq!(kernels, of_type(&recs, "Kernel").len(), "{name}: kernel rows");
+        // Every allocation either was freed or was still live at exit.
+        let allocated: u64 = column_u64(&df, "alloc", "bytes").iter().sum();
+        let freed_or_held: u64 = column_u64(&df, "free", "bytes").iter().sum::<u64>()
+            + column_u64(&df, "exit", "bytes").iter().sum::<u64>();
+        assert_eq!(allocated, freed_or_held, "{name}");
+    }
+}
+
+#[test]
+fn parquet_names_the_leaking_sites_of_kinds() {
+    // kinds.cu leaks one 1 MiB device buffer and one 1 MiB pinned buffer,
+    // from alloc_device_buffers and alloc_pinned.
+    let df = parquet("kinds.bin");
+    let events = df.column("event").unwrap().str().unwrap();
+    let labels = df.column("site_label").unwrap().str().unwrap();
+    let bytes = df.column("bytes").unwrap().u64().unwrap();
+    let mut leaked: Vec<(String, u64)> = Vec::new();
+    for i in 0..df.height() {
+        let l = labels.get(i).unwrap_or("");
+        if events.get(i) == Some("exit")
+            && (l.starts_with("alloc_device_buffers") || l.starts_with("alloc_pinned"))
+        {
+            leaked.push((l.split(" at ").next().unwrap().to_string(), bytes.get(i).unwrap()));
+        }
+    }
+    leaked.sort();
+    assert_eq!(
+        leaked,
+        vec![
+            ("alloc_device_buffers".to_string(), 1 << 20),
+            ("alloc_pinned".to_string(), 1 << 20)
+        ]
+    );
+}
+
+#[test]
+fn export_json_is_the_versioned_analysis() {
+    let dir = scratch("export-json");
+    let out = dir.join("a.json");
+    export(&sample("oom.bin"), "json", &out);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["devices"][0]["peak_bytes"], 8 * (16u64 << 30));
+}
+
+#[test]
+fn export_of_bad_input_exits_2_and_leaves_no_file() {
+    let dir = scratch("export-bad");
+    let bad = dir.join("bad.bin");
+    std::fs::write(&bad, b"not a trace at all").unwrap();
+    let out = dir.join("out.parquet");
+    let o = run(Command::new(gmem())
+        .arg("export")
+        .arg(&bad)
+        .args(["--format", "parquet", "-o"])
+        .arg(&out));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).starts_with("gmem-prof: "), "{}", stderr(&o));
+    assert!(std::fs::read_dir(&dir).unwrap().count() == 1, "only bad.bin remains");
+}
