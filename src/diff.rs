@@ -24,7 +24,9 @@ impl std::str::FromStr for Percent {
         let t = s.trim().trim_end_matches('%').trim();
         match t.parse::<f64>() {
             Ok(v) if v.is_finite() && v >= 0.0 => Ok(Percent(v)),
-            _ => Err(format!("{s:?} is not a percentage (examples: 5%, 0.5%, 10)")),
+            _ => Err(format!(
+                "{s:?} is not a percentage (examples: 5%, 0.5%, 10)"
+            )),
         }
     }
 }
@@ -60,7 +62,10 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         gmem_prof_reports::diff::html(&d, (&base_name, &base), (&new_name, &new), &mut page)?;
         write(&a.html, &page)?;
     }
-    write(&a.json, (serde_json::to_string_pretty(&d)? + "\n").as_bytes())?;
+    write(
+        &a.json,
+        (serde_json::to_string_pretty(&d)? + "\n").as_bytes(),
+    )?;
     write(
         &a.markdown,
         gmem_prof_reports::diff::markdown(&d, &base_name, &new_name).as_bytes(),
@@ -92,7 +97,11 @@ pub fn run(a: DiffArgs) -> Result<i32> {
             dev.new_peak_bytes.unwrap_or(0),
         );
     }
-    judge("leaked at exit".into(), d.base.leaked_bytes, d.new.leaked_bytes);
+    judge(
+        "leaked at exit".into(),
+        d.base.leaked_bytes,
+        d.new.leaked_bytes,
+    );
     if above.is_empty() {
         println!("gmem-prof diff: no change above +{}%", limit.0);
         Ok(0)

@@ -14,7 +14,10 @@ use crate::cli::{ExportArgs, ExportFormat};
 
 pub fn run(a: ExportArgs) -> Result<()> {
     let files = crate::inputs::expand(&a.traces)?;
-    let out = a.output.clone().unwrap_or_else(|| default_output(&files, a.format));
+    let out = a
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&files, a.format));
     let tmp = temp_path(&out);
     let file = File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     let result = write(&files, a.format, file);

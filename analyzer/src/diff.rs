@@ -194,8 +194,16 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
         b.delta_live_at_peak
             .unsigned_abs()
             .cmp(&a.delta_live_at_peak.unsigned_abs())
-            .then(b.delta_leaked_bytes.unsigned_abs().cmp(&a.delta_leaked_bytes.unsigned_abs()))
-            .then(b.delta_total_bytes.unsigned_abs().cmp(&a.delta_total_bytes.unsigned_abs()))
+            .then(
+                b.delta_leaked_bytes
+                    .unsigned_abs()
+                    .cmp(&a.delta_leaked_bytes.unsigned_abs()),
+            )
+            .then(
+                b.delta_total_bytes
+                    .unsigned_abs()
+                    .cmp(&a.delta_total_bytes.unsigned_abs()),
+            )
             .then(ka.cmp(kb))
     });
     let mut id_of_key: BTreeMap<&str, u32> = BTreeMap::new();
@@ -221,7 +229,9 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
             let mut at_peak: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
             for (side, d, keys) in [(0, b, &key_of_base), (1, w, &key_of_new)] {
                 for sb in d.map(|d| d.peak_sites.as_slice()).unwrap_or_default() {
-                    let Some(k) = keys.get(sb.site as usize) else { continue };
+                    let Some(k) = keys.get(sb.site as usize) else {
+                        continue;
+                    };
                     let id = id_of_key[k.as_str()];
                     let e = at_peak.entry(id).or_default();
                     if side == 0 {

@@ -321,20 +321,12 @@ impl Engine {
 
     fn memory_row(what: EventKind, t: u64, m: &MemoryEv, site: Option<u32>) -> EventRow {
         EventRow {
-            time_ns: t,
-            end_ns: t,
-            what,
-            pid: 0,
-            device: m.device,
             kind: m.kind,
             address: m.address,
             bytes: m.bytes,
             site,
             correlation: m.correlation,
-            cuda_stream: 0,
-            name: None,
-            device_live: 0,
-            device_reserved: 0,
+            ..EventRow::new(what, t, m.device)
         }
     }
 
@@ -469,20 +461,10 @@ impl Engine {
                         t,
                         e.stream,
                         EventRow {
-                            time_ns: t,
                             end_ns: end,
-                            what: EventKind::Kernel,
-                            pid: 0,
-                            device,
-                            kind: 0,
-                            address: 0,
-                            bytes: 0,
-                            site: None,
-                            correlation: 0,
                             cuda_stream: stream,
                             name: Some(text.unwrap_or_else(|| format!("kernel#{name}"))),
-                            device_live: 0,
-                            device_reserved: 0,
+                            ..EventRow::new(EventKind::Kernel, t, device)
                         },
                     );
                 }
@@ -813,20 +795,11 @@ impl Engine {
         st.open_failures.push((tid, bytes, index));
         if self.rows.is_some() {
             let r = EventRow {
-                time_ns: t,
-                end_ns: t,
-                what: EventKind::Failed,
-                pid: 0,
-                device,
-                kind: 0,
-                address: 0,
                 bytes,
                 site: Some(site),
                 correlation: call.correlation,
-                cuda_stream: 0,
                 name: Some(func.name().unwrap_or("?").to_string()),
-                device_live: 0,
-                device_reserved: 0,
+                ..EventRow::new(EventKind::Failed, t, device)
             };
             self.row(t, stream, r);
         }
@@ -872,20 +845,11 @@ impl Engine {
                 self.retire(stream, address, l, false);
                 if self.rows.is_some() {
                     let r = EventRow {
-                        time_ns: t,
-                        end_ns: t,
-                        what: EventKind::Exit,
-                        pid: 0,
-                        device: l.device,
                         kind: l.kind,
                         address,
                         bytes: l.bytes,
                         site: Some(l.site),
-                        correlation: 0,
-                        cuda_stream: 0,
-                        name: None,
-                        device_live: 0,
-                        device_reserved: 0,
+                        ..EventRow::new(EventKind::Exit, t, l.device)
                     };
                     self.row(t, stream, r);
                 }
@@ -911,7 +875,9 @@ impl Engine {
             );
             dev.largest_free
                 .put(axis, axis.current, ext.map(|e| e.largest));
-            if let Some(e) = ext {
+            // With no free space there is nothing to fragment: not a sample
+            // worth calling the worst.
+            if let Some(e) = ext.filter(|e| e.free > 0) {
                 let f = e.fragmentation();
                 if dev.frag_worst.is_none_or(|w| f > w.1) {
                     dev.frag_worst = Some((now, f, e.free, e.largest));

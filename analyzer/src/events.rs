@@ -65,6 +65,29 @@ pub struct EventRow {
     pub device_reserved: u64,
 }
 
+impl EventRow {
+    /// A row with every optional field empty; the sweep fills in the pid,
+    /// the relative time and the device totals.
+    pub(crate) fn new(what: EventKind, time: u64, device: u32) -> EventRow {
+        EventRow {
+            time_ns: time,
+            end_ns: time,
+            what,
+            pid: 0,
+            device,
+            kind: 0,
+            address: 0,
+            bytes: 0,
+            site: None,
+            correlation: 0,
+            cuda_stream: 0,
+            name: None,
+            device_live: 0,
+            device_reserved: 0,
+        }
+    }
+}
+
 /// Maps the raw site ids of `EventRow` to `Analysis.sites` ids.
 #[derive(Clone, Debug, Default)]
 pub struct SiteIds(pub(crate) Vec<u32>);

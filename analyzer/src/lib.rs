@@ -40,8 +40,8 @@ use std::path::PathBuf;
 use gmem_prof_traces::TraceError;
 
 use engine::{Engine, SiteClass, KINDS};
-use input::{ChunkRef, TimedEvent};
 use events::{EventRow, SiteIds};
+use input::{ChunkRef, TimedEvent};
 use model::*;
 
 pub use regions::Extents;
@@ -127,11 +127,14 @@ pub fn analyze(
     analyze_inner(datas, names, opts, None).map(|(a, _)| a)
 }
 
+/// Where the sweep hands event rows, for exporters.
+type RowSink<'s> = &'s mut dyn FnMut(&[EventRow]);
+
 fn analyze_inner(
     datas: &[&[u8]],
     names: &[String],
     opts: &Options,
-    mut sink: Option<&mut dyn FnMut(&[EventRow])>,
+    mut sink: Option<RowSink>,
 ) -> Result<(Analysis, SiteIds), AnalyzeError> {
     let (chunks, streams, mut warnings) = input::frame(datas, names)?;
     let total_bytes: u64 = datas.iter().map(|d| d.len() as u64).sum();

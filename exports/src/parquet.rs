@@ -12,9 +12,9 @@
 
 use std::io::Write;
 
+use gmem_prof_analyzer::events::{kind_name, EventKind};
 use gmem_prof_analyzer::events::{EventRow, SiteIds};
 use gmem_prof_analyzer::model::Analysis;
-use gmem_prof_analyzer::events::{kind_name, EventKind};
 use polars::prelude::*;
 use polars_io::parquet::write::{BatchedWriter, ParquetCompression, ParquetWriter};
 
@@ -51,7 +51,10 @@ impl Columns {
         let labels: Vec<Option<&str>> = c
             .site
             .iter()
-            .map(|s| s.and_then(|s| a.sites.get(s as usize)).map(|s| s.label.as_str()))
+            .map(|s| {
+                s.and_then(|s| a.sites.get(s as usize))
+                    .map(|s| s.label.as_str())
+            })
             .collect();
         DataFrame::new(
             n,
@@ -108,8 +111,7 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
             c.pid.push(r.pid);
             c.device.push(r.device);
             c.kind.push(match r.what {
-                EventKind::Kernel
-                | EventKind::Failed => None,
+                EventKind::Kernel | EventKind::Failed => None,
                 _ => Some(kind_name(r.kind)),
             });
             c.address.push(r.address);
@@ -131,7 +133,10 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
         let mut df = self.buf.frame(self.analysis)?;
         self.rows_written += df.height() as u64;
         if self.writer.is_none() {
-            let out = self.out.take().expect("the output is held until the first group");
+            let out = self
+                .out
+                .take()
+                .expect("the output is held until the first group");
             let w = ParquetWriter::new(out)
                 .with_compression(ParquetCompression::Zstd(None))
                 .batched(df.schema())?;

@@ -144,10 +144,7 @@ impl<W: Write> PerfettoWriter<W> {
             self.event(&line)?;
         }
         for o in &a.ooms {
-            let title = format!(
-                "OOM {} {} B ({})",
-                o.function, o.requested_bytes, o.outcome
-            );
+            let title = format!("OOM {} {} B ({})", o.function, o.requested_bytes, o.outcome);
             let line = format!(
                 "{{\"name\":{},\"cat\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"requested_bytes\":{},\"outcome\":{},\"site\":{},\"process\":{},\"device_live_bytes\":{}}}}}",
                 json_str(&title),

@@ -34,7 +34,10 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
             opt_bytes(dev.base_peak_bytes),
             opt_bytes(dev.new_peak_bytes),
             signed_bytes(dev.delta_peak_bytes),
-            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
+            change(
+                dev.base_peak_bytes.unwrap_or(0),
+                dev.new_peak_bytes.unwrap_or(0)
+            )
         )?;
         for c in dev.peak_changes.iter().take(5) {
             writeln!(
@@ -70,7 +73,10 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
     if moved.is_empty() {
         writeln!(w, "no site changed")?;
     } else {
-        writeln!(w, "sites that changed most (live at peak, leaked, allocated in all):")?;
+        writeln!(
+            w,
+            "sites that changed most (live at peak, leaked, allocated in all):"
+        )?;
         for s in moved {
             let tag = match s.presence {
                 "both" => String::new(),
@@ -90,7 +96,7 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
 }
 
 pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
-    let md = |s: &str| escape(s).replace('|', "&#124;").replace('`', "&#96;");
+    let md = crate::format::markdown;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -107,7 +113,10 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
             opt_bytes(dev.base_peak_bytes),
             opt_bytes(dev.new_peak_bytes),
             signed_bytes(dev.delta_peak_bytes),
-            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
+            change(
+                dev.base_peak_bytes.unwrap_or(0),
+                dev.new_peak_bytes.unwrap_or(0)
+            )
         );
     }
     let _ = writeln!(
@@ -127,7 +136,11 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
                 out,
                 "| {}{} | {} | {} | {} |",
                 md(&s.label),
-                if s.presence == "both" { String::new() } else { format!(" ({})", s.presence) },
+                if s.presence == "both" {
+                    String::new()
+                } else {
+                    format!(" ({})", s.presence)
+                },
                 signed_bytes(s.delta_live_at_peak),
                 signed_bytes(s.delta_leaked_bytes),
                 signed_bytes(s.delta_total_bytes)
@@ -145,7 +158,11 @@ pub fn html(
     w: &mut dyn Write,
 ) -> io::Result<()> {
     let mut out = String::new();
-    let title = format!("gmem-prof diff: {} → {}", escape(base_name), escape(new_name));
+    let title = format!(
+        "gmem-prof diff: {} → {}",
+        escape(base_name),
+        escape(new_name)
+    );
     let _ = write!(
         out,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"

@@ -76,6 +76,12 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// Text from a trace made safe inside Markdown (tables included): HTML
+/// escaped (GitHub renders entities), pipes and backticks neutralized.
+pub fn markdown(s: &str) -> String {
+    escape(s).replace('|', "&#124;").replace('`', "&#96;")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

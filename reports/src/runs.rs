@@ -14,9 +14,11 @@ use crate::html::STYLE;
 /// A run's highest device: the figure runs are compared by (ranks usually
 /// use different device numbers, or device 0 on different hosts).
 fn top_device(a: &Analysis) -> Option<&DeviceReport> {
-    a.devices
-        .iter()
-        .max_by(|x, y| x.peak_bytes.cmp(&y.peak_bytes).then(y.device.cmp(&x.device)))
+    a.devices.iter().max_by(|x, y| {
+        x.peak_bytes
+            .cmp(&y.peak_bytes)
+            .then(y.device.cmp(&x.device))
+    })
 }
 
 /// Spread of the runs' peaks: (min, max, mean, (max − min) / mean).
@@ -28,12 +30,19 @@ pub fn skew(runs: &[(&str, &Analysis)]) -> Option<(u64, u64, f64, f64)> {
     let min = *peaks.iter().min()?;
     let max = *peaks.iter().max()?;
     let mean = peaks.iter().map(|&p| p as f64).sum::<f64>() / peaks.len() as f64;
-    let spread = if mean > 0.0 { (max - min) as f64 / mean } else { 0.0 };
+    let spread = if mean > 0.0 {
+        (max - min) as f64 / mean
+    } else {
+        0.0
+    };
     Some((min, max, mean, spread))
 }
 
 fn reached(a: &Analysis) -> usize {
-    a.ooms.iter().filter(|o| o.outcome == "reached program").count()
+    a.ooms
+        .iter()
+        .filter(|o| o.outcome == "reached program")
+        .count()
 }
 
 pub fn text(runs: &[(&str, &Analysis)], w: &mut dyn Write) -> io::Result<()> {

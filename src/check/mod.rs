@@ -148,22 +148,25 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
     let a = &r.analysis;
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    let outcome = |budget, target: String, unit, figure: f64, limit: f64, summary, details| Outcome {
-        run: r.name.clone(),
-        budget,
-        target,
-        unit,
-        figure: Figure(figure),
-        limit: Figure(limit),
-        passed: figure <= limit,
-        summary,
-        details,
-    };
+    let outcome =
+        |budget, target: String, unit, figure: f64, limit: f64, summary, details| Outcome {
+            run: r.name.clone(),
+            budget,
+            target,
+            unit,
+            figure: Figure(figure),
+            limit: Figure(limit),
+            passed: figure <= limit,
+            summary,
+            details,
+        };
 
     // Per device: peak, fragmentation, OOMs.
     for (d, _) in b.devices() {
         if !a.devices.iter().any(|x| x.device == d) {
-            warnings.push(format!("the budget for device {d} checks nothing: the trace has no device {d}"));
+            warnings.push(format!(
+                "the budget for device {d} checks nothing: the trace has no device {d}"
+            ));
         }
     }
     for d in &a.devices {
@@ -221,7 +224,15 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                     d.fragmentation.blind_spots.clone(),
                 ),
             };
-            out.push(outcome("max_fragmentation", target.clone(), Unit::Fraction, f, max, summary, details));
+            out.push(outcome(
+                "max_fragmentation",
+                target.clone(),
+                Unit::Fraction,
+                f,
+                max,
+                summary,
+                details,
+            ));
         }
         if let (Some(max), Some(_)) = (limits.max_ooms, own.and_then(|l| l.max_ooms)) {
             let reached: Vec<_> = a
@@ -255,7 +266,11 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
         out.push(growth_outcome(r, "run".into(), None, max.0));
     }
     if let Some(max) = b.run.max_ooms {
-        let reached: Vec<_> = a.ooms.iter().filter(|o| o.outcome == "reached program").collect();
+        let reached: Vec<_> = a
+            .ooms
+            .iter()
+            .filter(|o| o.outcome == "reached program")
+            .collect();
         out.push(oom_outcome(r, "run".into(), &reached, max));
     }
 
@@ -264,7 +279,9 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
         let matching: Vec<&ProcessReport> = a
             .processes
             .iter()
-            .filter(|p| p.exe.contains(key.as_str()) || p.cmdline.iter().any(|w| w.contains(key.as_str())))
+            .filter(|p| {
+                p.exe.contains(key.as_str()) || p.cmdline.iter().any(|w| w.contains(key.as_str()))
+            })
             .collect();
         if matching.is_empty() {
             warnings.push(format!("the budget for process {key:?} checks nothing: no process's command line contains it"));
@@ -387,7 +404,12 @@ fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcom
     }
 }
 
-fn oom_outcome(r: &Run, target: String, reached: &[&gmem_prof_analyzer::model::Oom], max: u64) -> Outcome {
+fn oom_outcome(
+    r: &Run,
+    target: String,
+    reached: &[&gmem_prof_analyzer::model::Oom],
+    max: u64,
+) -> Outcome {
     let a = &r.analysis;
     Outcome {
         run: r.name.clone(),

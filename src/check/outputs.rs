@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
-use gmem_prof_reports::format::{bytes, escape};
+use gmem_prof_reports::format::{bytes, markdown as md};
 use serde::Serialize;
 
 use super::{Outcome, Run, Unit};
@@ -147,12 +147,6 @@ pub fn json(runs: &[Run], outcomes: &[Outcome]) -> Result<String> {
     Ok(serde_json::to_string_pretty(&s)? + "\n")
 }
 
-/// Text from a trace made safe for Markdown: HTML-escaped (GitHub renders
-/// entities) and table pipes neutralized.
-fn md(s: &str) -> String {
-    escape(s).replace('|', "&#124;").replace('`', "&#96;")
-}
-
 pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
     let failed = outcomes.iter().filter(|o| !o.passed).count();
     let mut out = String::new();
@@ -182,7 +176,10 @@ pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
             figure(o.unit, o.limit.0)
         );
     }
-    for o in outcomes.iter().filter(|o| !o.passed && !o.details.is_empty()) {
+    for o in outcomes
+        .iter()
+        .filter(|o| !o.passed && !o.details.is_empty())
+    {
         let _ = writeln!(
             out,
             "\n<details><summary>{}: {}</summary>\n",
@@ -213,7 +210,11 @@ pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
             bytes(a.leaked_bytes()),
             bytes(a.cached_bytes())
         );
-        let reached = a.ooms.iter().filter(|o| o.outcome == "reached program").count();
+        let reached = a
+            .ooms
+            .iter()
+            .filter(|o| o.outcome == "reached program")
+            .count();
         let _ = writeln!(
             out,
             "- out-of-memory failures: {} ({reached} reached the program)",
@@ -302,4 +303,27 @@ pub fn junit(outcomes: &[Outcome]) -> String {
     }
     out.push_str("</testsuites>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_strings_cannot_break_markdown_or_xml() {
+        let hostile = "a|b `c` <script>&\u{1}";
+        assert_eq!(md(hostile), "a&#124;b &#96;c&#96; &lt;script&gt;&amp;\u{1}");
+        assert_eq!(xml(hostile), "a|b `c` &lt;script&gt;&amp;\u{fffd}");
+        assert!(roundtrips_as_xml(&format!(
+            "<t a=\"{}\">{}</t>",
+            xml(hostile),
+            xml(hostile)
+        )));
+    }
+
+    fn roundtrips_as_xml(s: &str) -> bool {
+        // Minimal well-formedness: no raw markup characters left in text.
+        let inner = &s[s.find('>').unwrap() + 1..s.rfind('<').unwrap()];
+        !inner.contains('<') && !inner.contains('>')
+    }
 }

@@ -134,7 +134,11 @@ fn budget_file_per_device_and_per_process() {
     );
     let o = check("oom.bin", &["--budget", ok.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
-    assert!(out(&o).contains("ok: max_peak device 0: 128 GiB ≤ 128 GiB"), "{}", out(&o));
+    assert!(
+        out(&o).contains("ok: max_peak device 0: 128 GiB ≤ 128 GiB"),
+        "{}",
+        out(&o)
+    );
 
     let tight = write_budget(
         "check-budget-tight",
@@ -148,14 +152,27 @@ fn budget_file_per_device_and_per_process() {
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     let text = out(&o);
     assert!(text.contains("over budget: process "), "{text}");
-    assert!(text.contains("peaked at 128 GiB (137438953472 bytes)"), "{text}");
-    assert!(text.contains("2 out-of-memory failure(s) reached the program; budget 1"), "{text}");
+    assert!(
+        text.contains("peaked at 128 GiB (137438953472 bytes)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 out-of-memory failure(s) reached the program; budget 1"),
+        "{text}"
+    );
     assert!(text.contains("2 of 2 budget(s) exceeded"), "{text}");
 
     // A flag overrides the file's [run] table.
     let o = check(
         "oom.bin",
-        &["--budget", ok.to_str().unwrap(), "--max-leaked", "1MiB", "--max-ooms", "1"],
+        &[
+            "--budget",
+            ok.to_str().unwrap(),
+            "--max-leaked",
+            "1MiB",
+            "--max-ooms",
+            "1",
+        ],
     );
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
 }
@@ -168,7 +185,11 @@ fn bad_budget_file_exits_2_with_the_reason() {
     assert!(stderr(&o).contains("max_peek"), "{}", stderr(&o));
     let o = check("oom.bin", &["--budget", "/nonexistent/budget.toml"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("cannot read the budget file"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot read the budget file"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -198,15 +219,27 @@ fn ci_outputs_json_markdown_junit() {
     assert_eq!(doc["schema_version"], 1);
     assert_eq!(doc["passed"], false);
     let budgets = doc["budgets"].as_array().unwrap();
-    let leak = budgets.iter().find(|b| b["budget"] == "max_leaked").unwrap();
+    let leak = budgets
+        .iter()
+        .find(|b| b["budget"] == "max_leaked")
+        .unwrap();
     assert_eq!(leak["figure"], 2u64 << 20);
     assert_eq!(leak["passed"], false);
     assert_eq!(doc["runs"][0]["leaked_bytes"], 2u64 << 20);
 
     let md = std::fs::read_to_string(&md).unwrap();
-    assert!(md.starts_with("## gmem-prof check: ❌ 1 of 2 budgets exceeded"), "{md}");
-    assert!(md.contains("| ❌ | kinds | `max_leaked` | run | 2.00 MiB | 0 B |"), "{md}");
-    assert!(md.contains("| ✅ | kinds | `max_peak` | device 0 |"), "{md}");
+    assert!(
+        md.starts_with("## gmem-prof check: ❌ 1 of 2 budgets exceeded"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| ❌ | kinds | `max_leaked` | run | 2.00 MiB | 0 B |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| ✅ | kinds | `max_peak` | device 0 |"),
+        "{md}"
+    );
 
     let xml = std::fs::read_to_string(&junit).unwrap();
     let doc = roxmltree::Document::parse(&xml).expect("well-formed JUnit XML");
@@ -214,7 +247,10 @@ fn ci_outputs_json_markdown_junit() {
     assert_eq!(root.tag_name().name(), "testsuites");
     assert_eq!(root.attribute("tests"), Some("2"));
     assert_eq!(root.attribute("failures"), Some("1"));
-    let cases: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("testcase")).collect();
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
     assert_eq!(cases.len(), 2);
     let failed: Vec<_> = cases
         .iter()
@@ -235,5 +271,8 @@ fn several_traces_are_each_checked() {
     assert_eq!(o.status.code(), Some(1));
     let text = out(&o);
     assert!(text.contains("over budget: kinds: 2.00 MiB"), "{text}");
-    assert!(text.contains("ok: oom: max_leaked run: 0 B ≤ 0 B"), "{text}");
+    assert!(
+        text.contains("ok: oom: max_leaked run: 0 B ≤ 0 B"),
+        "{text}"
+    );
 }

@@ -58,21 +58,26 @@ fn diff_of_the_leaking_loop_names_the_kept_tensor_site() {
     );
     // What the loop kept, as the program reported it; at the peak all but
     // at most one step's tensor are live.
-    let stats: Value = serde_json::from_slice(
-        &std::fs::read(sample("torch_growth_leak.stats.json")).unwrap(),
-    )
-    .unwrap();
+    let stats: Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_growth_leak.stats.json")).unwrap())
+            .unwrap();
     let kept = stats["kept_bytes"].as_u64().unwrap();
     let delta = top["delta_bytes"].as_i64().unwrap() as u64;
     assert!((kept - (1 << 20)..=kept).contains(&delta), "{delta}");
     // The peak grew by about what the site holds.
     let grew = dev["delta_peak_bytes"].as_i64().unwrap() as u64;
-    assert!(grew.abs_diff(delta) < 4 << 20, "peak +{grew}, site +{delta}");
+    assert!(
+        grew.abs_diff(delta) < 4 << 20,
+        "peak +{grew}, site +{delta}"
+    );
 
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<svg") && page.contains("randn"));
     let md = std::fs::read_to_string(&md).unwrap();
-    assert!(md.starts_with("## gmem-prof diff: torch_growth → torch_growth_leak"), "{md}");
+    assert!(
+        md.starts_with("## gmem-prof diff: torch_growth → torch_growth_leak"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -90,7 +95,10 @@ fn a_new_leak_is_above_any_threshold() {
     let o = diff("oom.bin", "kinds.bin", &["--fail-above", "1000%"]);
     assert_eq!(o.status.code(), Some(1));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("above threshold: leaked at exit 0 B → 2.00 MiB (new)"), "{text}");
+    assert!(
+        text.contains("above threshold: leaked at exit 0 B → 2.00 MiB (new)"),
+        "{text}"
+    );
 }
 
 #[test]

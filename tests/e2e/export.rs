@@ -27,7 +27,10 @@ fn perfetto(name: &str) -> Vec<Value> {
     export(&sample(name), "perfetto", &out);
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(doc["displayTimeUnit"], "ns");
-    let events = doc["traceEvents"].as_array().expect("traceEvents array").clone();
+    let events = doc["traceEvents"]
+        .as_array()
+        .expect("traceEvents array")
+        .clone();
     for e in &events {
         check_trace_event(e);
     }
@@ -87,7 +90,9 @@ fn perfetto_of_the_oom_program() {
         .collect();
     requested.sort_unstable();
     assert_eq!(requested, vec![16u64 << 30, 1u64 << 40]);
-    assert!(ooms.iter().all(|e| e["args"]["outcome"] == "reached program"));
+    assert!(ooms
+        .iter()
+        .all(|e| e["args"]["outcome"] == "reached program"));
     let names: Vec<&str> = phase(&events, "M")
         .iter()
         .map(|e| e["args"]["name"].as_str().unwrap())
@@ -146,7 +151,10 @@ fn parquet_rows_and_sums_equal_the_trace_records() {
                 .iter()
                 .filter(|m| m["alloc"].as_bool() == Some(alloc))
                 .collect();
-            (m.len(), m.iter().map(|m| m["bytes"].as_u64().unwrap()).sum())
+            (
+                m.len(),
+                m.iter().map(|m| m["bytes"].as_u64().unwrap()).sum(),
+            )
         };
         let df = parquet(name);
         for (event, alloc) in [("alloc", true), ("free", false)] {
@@ -158,7 +166,11 @@ fn parquet_rows_and_sums_equal_the_trace_records() {
             );
         }
         let kernels = column_u64(&df, "kernel", "bytes").len();
-        assert_eq!(kernels, of_type(&recs, "Kernel").len(), "{name}: kernel rows");
+        assert_eq!(
+            kernels,
+            of_type(&recs, "Kernel").len(),
+            "{name}: kernel rows"
+        );
         // Every allocation either was freed or was still live at exit.
         let allocated: u64 = column_u64(&df, "alloc", "bytes").iter().sum();
         let freed_or_held: u64 = column_u64(&df, "free", "bytes").iter().sum::<u64>()
@@ -181,7 +193,10 @@ fn parquet_names_the_leaking_sites_of_kinds() {
         if events.get(i) == Some("exit")
             && (l.starts_with("alloc_device_buffers") || l.starts_with("alloc_pinned"))
         {
-            leaked.push((l.split(" at ").next().unwrap().to_string(), bytes.get(i).unwrap()));
+            leaked.push((
+                l.split(" at ").next().unwrap().to_string(),
+                bytes.get(i).unwrap(),
+            ));
         }
     }
     leaked.sort();
@@ -217,5 +232,8 @@ fn export_of_bad_input_exits_2_and_leaves_no_file() {
         .arg(&out));
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).starts_with("gmem-prof: "), "{}", stderr(&o));
-    assert!(std::fs::read_dir(&dir).unwrap().count() == 1, "only bad.bin remains");
+    assert!(
+        std::fs::read_dir(&dir).unwrap().count() == 1,
+        "only bad.bin remains"
+    );
 }

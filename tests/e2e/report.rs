@@ -239,7 +239,13 @@ fn several_runs_side_by_side() {
         &out,
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for f in ["trace.html", "trace-2.html", "trace.json", "trace-2.json", "runs.html"] {
+    for f in [
+        "trace.html",
+        "trace-2.html",
+        "trace.json",
+        "trace-2.json",
+        "runs.html",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     let text = stdout(&o);

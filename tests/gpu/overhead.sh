@@ -4,7 +4,7 @@
 # median step time; reported as the ratio of the medians of those runs, with
 # the spread (min..max over runs).
 #
-#   tests/gpu/overhead.sh [events] [resnet] [alloc]     (default: all three)
+#   tests/gpu/overhead.sh [events] [resnet] [alloc] [launch]  (default: the first three)
 #
 # events: bench_events.cu, ns per cudaMallocAsync+cudaFreeAsync pair from 30
 #         frames deep (the per-event cost, least noisy).
@@ -13,6 +13,13 @@
 #         also nokernels, nostacks, slowflush = --flush-ms 1000).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
+# launch: bench_launch.cu, ns per tiny kernel launched back to back (the
+#         per-kernel cost of kernel tracing); LAUNCH_VARIANTS (default
+#         "plain full nokernels barekernels").
+#
+# Variant barekernels runs the workload under tests/gpu/bare_cupti.c instead
+# of gmem-prof: CUPTI's CONCURRENT_KERNEL activity alone, records discarded.
+# It is the floor any CUPTI-based kernel tracer pays.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -34,12 +41,21 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     esac
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
+    elif [ "$variant" = barekernels ]; then
+        line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=kernel "$@" 2>"$trace.log" | tail -1)
     else
         line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
     fi
     echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $line}" >>"$RES"
     echo "  $bench $variant round $round: $line"
 }
+
+case " ${RESNET_VARIANTS:-} ${ALLOC_VARIANTS:-} ${LAUNCH_VARIANTS:-} $BENCHES " in
+    *bare*|*launch*)
+        gcc -O2 -shared -fPIC -o "$WORK/libbare_cupti.so" "$ROOT/tests/gpu/bare_cupti.c" \
+            -I/usr/local/cuda/targets/x86_64-linux/include -I/usr/local/cuda/extras/CUPTI/include \
+            -L/usr/local/cuda/targets/x86_64-linux/lib -L/usr/local/cuda/extras/CUPTI/lib64 -lcupti || echo "bare_cupti did not build" ;;
+esac
 
 for bench in $BENCHES; do
     echo "### overhead: $bench"
@@ -52,6 +68,11 @@ for bench in $BENCHES; do
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
                 for v in ${RESNET_VARIANTS:-plain full}; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+            done ;;
+        launch)
+            nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in ${LAUNCH_VARIANTS:-plain full nokernels barekernels}; do one launch $v "$r" "$WORK/bench_launch" 200000; done
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
@@ -72,28 +93,43 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 events = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else None
 by = {}
 steps = {}
+per_round = {}
 for r in rows:
     res = r["result"]
-    value = res.get("median_ms", res.get("ns_per_pair"))
+    value = res.get("median_ms", res.get("ns_per_pair", res.get("ns_per_kernel")))
     by.setdefault((res["bench"], r["variant"]), []).append(value)
+    per_round[(res["bench"], r["variant"], r["round"])] = value
     steps[res["bench"]] = res.get("steps")
-unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step"}
+
+
+def paired(bench, variant):
+    # Each round's recorded run against the plain run of the same round:
+    # the machine drifts between rounds more than within one.
+    ratios = [v / per_round[(bench, "plain", rnd)]
+              for (b, var, rnd), v in per_round.items()
+              if b == bench and var == variant and (bench, "plain", rnd) in per_round]
+    return statistics.median(ratios), min(ratios), max(ratios)
+unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step", "launch": "ns/kernel"}
 print("### overhead summary: ratio of medians of per-run values, spread = min..max over runs")
-for bench in ("events", "resnet50", "alloc"):
+for bench in ("events", "resnet50", "alloc", "launch"):
     plain = by.get((bench, "plain"))
     if not plain:
         continue
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
-    for variant in ("full", "nostacks", "nokernels", "slowflush"):
+    for variant in ("full", "nostacks", "nokernels", "slowflush", "barekernels"):
         v = by.get((bench, variant))
         if not v:
             continue
         mv = statistics.median(v)
+        pm, plo, phi = paired(bench, variant)
         line = (f"  {bench} {variant}: median {mv:.3f}, runs {min(v):.3f}..{max(v):.3f}, "
-                f"ratio {mv / mp:.3f} (runs {min(v) / mp:.3f}..{max(v) / mp:.3f})")
+                f"ratio {mv / mp:.3f} (runs {min(v) / mp:.3f}..{max(v) / mp:.3f}), "
+                f"paired by round {pm:.3f} ({plo:.3f}..{phi:.3f})")
         if bench == "events":
             line += f", {(mv - mp) / 2:.0f} ns per event"
+        if bench == "launch":
+            line += f", +{mv - mp:.0f} ns per kernel"
         if bench == "alloc" and events:
             per_step = (events["allocs"] + events["frees"]) / steps["alloc"]
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"

@@ -2,8 +2,8 @@
 # Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
 # with the real CLI and checks every expected figure from the traces.
 #
-#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch fixtures overhead, or one
-#                                   of overhead's: events resnet alloc
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch fixtures jax overhead, or one
+#                                   of overhead's: events resnet alloc launch
 #                                   (default: programs killed torch)
 #
 # Needs: nvcc, python3 with torch and cupy, and the built CLI + collector in
@@ -117,14 +117,22 @@ fixtures() {
     "$GMEM" dump "$WORK/traces/torch_oom.bin" | grep -E " api .*result=[1-9]" | cut -c1-200 | sed 's/^/    /'
 }
 
+jax_phase() {
+    note "JAX: XLA's BFC allocator preallocates most of the GPU and sub-allocates inside"
+    record jax python3 "$ROOT/tests/gpu/jax_train.py" "$WORK/jax.json"
+    echo "    stats: $(cat "$WORK/jax.json" 2>/dev/null), $(stat -c %s "$WORK/traces/jax.bin" 2>/dev/null) bytes"
+    "$GMEM" report "$WORK/traces/jax.bin" -o "$WORK/logs/jax-report" | head -40 | sed 's/^/    /'
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
         killed) killed ;;
         torch) torch_phase ;;
         fixtures) fixtures ;;
+        jax) jax_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
-        events|resnet|alloc) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
+        events|resnet|alloc|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;
     esac
 done

@@ -8,6 +8,7 @@
 
 mod constructed;
 mod damaged;
+mod events;
 mod reference;
 mod samples;
 mod util;

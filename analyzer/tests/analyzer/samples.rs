@@ -282,3 +282,33 @@ fn analysis_is_deterministic_across_thread_counts() {
     };
     assert_eq!(run(1), run(4));
 }
+
+#[test]
+fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
+    // JAX's own memory_stats(): pool_bytes is the block XLA's BFC allocator
+    // took from the driver; arrays live inside it.
+    let s = stats("jax.stats.json");
+    let pool = s["pool_bytes"].as_u64().unwrap();
+    let a = sample("jax.bin");
+    let bfc: Vec<&Site> = a
+        .sites
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f.function.contains("BFCAllocator")))
+        .filter(|s| s.kinds.iter().any(|k| k == "device"))
+        .collect();
+    assert_eq!(
+        bfc.len(),
+        1,
+        "{:?}",
+        bfc.iter().map(|s| &s.label).collect::<Vec<_>>()
+    );
+    assert_eq!(bfc[0].category, "allocator cache");
+    assert_eq!(bfc[0].total_bytes, pool);
+    assert_eq!(bfc[0].leaked_bytes, 0, "a cache is never a leak");
+    // At the peak the block is what is live, almost all of it.
+    let d = &a.devices[0];
+    assert_eq!(d.peak_sites[0].site, bfc[0].id);
+    assert_eq!(d.peak_sites[0].bytes, pool);
+    // The trace cannot see inside the block: the report says so.
+    assert!(d.fragmentation.blind_spots[0].contains("XLA's BFC"));
+}
