@@ -12,9 +12,14 @@ use clap::{Args, Parser, Subcommand};
     long_about = "GPU memory profiler for CUDA programs.\n\n\
         `gmem-prof record -- ./app args` runs a program with gmem-prof's CUPTI collector \
         injected and writes one trace holding every allocation, free, failed allocation \
-        (with host call stacks) and kernel of every CUDA process the program started.",
+        (with host call stacks) and kernel of every CUDA process the program started. \
+        `report` answers what was live at the peak and who allocated it, what leaks, what \
+        keeps growing, how fragmented memory is and why allocations failed; `check` and \
+        `diff` gate CI on budgets and on changes; `export` hands the data to Perfetto and \
+        Parquet readers.",
     after_help = "Exit codes: `record` exits with the program's own exit code (128+N if it \
-        died of signal N); 2 means gmem-prof itself failed or the input was bad."
+        died of signal N); `check` and `diff` exit 1 when a budget or threshold is exceeded; \
+        2 means gmem-prof itself failed or the input was bad."
 )]
 pub struct Cli {
     #[command(subcommand)]

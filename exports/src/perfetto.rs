@@ -36,9 +36,13 @@ fn track(device: u32) -> u64 {
     u64::from(device) + 1
 }
 
-/// Nanoseconds as the format's microseconds, exactly.
-fn ts(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
+/// Nanoseconds written as the format's microseconds, exactly.
+struct Micros(u64);
+
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
 }
 
 fn json_str(s: &str) -> String {
@@ -58,12 +62,19 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     fn event(&mut self, json: &str) -> io::Result<()> {
+        self.separator()?;
+        self.out.write_all(json.as_bytes())
+    }
+
+    /// Starts the next event (the hot path writes its fields straight into
+    /// the output, without an intermediate string).
+    fn separator(&mut self) -> io::Result<()> {
         if !self.first {
             self.out.write_all(b",\n")?;
         }
         self.first = false;
         self.events_written += 1;
-        self.out.write_all(json.as_bytes())
+        Ok(())
     }
 
     /// Writes a batch of rows (in time order, as the analyzer hands them).
@@ -73,30 +84,32 @@ impl<W: Write> PerfettoWriter<W> {
                 EventKind::Kernel => {
                     self.streams.insert((r.device, r.cuda_stream));
                     let name = r.name.as_deref().unwrap_or("kernel");
-                    let line = format!(
+                    self.separator()?;
+                    write!(
+                        self.out,
                         "{{\"name\":{},\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{\"process\":{}}}}}",
                         json_str(name),
-                        ts(r.time_ns),
-                        ts(r.end_ns - r.time_ns),
+                        Micros(r.time_ns),
+                        Micros(r.end_ns - r.time_ns),
                         track(r.device),
                         r.cuda_stream,
                         r.pid
-                    );
-                    self.event(&line)?;
+                    )?;
                 }
                 EventKind::Alloc | EventKind::Free | EventKind::Exit => {
                     let now = (r.device_live, r.device_reserved);
                     if self.counters.insert(r.device, now) == Some(now) {
                         continue;
                     }
-                    let line = format!(
+                    self.separator()?;
+                    write!(
+                        self.out,
                         "{{\"name\":\"memory\",\"ph\":\"C\",\"ts\":{},\"pid\":{},\"args\":{{\"live\":{},\"reserved\":{}}}}}",
-                        ts(r.time_ns),
+                        Micros(r.time_ns),
                         track(r.device),
                         r.device_live,
                         r.device_reserved
-                    );
-                    self.event(&line)?;
+                    )?;
                 }
                 // Written by `finish`, which knows each failure's outcome.
                 EventKind::Failed => {}
@@ -137,7 +150,7 @@ impl<W: Write> PerfettoWriter<W> {
         for d in &a.devices {
             let line = format!(
                 "{{\"name\":\"peak\",\"cat\":\"memory\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"live_bytes\":{}}}}}",
-                ts(d.peak_time_ns),
+                Micros(d.peak_time_ns),
                 track(d.device),
                 d.peak_bytes
             );
@@ -148,7 +161,7 @@ impl<W: Write> PerfettoWriter<W> {
             let line = format!(
                 "{{\"name\":{},\"cat\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"requested_bytes\":{},\"outcome\":{},\"site\":{},\"process\":{},\"device_live_bytes\":{}}}}}",
                 json_str(&title),
-                ts(o.time_ns),
+                Micros(o.time_ns),
                 track(o.device),
                 o.requested_bytes,
                 json_str(&o.outcome),
