@@ -21,6 +21,7 @@ fn export(trace: &Path, format: &str, out: &Path) {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
+/// Exports a sample as Perfetto JSON and checks every event's fields.
 fn perfetto(name: &str) -> Vec<Value> {
     let dir = scratch(&format!("export-perfetto-{name}"));
     let out = dir.join("t.json");
@@ -123,8 +124,10 @@ fn perfetto_kernels_are_the_traces_kernels() {
     assert!(slices.iter().all(|s| s["name"] == "_Z12touch_kernelPcm"));
 }
 
-fn parquet(name: &str) -> DataFrame {
-    let dir = scratch(&format!("export-parquet-{name}"));
+/// Exports a sample as Parquet and reads it back; `test` keeps the scratch
+/// folders of tests running in parallel apart.
+fn parquet(test: &str, name: &str) -> DataFrame {
+    let dir = scratch(&format!("export-parquet-{test}-{name}"));
     let out: PathBuf = dir.join("events.parquet");
     export(&sample(name), "parquet", &out);
     ParquetReader::new(std::fs::File::open(&out).unwrap())
@@ -156,7 +159,7 @@ fn parquet_rows_and_sums_equal_the_trace_records() {
                 m.iter().map(|m| m["bytes"].as_u64().unwrap()).sum(),
             )
         };
-        let df = parquet(name);
+        let df = parquet("sums", name);
         for (event, alloc) in [("alloc", true), ("free", false)] {
             let bytes = column_u64(&df, event, "bytes");
             assert_eq!(
@@ -183,7 +186,7 @@ fn parquet_rows_and_sums_equal_the_trace_records() {
 fn parquet_names_the_leaking_sites_of_kinds() {
     // kinds.cu leaks one 1 MiB device buffer and one 1 MiB pinned buffer,
     // from alloc_device_buffers and alloc_pinned.
-    let df = parquet("kinds.bin");
+    let df = parquet("leaks", "kinds.bin");
     let events = df.column("event").unwrap().str().unwrap();
     let labels = df.column("site_label").unwrap().str().unwrap();
     let bytes = df.column("bytes").unwrap().u64().unwrap();
