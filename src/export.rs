@@ -7,7 +7,9 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
-use gmem_prof_analyzer::{analyze_files, analyze_files_with_events, Options};
+use gmem_prof_analyzer::{
+    analyze_files, analyze_files_with_events, analyze_files_with_site_ids, Options,
+};
 use gmem_prof_exports::{ParquetEvents, PerfettoWriter};
 
 use crate::cli::{ExportArgs, ExportFormat};
@@ -75,7 +77,7 @@ fn write(files: &[PathBuf], format: ExportFormat, file: File) -> Result<String> 
             if tty {
                 eprint!("export: pass 1 of 2 (sites)…");
             }
-            let (analysis, sites) = analyze_files_with_events(files, &opts, &mut |_| {})?;
+            let (analysis, sites) = analyze_files_with_site_ids(files, &opts)?;
             if tty {
                 eprint!("\r\x1b[2Kexport: pass 2 of 2 (rows)…");
             }

@@ -117,11 +117,7 @@ fn totals(a: &Analysis) -> RunTotals {
         cached_at_exit_bytes: a.cached_bytes(),
         total_allocated_bytes: a.sites.iter().map(|s| s.total_bytes).sum(),
         allocations: a.sites.iter().map(|s| s.count).sum(),
-        ooms_reached_program: a
-            .ooms
-            .iter()
-            .filter(|o| o.outcome == "reached program")
-            .count() as u64,
+        ooms_reached_program: a.ooms_reached_program(),
         growing_sites: a.growth.len() as u64,
     }
 }

@@ -91,6 +91,18 @@ pub fn analyze_files_with_events(
     })
 }
 
+/// Like `analyze_files`, and also returns the final id of every raw site,
+/// to map the rows of a later `analyze_files_with_events` pass (no rows are
+/// built in this one).
+pub fn analyze_files_with_site_ids(
+    paths: &[PathBuf],
+    opts: &Options,
+) -> Result<(Analysis, SiteIds), AnalyzeError> {
+    with_files(paths, |datas, names| {
+        analyze_inner(datas, names, opts, None)
+    })
+}
+
 /// Maps the files and runs `f` over their bytes.
 fn with_files<T>(
     paths: &[PathBuf],

@@ -51,6 +51,12 @@ impl Analysis {
     pub fn cached_bytes(&self) -> u64 {
         self.processes.iter().map(|p| p.at_exit.cached_bytes).sum()
     }
+
+    /// Failed allocations that reached the program (not recovered by a
+    /// retry).
+    pub fn ooms_reached_program(&self) -> u64 {
+        self.ooms.iter().filter(|o| o.reached_program()).count() as u64
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -303,4 +309,11 @@ pub struct Oom {
     pub largest_free_extent: Option<u64>,
     /// What was live on the device at that instant, by site, largest first.
     pub live_by_site: Vec<SiteBytes>,
+}
+
+impl Oom {
+    /// The last attempt failed: the program saw the error.
+    pub fn reached_program(&self) -> bool {
+        self.outcome == "reached program"
+    }
 }

@@ -412,7 +412,7 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         if leaked > 0 { format!("<b>{}</b> never freed", bytes(leaked)) } else { "none".into() },
         if cached > 0 { format!(" ({} cached by an allocator at exit, not leaked)", bytes(cached)) } else { String::new() },
         if a.growth.is_empty() { "no site keeps growing".into() } else { format!("{} site(s) keep growing, most by {}", a.growth.len(), bytes(a.growth[0].growth_bytes)) },
-        if a.ooms.is_empty() { "never".into() } else { format!("{} failed allocation(s), {} reached the program", a.ooms.len(), a.ooms.iter().filter(|o| o.outcome == "reached program").count()) }
+        if a.ooms.is_empty() { "never".into() } else { format!("{} failed allocation(s), {} reached the program", a.ooms.len(), a.ooms_reached_program()) }
     );
     out.push_str("</ul>");
     for d in &a.devices {

@@ -38,13 +38,6 @@ pub fn skew(runs: &[(&str, &Analysis)]) -> Option<(u64, u64, f64, f64)> {
     Some((min, max, mean, spread))
 }
 
-fn reached(a: &Analysis) -> usize {
-    a.ooms
-        .iter()
-        .filter(|o| o.outcome == "reached program")
-        .count()
-}
-
 pub fn text(runs: &[(&str, &Analysis)], w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "{} runs side by side:", runs.len())?;
     let width = runs.iter().map(|(n, _)| n.len()).max().unwrap_or(3).max(3);
@@ -61,7 +54,7 @@ pub fn text(runs: &[(&str, &Analysis)], w: &mut dyn Write) -> io::Result<()> {
             w,
             "  {name:<width$}  {peak:>11}  {dev:>8}  {:>11}  {:>5}",
             bytes(a.leaked_bytes()),
-            reached(a)
+            a.ooms_reached_program()
         )?;
     }
     if let Some((min, max, mean, spread)) = skew(runs) {
@@ -115,7 +108,7 @@ pub fn html(runs: &[(&str, &Analysis)], links: &[String], w: &mut dyn Write) -> 
             d.map_or("–".into(), |d| time(d.peak_time_ns)),
             bytes(a.leaked_bytes()),
             bytes(a.cached_bytes()),
-            reached(a),
+            a.ooms_reached_program(),
             worst.map_or("–".into(), |f| format!("{f:.3}")),
             time(a.timeline.end_ns)
         );

@@ -11,7 +11,7 @@ mod outputs;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use gmem_prof_analyzer::model::{Analysis, ProcessReport};
+use gmem_prof_analyzer::model::{Analysis, Oom, ProcessReport};
 use gmem_prof_analyzer::{analyze_files, Options};
 use gmem_prof_reports::format::bytes;
 use serde::Serialize;
@@ -138,10 +138,6 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     }
 }
 
-fn pct_line(b: u64, what: &str, label: &str) -> String {
-    format!("{} {what} {label}", bytes(b))
-}
-
 /// Applies every budget to one run. Also returns warnings (a budget for a
 /// device or process the run does not have).
 pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
@@ -195,7 +191,13 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                 d.peak_sites
                     .iter()
                     .take(SITES_SHOWN)
-                    .map(|s| pct_line(s.bytes, "live at the peak from", &a.site_label(s.site)))
+                    .map(|s| {
+                        format!(
+                            "{} live at the peak from {}",
+                            bytes(s.bytes),
+                            a.site_label(s.site)
+                        )
+                    })
                     .collect(),
             ));
         }
@@ -234,13 +236,10 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                 details,
             ));
         }
-        if let (Some(max), Some(_)) = (limits.max_ooms, own.and_then(|l| l.max_ooms)) {
-            let reached: Vec<_> = a
-                .ooms
-                .iter()
-                .filter(|o| o.device == d.device && o.outcome == "reached program")
-                .collect();
-            out.push(oom_outcome(r, target, &reached, max));
+        // OOMs are budgeted per device only where the device has its own
+        // budget; [run]'s counts the whole run (below).
+        if let Some(max) = own.and_then(|l| l.max_ooms) {
+            out.push(oom_outcome(r, target, max, |o| o.device == d.device));
         }
     }
 
@@ -266,12 +265,7 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
         out.push(growth_outcome(r, "run".into(), None, max.0));
     }
     if let Some(max) = b.run.max_ooms {
-        let reached: Vec<_> = a
-            .ooms
-            .iter()
-            .filter(|o| o.outcome == "reached program")
-            .collect();
-        out.push(oom_outcome(r, "run".into(), &reached, max));
+        out.push(oom_outcome(r, "run".into(), max, |_| true));
     }
 
     // Per process, matched by a piece of its command line.
@@ -328,12 +322,7 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                 out.push(growth_outcome(r, target.clone(), Some(p.pid), max.0));
             }
             if let Some(max) = limits.max_ooms {
-                let reached: Vec<_> = a
-                    .ooms
-                    .iter()
-                    .filter(|o| o.pid == p.pid && o.outcome == "reached program")
-                    .collect();
-                out.push(oom_outcome(r, target.clone(), &reached, max));
+                out.push(oom_outcome(r, target.clone(), max, |o| o.pid == p.pid));
             }
         }
     }
@@ -404,13 +393,15 @@ fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcom
     }
 }
 
-fn oom_outcome(
-    r: &Run,
-    target: String,
-    reached: &[&gmem_prof_analyzer::model::Oom],
-    max: u64,
-) -> Outcome {
+/// The OOMs budget of one target: failures that reached the program among
+/// those `of_target` accepts.
+fn oom_outcome(r: &Run, target: String, max: u64, of_target: impl Fn(&Oom) -> bool) -> Outcome {
     let a = &r.analysis;
+    let reached: Vec<&Oom> = a
+        .ooms
+        .iter()
+        .filter(|o| o.reached_program() && of_target(o))
+        .collect();
     Outcome {
         run: r.name.clone(),
         budget: "max_ooms",

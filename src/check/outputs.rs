@@ -113,11 +113,7 @@ fn run_summary(r: &Run) -> RunSummary {
             .collect(),
         leaked_bytes: a.leaked_bytes(),
         cached_at_exit_bytes: a.cached_bytes(),
-        ooms_reached_program: a
-            .ooms
-            .iter()
-            .filter(|o| o.outcome == "reached program")
-            .count() as u64,
+        ooms_reached_program: a.ooms_reached_program(),
         ooms_recovered: a.ooms.iter().filter(|o| o.outcome == "recovered").count() as u64,
         growing_sites: a.growth.len() as u64,
         top_sites: a
@@ -210,11 +206,7 @@ pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
             bytes(a.leaked_bytes()),
             bytes(a.cached_bytes())
         );
-        let reached = a
-            .ooms
-            .iter()
-            .filter(|o| o.outcome == "reached program")
-            .count();
+        let reached = a.ooms_reached_program();
         let _ = writeln!(
             out,
             "- out-of-memory failures: {} ({reached} reached the program)",
