@@ -26,6 +26,9 @@ const NO_CONTEXT: u32 = u32::MAX;
 /// cuMemCreate never get one).
 const PENDING_LIMIT: usize = 65_536;
 const PENDING_AGE_NS: u64 = 10_000_000_000;
+/// Stack ids below this are looked up in `StreamState::call_sites` (the
+/// table's size is bounded whatever ids a damaged trace holds).
+const SITE_CACHE_IDS: u32 = 1 << 20;
 
 /// Why memory has no ordinary allocation call behind it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -197,6 +200,8 @@ fn live_sites(dev: &DeviceState, sites: &[SiteStats]) -> Vec<(u32, u64, u64)> {
 
 pub struct StreamState {
     pub defs: StreamDefs,
+    /// (device, site + 1) of call sites by stack id: a cache of `site_index`.
+    call_sites: Vec<(u32, u32)>,
     pending: FastMap<u32, PendingCall>,
     pending_by_address: FastMap<u64, u32>,
     last_device: u32,
@@ -218,10 +223,30 @@ pub struct StreamState {
     open_failures: Vec<(u32, u64, usize)>,
 }
 
+/// Whether a call's device-side record may carry another call's correlation
+/// id, so that the call must also be found by address: calls on an address
+/// that existed before them (a VMM map, a host registration, …). Allocation
+/// calls return a new address, and their records carry their own id (the
+/// real samples' sites depend on it); leaving them out saves two hash
+/// operations per allocation.
+fn also_by_address(func: ApiFunc) -> bool {
+    !matches!(
+        func,
+        ApiFunc::MEM_ALLOC
+            | ApiFunc::MEM_ALLOC_PITCH
+            | ApiFunc::MEM_ALLOC_MANAGED
+            | ApiFunc::MEM_ALLOC_HOST
+            | ApiFunc::MEM_HOST_ALLOC
+            | ApiFunc::MEM_ALLOC_ASYNC
+            | ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC
+    )
+}
+
 impl StreamState {
     fn new() -> Self {
         StreamState {
             defs: StreamDefs::default(),
+            call_sites: Vec::new(),
             pending: FastMap::default(),
             pending_by_address: FastMap::default(),
             last_device: 0,
@@ -251,7 +276,10 @@ impl StreamState {
             .is_some_and(|c| c.address == 0 || c.address == address);
         if by_correlation {
             let c = self.pending.remove(&correlation)?;
-            if c.address != 0 {
+            if c.address != 0
+                && also_by_address(c.func)
+                && self.pending_by_address.get(&c.address) == Some(&correlation)
+            {
                 self.pending_by_address.remove(&c.address);
             }
             Some(c)
@@ -347,6 +375,30 @@ impl Engine {
     }
 
     fn site(&mut self, key: SiteKey) -> u32 {
+        // Most sites are allocation calls with a stack: a per-stream table
+        // by stack id answers them without hashing the whole key.
+        let cached = key.class == SiteClass::Call && key.stack != 0 && key.stack < SITE_CACHE_IDS;
+        if cached {
+            let by_stack = &self.streams[key.stream as usize].call_sites;
+            if let Some(&(device, site)) = by_stack.get(key.stack as usize) {
+                if site != 0 && device == key.device {
+                    return site - 1;
+                }
+            }
+        }
+        let i = self.site_slow(key);
+        if cached {
+            let by_stack = &mut self.streams[key.stream as usize].call_sites;
+            let at = key.stack as usize;
+            if by_stack.len() <= at {
+                by_stack.resize(at + 1, (0, 0));
+            }
+            by_stack[at] = (key.device, i + 1);
+        }
+        i
+    }
+
+    fn site_slow(&mut self, key: SiteKey) -> u32 {
         if let Some(&i) = self.site_index.get(&key) {
             return i;
         }
@@ -379,7 +431,7 @@ impl Engine {
 
     /// Applies one event. Events must come in (time, seq) order; one that
     /// comes later than that is applied at the time already reached.
-    pub fn apply(&mut self, e: TimedEvent) {
+    pub fn apply(&mut self, stream: u32, e: &TimedEvent) {
         let t = if e.time < self.now {
             self.late_events += 1;
             self.now
@@ -398,29 +450,29 @@ impl Engine {
             axis.advance(t);
         }
         self.now = t;
-        let st = &mut self.streams[e.stream as usize];
+        let st = &mut self.streams[stream as usize];
         st.first_time.get_or_insert(t);
         st.last_time = t;
         match e.event {
             Event::Memory(m) => {
                 self.memory_events += 1;
                 if m.alloc {
-                    let site = self.alloc(e.stream, t, &m);
+                    let site = self.alloc(stream, t, &m);
                     if self.rows.is_some() {
                         let r = Self::memory_row(EventKind::Alloc, t, &m, Some(site));
-                        self.row(t, e.stream, r);
+                        self.row(t, stream, r);
                     }
                 } else {
-                    let site = self.free(e.stream, m.address);
+                    let site = self.free(stream, m.address);
                     if self.rows.is_some() {
                         let r = Self::memory_row(EventKind::Free, t, &m, site);
-                        self.row(t, e.stream, r);
+                        self.row(t, stream, r);
                     }
                 }
             }
             Event::Api(call) => {
                 self.api_calls += 1;
-                self.api(e.stream, t, &call);
+                self.api(stream, t, &call);
             }
             Event::Pool {
                 op,
@@ -429,21 +481,21 @@ impl Engine {
                 device,
             } => {
                 let size = if op == 2 { 0 } else { size };
-                self.set_pool_size(e.stream, device, address, size);
+                self.set_pool_size(stream, device, address, size);
             }
             Event::Kernel {
                 end,
                 name,
                 device,
-                stream,
+                stream: cuda_stream,
             } => {
                 self.kernels += 1;
                 let k = KernelSnap {
                     name,
-                    stream_of_process: e.stream,
+                    stream_of_process: stream,
                     start: t,
                     end,
-                    cuda_stream: stream,
+                    cuda_stream,
                 };
                 let dev = self.device(device);
                 if dev.want_next_kernel && t >= dev.peak_time {
@@ -455,21 +507,21 @@ impl Engine {
                 }
                 dev.active_kernels.push_back(k);
                 if self.rows.is_some() {
-                    let st = &self.streams[e.stream as usize];
+                    let st = &self.streams[stream as usize];
                     let text = st.defs.strings.get(&name).cloned();
                     self.row(
                         t,
-                        e.stream,
+                        stream,
                         EventRow {
                             end_ns: end,
-                            cuda_stream: stream,
+                            cuda_stream,
                             name: Some(text.unwrap_or_else(|| format!("kernel#{name}"))),
                             ..EventRow::new(EventKind::Kernel, t, device)
                         },
                     );
                 }
             }
-            Event::End => self.process_end(e.stream, t),
+            Event::End => self.process_end(stream, t),
         }
     }
 
@@ -478,6 +530,10 @@ impl Engine {
         let delta = self
             .regions
             .set_pool_size(stream, pid, device, address, size);
+        self.pool_size_changed(device, delta);
+    }
+
+    fn pool_size_changed(&mut self, device: u32, delta: i128) {
         if delta != 0 {
             let axis = self.axis.as_ref().expect("axis set before events");
             let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
@@ -497,9 +553,9 @@ impl Engine {
             device,
             context,
             correlation,
-            pool,
             ..
         } = *m;
+        let pool = m.pool();
         let st = &mut self.streams[stream as usize];
         st.last_device = device;
         let call = st.take_call(correlation, address);
@@ -558,8 +614,11 @@ impl Engine {
             self.retire(stream, address, old, false);
         }
         if let Some((pa, psize)) = pool {
-            self.set_pool_size(stream, device, pa, psize);
-            self.regions.pool_alloc(stream, pa, address, bytes);
+            let pid = self.streams[stream as usize].pid();
+            let delta = self
+                .regions
+                .pool_alloc_sized(stream, pid, device, pa, psize, address, bytes);
+            self.pool_size_changed(device, delta);
         }
         if vmm {
             self.regions.map(stream, device, address, bytes);
@@ -737,7 +796,7 @@ impl Engine {
                 internal,
             },
         );
-        if address != 0 {
+        if address != 0 && also_by_address(func) {
             st.pending_by_address.insert(address, correlation);
         }
     }

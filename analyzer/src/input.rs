@@ -8,11 +8,11 @@
 //! past them by `WINDOW_NS`. The stream that has read least is always fed
 //! next, so memory stays bounded by the window, not by the trace.
 
-use std::borrow::Cow;
+use std::sync::Mutex;
 
 use gmem_prof_traces::file::RawChunk;
-use gmem_prof_traces::record::ApiFunc;
-use gmem_prof_traces::{ChunkRecords, Record, TraceReader, Warning};
+use gmem_prof_traces::record::{self, tag, ApiFunc};
+use gmem_prof_traces::{ChunkRecords, Dec, Record, TraceReader, Warning};
 use rayon::prelude::*;
 
 /// How late (in trace time) a record may arrive after later ones of its
@@ -22,12 +22,15 @@ pub const WINDOW_NS: u64 = 3_000_000_000;
 pub const BATCH: usize = 16;
 
 /// One event, compact, with its place in time.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
+///
+/// Kept small (64 bytes): every event is written once by a decoding thread
+/// and read once by the sweep, and moving them is much of the cost. The
+/// stream is not stored: each stream's events are kept apart.
 pub struct TimedEvent {
     pub time: u64,
     /// File order within the run: breaks ties deterministically.
     pub seq: u64,
-    pub stream: u32,
     pub event: Event,
 }
 
@@ -41,8 +44,17 @@ pub struct MemoryEv {
     pub device: u32,
     pub context: u32,
     pub correlation: u32,
+    /// Stream-ordered: `pool_address` and `pool_size` are set.
+    pub pooled: bool,
+    pub pool_address: u64,
+    pub pool_size: u64,
+}
+
+impl MemoryEv {
     /// (pool address, pool size) for stream-ordered allocations.
-    pub pool: Option<(u64, u64)>,
+    pub fn pool(&self) -> Option<(u64, u64)> {
+        self.pooled.then_some((self.pool_address, self.pool_size))
+    }
 }
 
 /// An API call seen on the calling thread.
@@ -58,7 +70,7 @@ pub struct ApiEv {
     pub internal: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum Event {
     Memory(MemoryEv),
     Api(ApiEv),
@@ -139,86 +151,145 @@ pub fn decode_batch(chunks: &[&ChunkRef]) -> Vec<Decoded> {
     chunks.par_iter().map(|c| decode(c)).collect()
 }
 
+thread_local! {
+    /// Each decoding thread's buffer for decompressed payloads.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Emptied event vectors, kept for the next chunks: a chunk's events take a
+/// few MB, and fresh allocations of that size cost page faults every time.
+static SPARE_EVENTS: Mutex<Vec<Vec<TimedEvent>>> = Mutex::new(Vec::new());
+const SPARE_LIMIT: usize = 4 * BATCH;
+
+fn events_vec() -> Vec<TimedEvent> {
+    SPARE_EVENTS
+        .lock()
+        .ok()
+        .and_then(|mut s| s.pop())
+        .unwrap_or_default()
+}
+
+/// Gives back an event vector whose events were taken.
+pub fn recycle(mut v: Vec<TimedEvent>) {
+    v.clear();
+    if let Ok(mut s) = SPARE_EVENTS.lock() {
+        if s.len() < SPARE_LIMIT {
+            s.push(v);
+        }
+    }
+}
+
 fn decode(c: &ChunkRef) -> Decoded {
+    SCRATCH.with(|scratch| decode_with(c, &mut scratch.borrow_mut()))
+}
+
+fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut d = Decoded {
         stream: c.stream,
         defs: Vec::new(),
-        events: Vec::new(),
+        events: events_vec(),
         records: 0,
         error: None,
     };
-    let payload: Cow<[u8]> = match c.raw.payload() {
+    let payload = match c.raw.payload_in(scratch) {
         Ok(p) => p,
         Err(e) => {
             d.error = Some((c.raw.offset, e.to_string()));
             return d;
         }
     };
-    for (i, r) in ChunkRecords::new(&payload).enumerate() {
-        let r = match r {
-            Ok(r) => r,
+    let mut records = ChunkRecords::new(payload);
+    let base = records.base();
+    let mut i = 0u64;
+    // The frequent records are decoded straight into events; the rest
+    // (definitions, messages) as whole records.
+    while let Some(raw) = records.next_raw() {
+        let seq = (c.ordinal << 26) | i;
+        i += 1;
+        let timed = |time: u64, event: Event| TimedEvent { time, seq, event };
+        let decoded = raw.and_then(|(tag, body)| {
+            let dec = &mut Dec::new(body);
+            Ok(match tag {
+                tag::MEMORY => {
+                    let m = record::decode_memory(dec, base)?;
+                    Some(timed(
+                        m.time.0,
+                        Event::Memory(MemoryEv {
+                            alloc: m.alloc,
+                            kind: m.kind,
+                            address: m.address,
+                            bytes: m.bytes.0,
+                            device: m.device,
+                            context: m.context,
+                            correlation: m.correlation,
+                            pooled: m.pool_type != 0,
+                            pool_address: m.pool_address,
+                            pool_size: m.pool_size,
+                        }),
+                    ))
+                }
+                // Placed at the call's entry: the device-side record of what
+                // it allocated falls inside the call, and must find the call
+                // first.
+                tag::API => {
+                    let a = record::decode_api(dec, base)?;
+                    Some(timed(
+                        a.time.0.saturating_sub(a.duration.0),
+                        Event::Api(ApiEv {
+                            func: a.func,
+                            result: a.result,
+                            bytes: a.bytes.0,
+                            address: a.address,
+                            tid: a.tid,
+                            correlation: a.correlation,
+                            stack: a.stack.0,
+                            internal: a.internal,
+                        }),
+                    ))
+                }
+                tag::POOL => {
+                    let p = record::decode_pool(dec, base)?;
+                    Some(timed(
+                        p.time.0,
+                        Event::Pool {
+                            op: p.op,
+                            address: p.address,
+                            size: p.size.0,
+                            device: p.device,
+                        },
+                    ))
+                }
+                tag::KERNEL => {
+                    let k = record::decode_kernel(dec, base)?;
+                    Some(timed(
+                        k.start.0,
+                        Event::Kernel {
+                            end: k.end.0,
+                            name: k.name.0,
+                            device: k.device,
+                            stream: k.stream,
+                        },
+                    ))
+                }
+                tag::PROCESS_END => {
+                    let e = record::decode_process_end(dec, base)?;
+                    Some(timed(e.time.0, Event::End))
+                }
+                _ => {
+                    d.defs.push(Record::decode(tag, body, base)?);
+                    None
+                }
+            })
+        });
+        match decoded {
+            Ok(event) => {
+                d.records += 1;
+                d.events.extend(event);
+            }
             Err(e) => {
                 d.error = Some((c.raw.offset, format!("undecodable record: {e}")));
                 break;
             }
-        };
-        d.records += 1;
-        let seq = (c.ordinal << 26) | i as u64;
-        let timed = |time: u64, event: Event| TimedEvent {
-            time,
-            seq,
-            stream: c.stream,
-            event,
-        };
-        match r {
-            Record::Memory(m) => d.events.push(timed(
-                m.time.0,
-                Event::Memory(MemoryEv {
-                    alloc: m.alloc,
-                    kind: m.kind,
-                    address: m.address,
-                    bytes: m.bytes.0,
-                    device: m.device,
-                    context: m.context,
-                    correlation: m.correlation,
-                    pool: (m.pool_type != 0).then_some((m.pool_address, m.pool_size)),
-                }),
-            )),
-            // Placed at the call's entry: the device-side record of what it
-            // allocated falls inside the call, and must find the call first.
-            Record::Api(a) => d.events.push(timed(
-                a.time.0.saturating_sub(a.duration.0),
-                Event::Api(ApiEv {
-                    func: a.func,
-                    result: a.result,
-                    bytes: a.bytes.0,
-                    address: a.address,
-                    tid: a.tid,
-                    correlation: a.correlation,
-                    stack: a.stack.0,
-                    internal: a.internal,
-                }),
-            )),
-            Record::Pool(p) => d.events.push(timed(
-                p.time.0,
-                Event::Pool {
-                    op: p.op,
-                    address: p.address,
-                    size: p.size.0,
-                    device: p.device,
-                },
-            )),
-            Record::Kernel(k) => d.events.push(timed(
-                k.start.0,
-                Event::Kernel {
-                    end: k.end.0,
-                    name: k.name.0,
-                    device: k.device,
-                    stream: k.stream,
-                },
-            )),
-            Record::ProcessEnd(e) => d.events.push(timed(e.time.0, Event::End)),
-            other => d.defs.push(other),
         }
     }
     if !d.events.is_sorted_by_key(|e| (e.time, e.seq)) {

@@ -24,6 +24,8 @@ pub struct Pool {
     /// Live sub-allocations (address → bytes); sorted only when sampled.
     live: FastMap<u64, u64>,
     used: u64,
+    /// Reused for sorting `live` at each sample.
+    scratch: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -60,10 +62,16 @@ impl Extents {
 }
 
 impl Pool {
-    fn extents(&self) -> Extents {
+    fn extents(&mut self) -> Extents {
         let free = self.size.saturating_sub(self.used);
-        let mut blocks: Vec<(u64, u64)> = self.live.iter().map(|(&a, &l)| (a, l)).collect();
-        blocks.sort_unstable();
+        if free == 0 {
+            return Extents::default();
+        }
+        let mut blocks = std::mem::take(&mut self.scratch);
+        blocks.clear();
+        blocks.extend(self.live.iter().map(|(&a, &l)| (a, l)));
+        // Addresses of live blocks are distinct: the address alone orders them.
+        blocks.sort_unstable_by_key(|&(a, _)| a);
         let (Some(&(first, _)), Some(&(last, last_len))) = (blocks.first(), blocks.last()) else {
             return Extents {
                 free,
@@ -77,6 +85,7 @@ impl Pool {
             largest = largest.max(a.saturating_sub(end));
             end = end.max(a + len);
         }
+        self.scratch = blocks;
         Extents {
             free,
             largest: largest.min(free),
@@ -131,12 +140,33 @@ impl Regions {
         delta
     }
 
-    pub fn pool_alloc(&mut self, stream: u32, pool: u64, address: u64, bytes: u64) {
-        if let Some(p) = self.pools.get_mut(&(stream, pool)) {
-            if p.live.insert(address, bytes).is_none() {
-                p.used += bytes;
-            }
+    /// An allocation from a pool whose reserved size the record states:
+    /// `set_pool_size` and `pool_alloc` in one lookup. Returns the change in
+    /// the pool's size.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_alloc_sized(
+        &mut self,
+        stream: u32,
+        pid: u32,
+        device: u32,
+        pool: u64,
+        pool_size: u64,
+        address: u64,
+        bytes: u64,
+    ) -> i128 {
+        let p = self.pools.entry((stream, pool)).or_insert_with(|| Pool {
+            device,
+            pid,
+            address: pool,
+            ..Pool::default()
+        });
+        let delta = pool_size as i128 - p.size as i128;
+        p.size = pool_size;
+        p.max_size = p.max_size.max(pool_size);
+        if p.live.insert(address, bytes).is_none() {
+            p.used += bytes;
         }
+        delta
     }
 
     pub fn pool_free(&mut self, stream: u32, pool: u64, address: u64) {
@@ -209,11 +239,11 @@ impl Regions {
     }
 
     /// Free extents of a device's regions together; None when it has none.
-    pub fn device_extents(&self, device: u32) -> Option<Extents> {
+    pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
         let mut total: Option<Extents> = None;
         for p in self
             .pools
-            .values()
+            .values_mut()
             .filter(|p| p.device == device && p.size > 0)
         {
             total.get_or_insert_with(Extents::default).add(p.extents());
@@ -268,7 +298,7 @@ mod tests {
         let mut r = Regions::default();
         r.set_pool_size(0, 1, 0, 0xA, 64 * MIB);
         for i in 0..8 {
-            r.pool_alloc(0, 0xA, 0x2000_0000 + i * 8 * MIB, 8 * MIB);
+            r.pool_alloc_sized(0, 1, 0, 0xA, 64 * MIB, 0x2000_0000 + i * 8 * MIB, 8 * MIB);
         }
         assert_eq!(r.device_extents(0).unwrap().free, 0);
         for i in [1, 3, 5] {

@@ -72,6 +72,7 @@ pub struct Curve {
 }
 
 impl Curve {
+    #[cold]
     fn catch_up(&mut self, axis: &Axis) {
         while self.generation < axis.generation {
             self.points = halve(&self.points);
@@ -89,8 +90,11 @@ impl Curve {
     }
 
     /// Sets the curve's value at the axis's current time.
+    #[inline]
     pub fn set(&mut self, axis: &Axis, v: u64) {
-        self.catch_up(axis);
+        if self.generation != axis.generation || self.points.len() <= axis.current {
+            self.catch_up(axis);
+        }
         self.value = v;
         let p = &mut self.points[axis.current];
         p.last = v;

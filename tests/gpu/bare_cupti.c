@@ -1,17 +1,31 @@
-/* The floor of kernel tracing: a CUDA injection library that does nothing
- * but enable CUPTI activity kinds and throw the records away. Comparing it
- * with a plain run measures what CUPTI itself costs, apart from gmem-prof.
+/* The floor of what gmem-prof asks of CUPTI: a CUDA injection library that
+ * enables the same CUPTI features gmem-prof's collector does, with empty
+ * bodies, and throws the records away. Comparing it with a plain run and
+ * with `gmem-prof record` splits the overhead into what CUPTI itself costs
+ * and what the collector adds on top.
  *
- *   BARE_CUPTI_KINDS=kernel|memory|both  (default kernel)
+ *   BARE_CUPTI_KINDS=kernel,memory,pool,device   activity kinds (default kernel;
+ *                                                "both" = kernel,memory)
+ *   BARE_CUPTI_CALLBACKS=none|async|ours         driver callbacks with an empty
+ *                                                body: none (default), the four
+ *                                                cuMem{Alloc,Free}Async cbids, or
+ *                                                every cbid the collector watches
+ *   BARE_CUPTI_RESOURCE=1                        also the context-destroy callback
+ *   BARE_CUPTI_FLUSH_MS=N                        a thread calling
+ *                                                cuptiActivityFlushAll(0) every N ms
  *   CUDA_INJECTION64_PATH=.../libbare_cupti.so ./app
  */
 #include <cupti.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-static size_t records;
+static size_t records, callbacks;
+static CUpti_SubscriberHandle subscriber;
+static long flush_ms;
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     *size = 8u << 20;
@@ -29,19 +43,91 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
+static void CUPTIAPI on_callback(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                 const void *data) {
+    (void)user;
+    (void)domain;
+    (void)cbid;
+    (void)data;
+    __atomic_fetch_add(&callbacks, 1, __ATOMIC_RELAXED);
+}
+
+static void *flusher(void *arg) {
+    struct timespec ts = {flush_ms / 1000, (flush_ms % 1000) * 1000000L};
+    (void)arg;
+    for (;;) {
+        nanosleep(&ts, NULL);
+        cuptiActivityFlushAll(0);
+    }
+    return NULL;
+}
+
 static void at_exit(void) {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    fprintf(stderr, "bare_cupti: %zu records\n", records);
+    fprintf(stderr, "bare_cupti: %zu records, %zu callbacks\n", records, callbacks);
+}
+
+/* The driver cbids collector/src/callbacks.rs watches (WATCHED). */
+static const CUpti_CallbackId ours[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2, CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate,
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
+    CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy, CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+    CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode,
+    CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate, CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
+    CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
+};
+static const CUpti_CallbackId async_only[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+};
+
+static int has(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+    return 0;
 }
 
 int InitializeInjection(void) {
     const char *kinds = getenv("BARE_CUPTI_KINDS");
+    const char *cbs = getenv("BARE_CUPTI_CALLBACKS");
+    const char *resource = getenv("BARE_CUPTI_RESOURCE");
+    const char *flush = getenv("BARE_CUPTI_FLUSH_MS");
     if (!kinds) kinds = "kernel";
+    if (!cbs) cbs = "none";
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 0;
-    if (!strcmp(kinds, "kernel") || !strcmp(kinds, "both"))
+    if (has(kinds, "kernel") || has(kinds, "both"))
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (!strcmp(kinds, "memory") || !strcmp(kinds, "both"))
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+    if (has(kinds, "memory") || has(kinds, "both")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
+    if (has(kinds, "pool")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+    if (has(kinds, "device")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE);
+    if (strcmp(cbs, "none") || (resource && *resource == '1')) {
+        if (cuptiSubscribe(&subscriber, on_callback, NULL) != CUPTI_SUCCESS) return 0;
+        const CUpti_CallbackId *ids = !strcmp(cbs, "ours") ? ours : async_only;
+        size_t n = !strcmp(cbs, "ours") ? sizeof ours / sizeof *ours
+                 : !strcmp(cbs, "async") ? sizeof async_only / sizeof *async_only : 0;
+        for (size_t i = 0; i < n; i++)
+            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]);
+        if (resource && *resource == '1')
+            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                                CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+    }
+    if (flush && atol(flush) > 0) {
+        pthread_t t;
+        flush_ms = atol(flush);
+        pthread_create(&t, NULL, flusher, NULL);
+        pthread_detach(t);
+    }
     atexit(at_exit);
     return 1;
 }

@@ -7,7 +7,8 @@
 #   tests/gpu/overhead.sh [events] [resnet] [alloc] [launch]  (default: the first three)
 #
 # events: bench_events.cu, ns per cudaMallocAsync+cudaFreeAsync pair from 30
-#         frames deep (the per-event cost, least noisy).
+#         frames deep (the per-event cost, least noisy); EVENTS_VARIANTS
+#         (default "plain full nostacks nokernels").
 # resnet: torchvision resnet50 bf16 training (default caching allocator);
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
 #         also nokernels, nostacks, slowflush = --flush-ms 1000).
@@ -17,9 +18,17 @@
 #         per-kernel cost of kernel tracing); LAUNCH_VARIANTS (default
 #         "plain full nokernels barekernels").
 #
-# Variant barekernels runs the workload under tests/gpu/bare_cupti.c instead
-# of gmem-prof: CUPTI's CONCURRENT_KERNEL activity alone, records discarded.
-# It is the floor any CUPTI-based kernel tracer pays.
+# Variants bare* run the workload under tests/gpu/bare_cupti.c instead of
+# gmem-prof: CUPTI features enabled with empty bodies, records discarded: the
+# floor any CUPTI-based tool pays for them.
+#   barekernels  CONCURRENT_KERNEL activity
+#   barememory   MEMORY2 activity
+#   barecallbacks  callbacks on every cbid the collector watches, no activity
+#   bareasync    MEMORY2 + callbacks on cuMem{Alloc,Free}Async only
+#   bareours     MEMORY2 + callbacks on every cbid the collector watches
+#   bareall      everything the collector enables: kernel, memory, pool and
+#                device activity, its callbacks, the resource callback and
+#                a flush every 200 ms
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -41,8 +50,18 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     esac
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
-    elif [ "$variant" = barekernels ]; then
-        line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=kernel "$@" 2>"$trace.log" | tail -1)
+    elif [ "${variant#bare}" != "$variant" ]; then
+        local kinds=memory cbs=none resource=0 flush=0
+        case $variant in
+            barekernels) kinds=kernel ;;
+            barecallbacks) kinds=none cbs=ours ;;
+            bareasync) cbs=async ;;
+            bareours) cbs=ours ;;
+            bareall) kinds=kernel,memory,pool,device cbs=ours resource=1 flush=200 ;;
+        esac
+        line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
+            BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush \
+            "$@" 2>"$trace.log" | tail -1)
     else
         line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
     fi
@@ -52,7 +71,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
 
 case " ${RESNET_VARIANTS:-} ${ALLOC_VARIANTS:-} ${LAUNCH_VARIANTS:-} $BENCHES " in
     *bare*|*launch*)
-        gcc -O2 -shared -fPIC -o "$WORK/libbare_cupti.so" "$ROOT/tests/gpu/bare_cupti.c" \
+        gcc -O2 -shared -fPIC -pthread -o "$WORK/libbare_cupti.so" "$ROOT/tests/gpu/bare_cupti.c" \
             -I/usr/local/cuda/targets/x86_64-linux/include -I/usr/local/cuda/extras/CUPTI/include \
             -L/usr/local/cuda/targets/x86_64-linux/lib -L/usr/local/cuda/extras/CUPTI/lib64 -lcupti || echo "bare_cupti did not build" ;;
 esac
@@ -63,7 +82,7 @@ for bench in $BENCHES; do
         events)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_events" "$ROOT/tests/gpu/bench_events.cu"
             for r in $(seq 1 "$ROUNDS"); do
-                for v in plain full nostacks nokernels; do one events $v "$r" "$WORK/bench_events" 50000 30; done
+                for v in ${EVENTS_VARIANTS:-plain full nostacks nokernels}; do one events $v "$r" "$WORK/bench_events" 50000 30; done
             done ;;
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
@@ -117,7 +136,8 @@ for bench in ("events", "resnet50", "alloc", "launch"):
         continue
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
-    for variant in ("full", "nostacks", "nokernels", "slowflush", "barekernels"):
+    for variant in ("full", "nostacks", "nokernels", "slowflush", "barekernels",
+                    "barememory", "barecallbacks", "bareasync", "bareours", "bareall"):
         v = by.get((bench, variant))
         if not v:
             continue

@@ -62,31 +62,73 @@ impl<'a> Dec<'a> {
         self.remaining() == 0
     }
 
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         let b = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
         self.pos += 1;
         Ok(b)
     }
 
+    #[inline]
     pub fn var(&mut self) -> Result<u64, DecodeError> {
+        // Fast path: most values are one or two bytes.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.var_slow()
+    }
+
+    #[inline]
+    fn var_slow(&mut self) -> Result<u64, DecodeError> {
+        let rest = &self.buf[self.pos.min(self.buf.len())..];
+        // Up to eight bytes at once when eight can be read: find the byte
+        // that ends the varint, then squeeze out the continuation bits.
+        if let Some(word) = rest.get(..8) {
+            let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            let ends = !w & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = (ends.trailing_zeros() + 1) / 8;
+                let keep = if len == 8 {
+                    u64::MAX
+                } else {
+                    (1u64 << (8 * len)) - 1
+                };
+                let mut x = w & keep & 0x7f7f_7f7f_7f7f_7f7f;
+                x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+                x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+                x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+                self.pos += len as usize;
+                return Ok(x);
+            }
+        }
         let mut v: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
+        for (i, &b) in rest.iter().take(10).enumerate() {
+            let shift = 7 * i as u32;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 if shift == 63 && b > 1 {
                     return Err(DecodeError::BadVarint);
                 }
+                self.pos += i + 1;
                 return Ok(v);
             }
         }
-        Err(DecodeError::BadVarint)
+        if rest.len() < 10 {
+            Err(DecodeError::Truncated)
+        } else {
+            Err(DecodeError::BadVarint)
+        }
     }
 
+    #[inline]
     pub fn var32(&mut self) -> Result<u32, DecodeError> {
         u32::try_from(self.var()?).map_err(|_| DecodeError::OutOfRange)
     }
 
+    #[inline]
     pub fn ivar(&mut self) -> Result<i64, DecodeError> {
         let v = self.var()?;
         Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
@@ -113,6 +155,7 @@ impl<'a> Dec<'a> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
     }
 
+    #[inline]
     pub fn bool(&mut self) -> Result<bool, DecodeError> {
         Ok(self.u8()? != 0)
     }
@@ -154,6 +197,33 @@ mod tests {
             let mut e = Enc::default();
             e.ivar(v);
             assert_eq!(Dec::new(&e.buf).ivar().unwrap(), v);
+        }
+    }
+
+    /// The word-at-a-time path against the byte loop, for every length, at
+    /// the end of the buffer and with bytes after it.
+    #[test]
+    fn varints_of_every_length_decode_the_same_in_any_position() {
+        let mut values = vec![0u64, 1, 127, 128, 16_383, 16_384, u64::MAX];
+        for bits in 1..64 {
+            values.push((1u64 << bits) - 1);
+            values.push(1u64 << bits);
+            values.push((1u64 << bits) | 0x5a5a_5a5a_5a5a_5a5a >> (64 - bits));
+        }
+        for v in values {
+            for tail in [0usize, 1, 7, 12] {
+                let mut e = Enc::default();
+                e.var(v);
+                let len = e.buf.len();
+                e.buf.extend(std::iter::repeat_n(0xffu8, tail));
+                let mut d = Dec::new(&e.buf);
+                assert_eq!(d.var().unwrap(), v, "value {v:#x}, {tail} bytes after");
+                assert_eq!(d.remaining(), tail);
+                if len > 1 {
+                    // Cut short: an error, never a wrong value.
+                    assert!(Dec::new(&e.buf[..len - 1]).var().is_err());
+                }
+            }
         }
     }
 

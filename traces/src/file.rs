@@ -284,6 +284,29 @@ impl<'a> RawChunk<'a> {
             c => Err(DecodeError::BadValue("chunk codec", c.into())),
         }
     }
+
+    /// The decompressed payload, decompressed into `scratch` when it must
+    /// be: a reader that keeps one scratch buffer per thread allocates (and
+    /// page-faults) once instead of once per chunk.
+    pub fn payload_in<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], DecodeError> {
+        match self.codec {
+            CODEC_NONE => Ok(self.stored),
+            CODEC_LZ4 => {
+                let len = self.raw_len as usize;
+                if scratch.len() < len {
+                    scratch.resize(len, 0);
+                }
+                let out = &mut scratch[..len];
+                let n = lz4_flex::block::decompress_into(self.stored, out)
+                    .map_err(|_| DecodeError::BadCompression)?;
+                if n != len {
+                    return Err(DecodeError::BadCompression);
+                }
+                Ok(out)
+            }
+            c => Err(DecodeError::BadValue("chunk codec", c.into())),
+        }
+    }
 }
 
 /// Iterates the records of a chunk payload.
@@ -302,12 +325,17 @@ impl<'p> ChunkRecords<'p> {
         };
         ChunkRecords { dec, base, failed }
     }
-}
 
-impl Iterator for ChunkRecords<'_> {
-    type Item = Result<Record, DecodeError>;
+    /// The chunk's base time: record times are stored relative to it.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next record's tag and body, not decoded (for readers that decode
+    /// only some records, with `record::decode_memory` and its siblings).
+    /// After an error the chunk's framing is lost and iteration ends.
+    #[inline]
+    pub fn next_raw(&mut self) -> Option<Result<(u8, &'p [u8]), DecodeError>> {
         if self.failed {
             self.failed = false;
             self.dec = Dec::new(&[]);
@@ -316,11 +344,23 @@ impl Iterator for ChunkRecords<'_> {
         if self.dec.is_empty() {
             return None;
         }
-        let r = (|| {
-            let tag = self.dec.u8()?;
-            let body = self.dec.bytes()?;
-            Record::decode(tag, body, self.base)
-        })();
+        let r = (|| Ok((self.dec.u8()?, self.dec.bytes()?)))();
+        if r.is_err() {
+            self.dec = Dec::new(&[]);
+        }
+        Some(r)
+    }
+}
+
+impl Iterator for ChunkRecords<'_> {
+    type Item = Result<Record, DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let base = self.base;
+        let r = self
+            .next_raw()?
+            .and_then(|(tag, body)| Record::decode(tag, body, base));
         if r.is_err() {
             // Framing is lost: stop this chunk.
             self.dec = Dec::new(&[]);

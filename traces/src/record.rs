@@ -423,6 +423,114 @@ fn put_time(e: &mut Enc, t: Nanos, base: u64) {
     e.ivar(t.0.wrapping_sub(base) as i64);
 }
 
+// The frequent records, each decodable on its own so that a reader that
+// wants only these (the analyzer's sweep) skips building a `Record`.
+
+/// Decodes the body of an `API` record.
+#[inline]
+pub fn decode_api(d: &mut Dec, base: u64) -> Result<ApiCall, DecodeError> {
+    Ok(ApiCall {
+        time: get_time(d, base)?,
+        duration: Nanos(d.var()?),
+        tid: d.var32()?,
+        func: ApiFunc(u16::try_from(d.var()?).map_err(|_| DecodeError::OutOfRange)?),
+        cbid: d.var32()?,
+        correlation: d.var32()?,
+        result: d.var32()?,
+        bytes: Bytes(d.var()?),
+        address: d.var()?,
+        handle: d.var()?,
+        stream: d.var()?,
+        stack: StackId(d.var32()?),
+        internal: d.bool()?,
+    })
+}
+
+/// Decodes the body of a `MEMORY` record.
+#[inline]
+pub fn decode_memory(d: &mut Dec, base: u64) -> Result<MemoryEvent, DecodeError> {
+    let mut m = MemoryEvent {
+        time: get_time(d, base)?,
+        alloc: d.bool()?,
+        kind: d.u8()?,
+        address: d.var()?,
+        bytes: Bytes(d.var()?),
+        device: d.var32()?,
+        context: d.var32()?,
+        stream: d.var32()?,
+        correlation: d.var32()?,
+        pc: d.var()?,
+        is_async: d.bool()?,
+        pool_type: d.u8()?,
+        ..Default::default()
+    };
+    if m.pool_type != 0 {
+        m.pool_address = d.var()?;
+        m.pool_release_threshold = d.var()?;
+        m.pool_size = d.var()?;
+        m.pool_utilized = d.var()?;
+    }
+    Ok(m)
+}
+
+/// Decodes the body of a `POOL` record.
+#[inline]
+pub fn decode_pool(d: &mut Dec, base: u64) -> Result<PoolEvent, DecodeError> {
+    Ok(PoolEvent {
+        time: get_time(d, base)?,
+        op: d.u8()?,
+        pool_type: d.u8()?,
+        address: d.var()?,
+        size: Bytes(d.var()?),
+        release_threshold: d.var()?,
+        min_bytes_to_keep: d.var()?,
+        utilized: Bytes(d.var()?),
+        device: d.var32()?,
+        correlation: d.var32()?,
+    })
+}
+
+/// Decodes the body of a `KERNEL` record.
+#[inline]
+pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError> {
+    Ok({
+        let start = get_time(d, base)?;
+        let end = Nanos(start.0.wrapping_add(d.var()?));
+        let name = StringId(d.var32()?);
+        let device = d.var32()?;
+        let context = d.var32()?;
+        let stream = d.var32()?;
+        let correlation = d.var32()?;
+        let mut dims = [0u32; 6];
+        for v in &mut dims {
+            *v = d.var32()?;
+        }
+        KernelEvent {
+            start,
+            end,
+            name,
+            device,
+            context,
+            stream,
+            correlation,
+            grid: [dims[0], dims[1], dims[2]],
+            block: [dims[3], dims[4], dims[5]],
+            static_shared: d.var32()?,
+            dynamic_shared: d.var32()?,
+            registers: d.var32()?,
+        }
+    })
+}
+
+/// Decodes the body of a `PROCESS_END` record.
+#[inline]
+pub fn decode_process_end(d: &mut Dec, base: u64) -> Result<ProcessEnd, DecodeError> {
+    Ok(ProcessEnd {
+        time: get_time(d, base)?,
+    })
+}
+
+#[inline]
 fn get_time(d: &mut Dec, base: u64) -> Result<Nanos, DecodeError> {
     Ok(Nanos(base.wrapping_add(d.ivar()? as u64)))
 }
@@ -618,6 +726,7 @@ impl Record {
     }
 
     /// Decodes one record body of the given tag.
+    #[inline]
     pub fn decode(tag: u8, body: &[u8], base: u64) -> Result<Record, DecodeError> {
         let d = &mut Dec::new(body);
         let r = match tag {
@@ -703,84 +812,10 @@ impl Record {
                     truncated,
                 }
             }),
-            tag::API => Record::Api(ApiCall {
-                time: get_time(d, base)?,
-                duration: Nanos(d.var()?),
-                tid: d.var32()?,
-                func: ApiFunc(u16::try_from(d.var()?).map_err(|_| DecodeError::OutOfRange)?),
-                cbid: d.var32()?,
-                correlation: d.var32()?,
-                result: d.var32()?,
-                bytes: Bytes(d.var()?),
-                address: d.var()?,
-                handle: d.var()?,
-                stream: d.var()?,
-                stack: StackId(d.var32()?),
-                internal: d.bool()?,
-            }),
-            tag::MEMORY => Record::Memory({
-                let mut m = MemoryEvent {
-                    time: get_time(d, base)?,
-                    alloc: d.bool()?,
-                    kind: d.u8()?,
-                    address: d.var()?,
-                    bytes: Bytes(d.var()?),
-                    device: d.var32()?,
-                    context: d.var32()?,
-                    stream: d.var32()?,
-                    correlation: d.var32()?,
-                    pc: d.var()?,
-                    is_async: d.bool()?,
-                    pool_type: d.u8()?,
-                    ..Default::default()
-                };
-                if m.pool_type != 0 {
-                    m.pool_address = d.var()?;
-                    m.pool_release_threshold = d.var()?;
-                    m.pool_size = d.var()?;
-                    m.pool_utilized = d.var()?;
-                }
-                m
-            }),
-            tag::POOL => Record::Pool(PoolEvent {
-                time: get_time(d, base)?,
-                op: d.u8()?,
-                pool_type: d.u8()?,
-                address: d.var()?,
-                size: Bytes(d.var()?),
-                release_threshold: d.var()?,
-                min_bytes_to_keep: d.var()?,
-                utilized: Bytes(d.var()?),
-                device: d.var32()?,
-                correlation: d.var32()?,
-            }),
-            tag::KERNEL => Record::Kernel({
-                let start = get_time(d, base)?;
-                let end = Nanos(start.0.wrapping_add(d.var()?));
-                let name = StringId(d.var32()?);
-                let device = d.var32()?;
-                let context = d.var32()?;
-                let stream = d.var32()?;
-                let correlation = d.var32()?;
-                let mut dims = [0u32; 6];
-                for v in &mut dims {
-                    *v = d.var32()?;
-                }
-                KernelEvent {
-                    start,
-                    end,
-                    name,
-                    device,
-                    context,
-                    stream,
-                    correlation,
-                    grid: [dims[0], dims[1], dims[2]],
-                    block: [dims[3], dims[4], dims[5]],
-                    static_shared: d.var32()?,
-                    dynamic_shared: d.var32()?,
-                    registers: d.var32()?,
-                }
-            }),
+            tag::API => Record::Api(decode_api(d, base)?),
+            tag::MEMORY => Record::Memory(decode_memory(d, base)?),
+            tag::POOL => Record::Pool(decode_pool(d, base)?),
+            tag::KERNEL => Record::Kernel(decode_kernel(d, base)?),
             tag::DROPPED => Record::Dropped(DropCounts {
                 time: get_time(d, base)?,
                 cupti: d.var()?,
@@ -791,9 +826,7 @@ impl Record {
                 level: d.u8()?,
                 text: d.string()?,
             }),
-            tag::PROCESS_END => Record::ProcessEnd(ProcessEnd {
-                time: get_time(d, base)?,
-            }),
+            tag::PROCESS_END => Record::ProcessEnd(decode_process_end(d, base)?),
             tag::SYMBOL => Record::Symbol({
                 let address = d.var()?;
                 let module = d.var32()?;
