@@ -189,6 +189,14 @@ pub struct OomRaw {
     pub live_by_site: Vec<(u32, u64, u64)>,
 }
 
+/// The live pool blocks as `Regions::device_extents` takes them.
+fn pool_blocks(
+    live: &FastMap<(u32, u64), Live>,
+) -> impl Iterator<Item = ((u32, u64), u64, u64)> + '_ {
+    live.iter()
+        .filter_map(|(&(stream, address), l)| l.pool.map(|p| ((stream, p), address, l.bytes)))
+}
+
 /// (site, bytes, count) of every site holding memory on a device now.
 fn live_sites(dev: &DeviceState, sites: &[SiteStats]) -> Vec<(u32, u64, u64)> {
     dev.sites
@@ -617,7 +625,7 @@ impl Engine {
             let pid = self.streams[stream as usize].pid();
             let delta = self
                 .regions
-                .pool_alloc_sized(stream, pid, device, pa, psize, address, bytes);
+                .pool_alloc_sized(stream, pid, device, pa, psize, bytes);
             self.pool_size_changed(device, delta);
         }
         if vmm {
@@ -719,7 +727,7 @@ impl Engine {
             dev.frag_dirty = true;
         }
         if let Some(p) = l.pool {
-            self.regions.pool_free(stream, p, address);
+            self.regions.pool_free(stream, p, l.bytes);
         }
         if l.vmm {
             self.regions.unmap(stream, address);
@@ -839,7 +847,10 @@ impl Engine {
             .collect();
         live_by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let device_live = dev.live;
-        let largest_free = self.regions.device_extents(device).map(|e| e.largest);
+        let largest_free = self
+            .regions
+            .device_extents(device, pool_blocks(&self.live))
+            .map(|e| e.largest);
         let index = self.ooms.len();
         let st = &mut self.streams[stream as usize];
         // An earlier failure of the same request on this thread was retried.
@@ -926,7 +937,7 @@ impl Engine {
                 continue;
             }
             dev.frag_dirty = false;
-            let ext = self.regions.device_extents(d);
+            let ext = self.regions.device_extents(d, pool_blocks(&self.live));
             dev.frag.put(
                 axis,
                 axis.current,

@@ -21,11 +21,10 @@ pub struct Pool {
     /// Reserved size as CUPTI last reported it.
     pub size: u64,
     pub max_size: u64,
-    /// Live sub-allocations (address → bytes); sorted only when sampled.
-    live: FastMap<u64, u64>,
+    /// Bytes of its live sub-allocations. The sub-allocations themselves
+    /// are the engine's live set (one map, not two): it hands them in when
+    /// free extents are wanted.
     used: u64,
-    /// Reused for sorting `live` at each sample.
-    scratch: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -62,14 +61,13 @@ impl Extents {
 }
 
 impl Pool {
-    fn extents(&mut self) -> Extents {
+    /// Free extents, given the pool's live blocks (address, bytes), which
+    /// this sorts.
+    fn extents(&self, blocks: &mut [(u64, u64)]) -> Extents {
         let free = self.size.saturating_sub(self.used);
         if free == 0 {
             return Extents::default();
         }
-        let mut blocks = std::mem::take(&mut self.scratch);
-        blocks.clear();
-        blocks.extend(self.live.iter().map(|(&a, &l)| (a, l)));
         // Addresses of live blocks are distinct: the address alone orders them.
         blocks.sort_unstable_by_key(|&(a, _)| a);
         let (Some(&(first, _)), Some(&(last, last_len))) = (blocks.first(), blocks.last()) else {
@@ -81,11 +79,10 @@ impl Pool {
         let span = (last + last_len).saturating_sub(first);
         let mut largest = self.size.saturating_sub(span);
         let mut end = first;
-        for &(a, len) in &blocks {
+        for &(a, len) in blocks.iter() {
             largest = largest.max(a.saturating_sub(end));
             end = end.max(a + len);
         }
-        self.scratch = blocks;
         Extents {
             free,
             largest: largest.min(free),
@@ -115,6 +112,9 @@ pub struct Regions {
     /// Looked up on every pool event: hashed. Listed sorted (`pools_sorted`).
     pub pools: FastMap<(u32, u64), Pool>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
+    /// Live blocks by pool, gathered for one `device_extents` (kept to
+    /// reuse the vectors).
+    blocks: FastMap<(u32, u64), Vec<(u64, u64)>>,
 }
 
 impl Regions {
@@ -140,10 +140,9 @@ impl Regions {
         delta
     }
 
-    /// An allocation from a pool whose reserved size the record states:
-    /// `set_pool_size` and `pool_alloc` in one lookup. Returns the change in
-    /// the pool's size.
-    #[allow(clippy::too_many_arguments)]
+    /// An allocation from a pool whose reserved size the record states (the
+    /// size updated in the same lookup). Returns the change in the pool's
+    /// size. The caller frees first whatever lived at the block's address.
     pub fn pool_alloc_sized(
         &mut self,
         stream: u32,
@@ -151,7 +150,6 @@ impl Regions {
         device: u32,
         pool: u64,
         pool_size: u64,
-        address: u64,
         bytes: u64,
     ) -> i128 {
         let p = self.pools.entry((stream, pool)).or_insert_with(|| Pool {
@@ -163,17 +161,13 @@ impl Regions {
         let delta = pool_size as i128 - p.size as i128;
         p.size = pool_size;
         p.max_size = p.max_size.max(pool_size);
-        if p.live.insert(address, bytes).is_none() {
-            p.used += bytes;
-        }
+        p.used += bytes;
         delta
     }
 
-    pub fn pool_free(&mut self, stream: u32, pool: u64, address: u64) {
+    pub fn pool_free(&mut self, stream: u32, pool: u64, bytes: u64) {
         if let Some(p) = self.pools.get_mut(&(stream, pool)) {
-            if let Some(len) = p.live.remove(&address) {
-                p.used -= len;
-            }
+            p.used = p.used.saturating_sub(bytes);
         }
     }
 
@@ -239,14 +233,28 @@ impl Regions {
     }
 
     /// Free extents of a device's regions together; None when it has none.
-    pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
+    /// `pool_blocks` lists the live pool blocks as ((stream, pool), address,
+    /// bytes); blocks of other devices' pools are ignored.
+    pub fn device_extents(
+        &mut self,
+        device: u32,
+        pool_blocks: impl Iterator<Item = ((u32, u64), u64, u64)>,
+    ) -> Option<Extents> {
         let mut total: Option<Extents> = None;
-        for p in self
-            .pools
-            .values_mut()
-            .filter(|p| p.device == device && p.size > 0)
-        {
-            total.get_or_insert_with(Extents::default).add(p.extents());
+        let on_device = |p: &Pool| p.device == device && p.size > 0;
+        if self.pools.values().any(on_device) {
+            self.blocks.values_mut().for_each(Vec::clear);
+            for (key, address, bytes) in pool_blocks {
+                if self.pools.get(&key).is_some_and(on_device) {
+                    self.blocks.entry(key).or_default().push((address, bytes));
+                }
+            }
+            for (key, p) in self.pools.iter().filter(|(_, p)| on_device(p)) {
+                let blocks = self.blocks.entry(*key).or_default();
+                total
+                    .get_or_insert_with(Extents::default)
+                    .add(p.extents(blocks));
+            }
         }
         for r in self
             .reservations
@@ -272,7 +280,7 @@ mod tests {
         assert!(r.map(0, 0, 0x1000_0000, 16 * MIB));
         assert!(r.map(0, 0, 0x1000_0000 + 32 * MIB, 16 * MIB));
         // Free: [16, 32) and [48, 64) MiB: 32 MiB in two 16 MiB extents.
-        let e = r.device_extents(0).unwrap();
+        let e = r.device_extents(0, std::iter::empty()).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -282,7 +290,7 @@ mod tests {
         );
         assert!((e.fragmentation() - 0.5).abs() < 1e-12);
         assert!(r.unmap(0, 0x1000_0000 + 32 * MIB));
-        let e = r.device_extents(0).unwrap();
+        let e = r.device_extents(0, std::iter::empty()).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -297,14 +305,24 @@ mod tests {
     fn pool_holes() {
         let mut r = Regions::default();
         r.set_pool_size(0, 1, 0, 0xA, 64 * MIB);
+        let mut live: Vec<u64> = Vec::new();
         for i in 0..8 {
-            r.pool_alloc_sized(0, 1, 0, 0xA, 64 * MIB, 0x2000_0000 + i * 8 * MIB, 8 * MIB);
+            let a = 0x2000_0000 + i * 8 * MIB;
+            r.pool_alloc_sized(0, 1, 0, 0xA, 64 * MIB, 8 * MIB);
+            live.push(a);
         }
-        assert_eq!(r.device_extents(0).unwrap().free, 0);
+        let blocks = |live: &[u64]| {
+            live.iter()
+                .map(|&a| ((0u32, 0xAu64), a, 8 * MIB))
+                .collect::<Vec<_>>()
+        };
+        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
+        assert_eq!(e.free, 0);
         for i in [1, 3, 5] {
-            r.pool_free(0, 0xA, 0x2000_0000 + i * 8 * MIB);
+            r.pool_free(0, 0xA, 8 * MIB);
+            live.retain(|&a| a != 0x2000_0000 + i * 8 * MIB);
         }
-        let e = r.device_extents(0).unwrap();
+        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -312,8 +330,9 @@ mod tests {
                 largest: 8 * MIB
             }
         );
-        r.pool_free(0, 0xA, 0x2000_0000 + 6 * 8 * MIB);
-        let e = r.device_extents(0).unwrap();
+        r.pool_free(0, 0xA, 8 * MIB);
+        live.retain(|&a| a != 0x2000_0000 + 6 * 8 * MIB);
+        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -321,5 +340,11 @@ mod tests {
                 largest: 16 * MIB
             }
         );
+        // Another device's blocks change nothing.
+        let other = std::iter::once(((0u32, 0xBu64), 0x2000_0000 + 6 * 8 * MIB, 8 * MIB));
+        let e2 = r
+            .device_extents(0, blocks(&live).into_iter().chain(other))
+            .unwrap();
+        assert_eq!(e2, e);
     }
 }
