@@ -16,7 +16,11 @@ const FIRST_WIDTH_NS: u64 = 1 << 10;
 #[derive(Clone, Debug)]
 pub struct Axis {
     pub start: u64,
+    /// A power of two, so that a bucket index is a shift: the sweep finds
+    /// one for every event, and a 64-bit division per event costs more than
+    /// the rest of the bookkeeping.
     pub width: u64,
+    shift: u32,
     /// Index of the bucket holding the latest time seen.
     pub current: usize,
     /// How many times the width doubled; curves catch up lazily.
@@ -29,11 +33,14 @@ impl Axis {
         Self::with_width(start, FIRST_WIDTH_NS)
     }
 
-    /// An axis over another clock (e.g. a count of allocations).
+    /// An axis over another clock (e.g. a count of allocations); `width` is
+    /// rounded down to a power of two.
     pub fn with_width(start: u64, width: u64) -> Self {
+        let shift = width.max(1).ilog2();
         Axis {
             start,
-            width,
+            width: 1 << shift,
+            shift,
             current: 0,
             generation: 0,
             latest: 0,
@@ -41,20 +48,23 @@ impl Axis {
     }
 
     /// True when time `t` lies beyond the current bucket.
+    #[inline]
     pub fn leaves_bucket(&self, t: u64) -> bool {
         let rel = t.saturating_sub(self.start);
-        rel > self.latest && rel / self.width != self.current as u64
+        rel > self.latest && rel >> self.shift != self.current as u64
     }
 
     /// Moves time forward to `t` (never back).
+    #[inline]
     pub fn advance(&mut self, t: u64) {
         let rel = t.saturating_sub(self.start).max(self.latest);
         self.latest = rel;
-        while rel / self.width >= MAX_BUCKETS as u64 {
+        while rel >> self.shift >= MAX_BUCKETS as u64 {
+            self.shift += 1;
             self.width *= 2;
             self.generation += 1;
         }
-        self.current = (rel / self.width) as usize;
+        self.current = (rel >> self.shift) as usize;
     }
 
     /// Number of buckets in use.
@@ -172,6 +182,30 @@ impl<T: Copy> Samples<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shifts give the buckets a division by the width would.
+    #[test]
+    fn bucket_index_is_time_over_width() {
+        let mut axis = Axis::new(1_000);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut t = 1_000u64;
+        for _ in 0..100_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            t += rng % (1 << (rng % 40));
+            let leaves = {
+                let rel = t - 1_000;
+                rel > axis.latest && rel / axis.width != axis.current as u64
+            };
+            assert_eq!(axis.leaves_bucket(t), leaves);
+            axis.advance(t);
+            assert_eq!(axis.current as u64, (t - 1_000) / axis.width);
+            assert!(axis.current < MAX_BUCKETS);
+        }
+        assert_eq!(Axis::with_width(0, 1).width, 1);
+        assert_eq!(Axis::with_width(0, 1000).width, 512);
+    }
 
     #[test]
     fn peaks_survive_rescaling() {

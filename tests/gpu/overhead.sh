@@ -51,6 +51,9 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
     elif [ "${variant#bare}" != "$variant" ]; then
+        # A missing library would make CUDA skip the injection silently and
+        # the run would pass for free: refuse instead.
+        [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
         local kinds=memory cbs=none resource=0 flush=0
         case $variant in
             barekernels) kinds=kernel ;;
@@ -69,7 +72,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     echo "  $bench $variant round $round: $line"
 }
 
-case " ${RESNET_VARIANTS:-} ${ALLOC_VARIANTS:-} ${LAUNCH_VARIANTS:-} $BENCHES " in
+case " ${EVENTS_VARIANTS:-} ${RESNET_VARIANTS:-} ${ALLOC_VARIANTS:-} ${LAUNCH_VARIANTS:-} $BENCHES " in
     *bare*|*launch*)
         gcc -O2 -shared -fPIC -pthread -o "$WORK/libbare_cupti.so" "$ROOT/tests/gpu/bare_cupti.c" \
             -I/usr/local/cuda/targets/x86_64-linux/include -I/usr/local/cuda/extras/CUPTI/include \
