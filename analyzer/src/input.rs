@@ -116,12 +116,31 @@ pub fn frame<'a>(
     let mut warnings = Vec::new();
     let mut next_stream = 0u32;
     for (i, data) in files.iter().enumerate() {
-        let mut reader = TraceReader::new(data).map_err(|e| crate::AnalyzeError::Trace {
+        let trace_error = |e| crate::AnalyzeError::Trace {
             file: names[i].clone(),
             source: e,
-        })?;
+        };
+        // Checksums are verified in parallel after an optimistic framing;
+        // a damaged file (a bad checksum or any framing warning) is framed
+        // again by the careful reader, which verifies as it goes and resyncs
+        // past damage. Both give the same chunks for an undamaged file.
+        let (raw, reader) = frame_file(
+            TraceReader::new(data)
+                .map_err(trace_error)?
+                .without_checksums(),
+        );
+        let intact = reader
+            .warnings
+            .iter()
+            .all(|w| matches!(w, Warning::NoTrailer))
+            && raw.par_iter().all(|c| c.checksum_ok());
+        let (raw, reader) = if intact {
+            (raw, reader)
+        } else {
+            frame_file(TraceReader::new(data).map_err(trace_error)?)
+        };
         let mut ids: Vec<(u32, u32)> = Vec::new();
-        while let Some(raw) = reader.next_chunk() {
+        for raw in raw {
             let stream = match ids.iter().find(|(s, _)| *s == raw.stream) {
                 Some((_, g)) => *g,
                 None => {
@@ -144,6 +163,14 @@ pub fn frame<'a>(
         }
     }
     Ok((out, next_stream, warnings))
+}
+
+fn frame_file(mut reader: TraceReader<'_>) -> (Vec<RawChunk<'_>>, TraceReader<'_>) {
+    let mut chunks = Vec::new();
+    while let Some(raw) = reader.next_chunk() {
+        chunks.push(raw);
+    }
+    (chunks, reader)
 }
 
 /// Decodes chunks in parallel, each into definitions and events.
@@ -260,7 +287,7 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
                     ))
                 }
                 tag::KERNEL => {
-                    let k = record::decode_kernel(dec, base)?;
+                    let k = record::decode_kernel_span(dec, base)?;
                     Some(timed(
                         k.start.0,
                         Event::Kernel {

@@ -123,7 +123,7 @@ impl<'a> Dec<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn var32(&mut self) -> Result<u32, DecodeError> {
         u32::try_from(self.var()?).map_err(|_| DecodeError::OutOfRange)
     }
@@ -134,6 +134,7 @@ impl<'a> Dec<'a> {
         Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
     }
 
+    #[inline]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.remaining() {
             return Err(DecodeError::Truncated);
@@ -143,6 +144,7 @@ impl<'a> Dec<'a> {
         Ok(s)
     }
 
+    #[inline]
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let n = self.var()?;
         let n = usize::try_from(n).map_err(|_| DecodeError::Truncated)?;

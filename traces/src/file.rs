@@ -257,7 +257,8 @@ impl fmt::Display for Warning {
     }
 }
 
-/// A chunk as found in the file, checksum verified.
+/// A chunk as found in the file; its checksum verified unless the reader
+/// was told to leave that to the caller (`TraceReader::without_checksums`).
 #[derive(Clone, Debug)]
 pub struct RawChunk<'a> {
     pub offset: u64,
@@ -265,9 +266,21 @@ pub struct RawChunk<'a> {
     pub codec: u8,
     pub raw_len: u32,
     pub stored: &'a [u8],
+    /// The header bytes the checksum covers, and the checksum.
+    checked_header: &'a [u8],
+    crc: u32,
 }
 
 impl<'a> RawChunk<'a> {
+    /// Whether the chunk's bytes match its checksum (what a careful
+    /// `TraceReader` checks before it hands a chunk out).
+    pub fn checksum_ok(&self) -> bool {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(self.checked_header);
+        hasher.update(self.stored);
+        hasher.finalize() == self.crc
+    }
+
     /// The decompressed payload.
     pub fn payload(&self) -> Result<Cow<'a, [u8]>, DecodeError> {
         match self.codec {
@@ -378,9 +391,20 @@ pub struct TraceReader<'a> {
     pub warnings: Vec<Warning>,
     saw_trailer: bool,
     done: bool,
+    verify: bool,
 }
 
 impl<'a> TraceReader<'a> {
+    /// Leaves checksums to the caller (`RawChunk::checksum_ok`), who can
+    /// verify chunks in parallel. Only for a first, optimistic pass: a chunk
+    /// whose length field is damaged is then framed wrongly, so a caller that
+    /// finds a bad checksum, or any warning, must read the file again with a
+    /// careful reader.
+    pub fn without_checksums(mut self) -> Self {
+        self.verify = false;
+        self
+    }
+
     pub fn new(data: &'a [u8]) -> Result<Self, TraceError> {
         if data.len() < FILE_HEADER_LEN || &data[..8] != FILE_MAGIC {
             if data.is_empty() {
@@ -406,6 +430,7 @@ impl<'a> TraceReader<'a> {
             pos: FILE_HEADER_LEN,
             version,
             warnings: Vec::new(),
+            verify: true,
             saw_trailer: false,
             done: false,
         })
@@ -514,10 +539,16 @@ impl<'a> TraceReader<'a> {
                 continue;
             }
             let stored = &rest[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + stored_len];
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&h[..20]);
-            hasher.update(stored);
-            if hasher.finalize() != crc {
+            let chunk = RawChunk {
+                offset,
+                stream,
+                codec,
+                raw_len,
+                stored,
+                checked_header: &h[..20],
+                crc,
+            };
+            if self.verify && !chunk.checksum_ok() {
                 self.warnings.push(Warning::CorruptChunk {
                     offset,
                     reason: "checksum mismatch".into(),
@@ -534,13 +565,7 @@ impl<'a> TraceReader<'a> {
                 continue;
             }
             self.pos += CHUNK_HEADER_LEN + stored_len;
-            return Some(RawChunk {
-                offset,
-                stream,
-                codec,
-                raw_len,
-                stored,
-            });
+            return Some(chunk);
         }
     }
 }

@@ -427,7 +427,7 @@ fn put_time(e: &mut Enc, t: Nanos, base: u64) {
 // wants only these (the analyzer's sweep) skips building a `Record`.
 
 /// Decodes the body of an `API` record.
-#[inline]
+#[inline(always)]
 pub fn decode_api(d: &mut Dec, base: u64) -> Result<ApiCall, DecodeError> {
     Ok(ApiCall {
         time: get_time(d, base)?,
@@ -447,7 +447,7 @@ pub fn decode_api(d: &mut Dec, base: u64) -> Result<ApiCall, DecodeError> {
 }
 
 /// Decodes the body of a `MEMORY` record.
-#[inline]
+#[inline(always)]
 pub fn decode_memory(d: &mut Dec, base: u64) -> Result<MemoryEvent, DecodeError> {
     let mut m = MemoryEvent {
         time: get_time(d, base)?,
@@ -474,7 +474,7 @@ pub fn decode_memory(d: &mut Dec, base: u64) -> Result<MemoryEvent, DecodeError>
 }
 
 /// Decodes the body of a `POOL` record.
-#[inline]
+#[inline(always)]
 pub fn decode_pool(d: &mut Dec, base: u64) -> Result<PoolEvent, DecodeError> {
     Ok(PoolEvent {
         time: get_time(d, base)?,
@@ -490,35 +490,62 @@ pub fn decode_pool(d: &mut Dec, base: u64) -> Result<PoolEvent, DecodeError> {
     })
 }
 
+/// The leading fields of a `KERNEL` record: when and where it ran.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelSpan {
+    pub start: Nanos,
+    pub end: Nanos,
+    pub name: StringId,
+    pub device: u32,
+    pub context: u32,
+    pub stream: u32,
+}
+
+/// Decodes only the leading fields of a `KERNEL` body (`KernelSpan`) and
+/// leaves the rest unread: most of a kernel record is launch geometry, which
+/// a reader of memory events has no use for.
+#[inline(always)]
+pub fn decode_kernel_span(d: &mut Dec, base: u64) -> Result<KernelSpan, DecodeError> {
+    let start = get_time(d, base)?;
+    Ok(KernelSpan {
+        start,
+        end: Nanos(start.0.wrapping_add(d.var()?)),
+        name: StringId(d.var32()?),
+        device: d.var32()?,
+        context: d.var32()?,
+        stream: d.var32()?,
+    })
+}
+
 /// Decodes the body of a `KERNEL` record.
 #[inline]
 pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError> {
-    Ok({
-        let start = get_time(d, base)?;
-        let end = Nanos(start.0.wrapping_add(d.var()?));
-        let name = StringId(d.var32()?);
-        let device = d.var32()?;
-        let context = d.var32()?;
-        let stream = d.var32()?;
-        let correlation = d.var32()?;
-        let mut dims = [0u32; 6];
-        for v in &mut dims {
-            *v = d.var32()?;
-        }
-        KernelEvent {
-            start,
-            end,
-            name,
-            device,
-            context,
-            stream,
-            correlation,
-            grid: [dims[0], dims[1], dims[2]],
-            block: [dims[3], dims[4], dims[5]],
-            static_shared: d.var32()?,
-            dynamic_shared: d.var32()?,
-            registers: d.var32()?,
-        }
+    let KernelSpan {
+        start,
+        end,
+        name,
+        device,
+        context,
+        stream,
+    } = decode_kernel_span(d, base)?;
+    let correlation = d.var32()?;
+    let mut dims = [0u32; 6];
+    for v in &mut dims {
+        *v = d.var32()?;
+    }
+    Ok(KernelEvent {
+        start,
+        end,
+        name,
+        device,
+        context,
+        stream,
+        correlation,
+        grid: [dims[0], dims[1], dims[2]],
+        block: [dims[3], dims[4], dims[5]],
+        static_shared: d.var32()?,
+        dynamic_shared: d.var32()?,
+        registers: d.var32()?,
     })
 }
 
@@ -530,7 +557,7 @@ pub fn decode_process_end(d: &mut Dec, base: u64) -> Result<ProcessEnd, DecodeEr
     })
 }
 
-#[inline]
+#[inline(always)]
 fn get_time(d: &mut Dec, base: u64) -> Result<Nanos, DecodeError> {
     Ok(Nanos(base.wrapping_add(d.ivar()? as u64)))
 }

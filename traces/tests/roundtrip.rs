@@ -2,7 +2,7 @@
 //! and no byte string makes the reader panic.
 
 use gmem_prof_traces::record::*;
-use gmem_prof_traces::{read_all, Record, TraceWriter};
+use gmem_prof_traces::{read_all, Record, TraceReader, TraceWriter};
 use proptest::prelude::*;
 
 fn s() -> impl Strategy<Value = String> {
@@ -269,6 +269,42 @@ proptest! {
             bytes[at] ^= v | 1;
         }
         let _ = read_all(&bytes);
+    }
+
+    /// The optimistic reader (checksums left to the caller) either gives
+    /// exactly the careful reader's chunks, or shows the damage: a warning
+    /// or a chunk whose checksum fails.
+    #[test]
+    fn unverified_framing_is_exact_or_shows_the_damage(records in proptest::collection::vec(record(), 1..30), flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4)) {
+        let original = write(&records.into_iter().map(|r| (0, r)).collect::<Vec<_>>(), 128);
+        let mut bytes = original.clone();
+        for (i, v) in flips {
+            let at = 16 + i.index(bytes.len() - 16);
+            bytes[at] ^= v | 1;
+        }
+        let frame = |mut r: TraceReader| {
+            let mut offsets = Vec::new();
+            let mut all_ok = true;
+            while let Some(c) = r.next_chunk() {
+                all_ok &= c.checksum_ok();
+                offsets.push((c.offset, c.stored.len()));
+            }
+            (offsets, all_ok, r.warnings)
+        };
+        let (Ok(careful), Ok(fast)) = (TraceReader::new(&bytes), TraceReader::new(&bytes)) else {
+            return Ok(());
+        };
+        let (careful, careful_ok, _) = frame(careful);
+        prop_assert!(careful_ok);
+        // The careful reader hands out undamaged chunks only.
+        for &(offset, len) in &careful {
+            let whole = offset as usize..offset as usize + gmem_prof_traces::file::CHUNK_HEADER_LEN + len;
+            prop_assert_eq!(&bytes[whole.clone()], &original[whole]);
+        }
+        let (fast, fast_ok, fast_warnings) = frame(fast.without_checksums());
+        let damage_seen = !fast_ok
+            || fast_warnings.iter().any(|w| !matches!(w, gmem_prof_traces::Warning::NoTrailer));
+        prop_assert!(damage_seen || fast == careful);
     }
 
     #[test]
