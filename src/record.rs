@@ -13,12 +13,18 @@ use crate::{locate, merge};
 
 /// The running program's pid, for the signal forwarder (0 = none yet).
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that came before the program's pid was known, to pass on as
+/// soon as it is (the program may already be running: `spawn` returns after
+/// it started).
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward_signal(sig: libc::c_int) {
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe; pid is our child.
         unsafe { libc::kill(pid, sig) };
+    } else {
+        PENDING_SIGNAL.store(sig, Ordering::SeqCst);
     }
 }
 
@@ -176,6 +182,11 @@ fn run_program(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let early = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+    if early != 0 {
+        // SAFETY: kill with our child's pid.
+        unsafe { libc::kill(child.id() as i32, early) };
+    }
     let status = child.wait().context("waiting for the program");
     CHILD.store(0, Ordering::SeqCst);
     Ok(exit_code(status?))

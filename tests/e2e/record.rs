@@ -137,6 +137,22 @@ fn start_in_own_group(dir: &std::path::Path, args: &[&str]) -> std::process::Chi
     child
 }
 
+/// Waits for a child of `start_in_own_group`; after a minute kills its group
+/// and fails: a lost signal must fail the test, not hang the suite.
+fn wait_or_fail(mut child: std::process::Child) -> std::process::Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: killpg with our child's process group id.
+            unsafe { libc::killpg(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("the program did not end within a minute of the signal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn ctrl_c_reaches_the_program_and_the_trace_is_still_written() {
     let dir = scratch("sigint");
@@ -144,7 +160,7 @@ fn ctrl_c_reaches_the_program_and_the_trace_is_still_written() {
     // What a terminal does on Ctrl-C: SIGINT to the whole foreground group.
     // SAFETY: killpg with our child's process group id.
     unsafe { libc::killpg(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
+    let out = wait_or_fail(child);
     assert_eq!(
         out.status.code(),
         Some(40 + libc::SIGINT),
@@ -163,7 +179,7 @@ fn sigterm_sent_to_record_is_passed_to_the_program() {
     let child = start_in_own_group(&dir, &["signal"]);
     // SAFETY: kill with our child's pid (gmem-prof itself).
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
+    let out = wait_or_fail(child);
     assert_eq!(
         out.status.code(),
         Some(40 + libc::SIGTERM),
