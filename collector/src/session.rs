@@ -440,6 +440,21 @@ impl Collector {
             self.flush_activity(cupti::FLUSH_FORCED);
             self.note_cupti_drops();
         }
+        if let Some(stats) = self.stacks.as_ref().map(Stacks::stats) {
+            if stats.captures > 0 {
+                let per = |n: u64| n as f64 / stats.captures as f64;
+                self.report(
+                    0,
+                    format!(
+                        "stack capture: {} walks; per walk {:.1} frames unwound by CFI rules, \
+                         {:.1} reused from the thread's previous walk",
+                        stats.captures,
+                        per(stats.unwound),
+                        per(stats.reused)
+                    ),
+                );
+            }
+        }
         self.sink.close();
         let done = self.writer_done.lock().ok().and_then(|mut d| d.take());
         if let Some(done) = done {
