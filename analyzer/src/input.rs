@@ -357,3 +357,6 @@ pub fn merge_sorted(a: Vec<TimedEvent>, b: Vec<TimedEvent>) -> Vec<TimedEvent> {
 fn key(e: &TimedEvent) -> (u64, u64) {
     (e.time, e.seq)
 }
+
+// The sweep's cost depends on it (see TimedEvent).
+const _: () = assert!(std::mem::size_of::<TimedEvent>() == 64);
