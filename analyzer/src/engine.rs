@@ -489,7 +489,7 @@ impl Engine {
                 device,
             } => {
                 let size = if op == 2 { 0 } else { size };
-                self.set_pool_size(stream, device, address, size);
+                self.set_pool_size(stream, device, address, size, 0);
             }
             Event::Kernel {
                 end,
@@ -533,15 +533,13 @@ impl Engine {
         }
     }
 
-    fn set_pool_size(&mut self, stream: u32, device: u32, address: u64, size: u64) {
+    /// A pool's size as a record states it; an allocation from the pool
+    /// also takes `allocated` bytes of it.
+    fn set_pool_size(&mut self, stream: u32, device: u32, address: u64, size: u64, allocated: u64) {
         let pid = self.streams[stream as usize].pid();
         let delta = self
             .regions
-            .set_pool_size(stream, pid, device, address, size);
-        self.pool_size_changed(device, delta);
-    }
-
-    fn pool_size_changed(&mut self, device: u32, delta: i128) {
+            .set_pool_size(stream, pid, device, address, size, allocated);
         if delta != 0 {
             let axis = self.axis.as_ref().expect("axis set before events");
             let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
@@ -622,11 +620,7 @@ impl Engine {
             self.retire(stream, address, old, false);
         }
         if let Some((pa, psize)) = pool {
-            let pid = self.streams[stream as usize].pid();
-            let delta = self
-                .regions
-                .pool_alloc_sized(stream, pid, device, pa, psize, bytes);
-            self.pool_size_changed(device, delta);
+            self.set_pool_size(stream, device, pa, psize, bytes);
         }
         if vmm {
             self.regions.map(stream, device, address, bytes);

@@ -22,11 +22,11 @@ pub const WINDOW_NS: u64 = 3_000_000_000;
 pub const BATCH: usize = 16;
 
 /// One event, compact, with its place in time.
-#[derive(Clone, Copy, Debug)]
 ///
 /// Kept small (64 bytes): every event is written once by a decoding thread
 /// and read once by the sweep, and moving them is much of the cost. The
 /// stream is not stored: each stream's events are kept apart.
+#[derive(Clone, Copy, Debug)]
 pub struct TimedEvent {
     pub time: u64,
     /// File order within the run: breaks ties deterministically.
@@ -319,8 +319,8 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
             }
         }
     }
-    if !d.events.is_sorted_by_key(|e| (e.time, e.seq)) {
-        d.events.sort_unstable_by_key(|e| (e.time, e.seq));
+    if !d.events.is_sorted_by_key(key) {
+        d.events.sort_unstable_by_key(key);
     }
     d
 }
@@ -354,7 +354,8 @@ pub fn merge_sorted(a: Vec<TimedEvent>, b: Vec<TimedEvent>) -> Vec<TimedEvent> {
     out
 }
 
-fn key(e: &TimedEvent) -> (u64, u64) {
+/// The order events are applied in: time, then file order.
+pub fn key(e: &TimedEvent) -> (u64, u64) {
     (e.time, e.seq)
 }
 

@@ -41,7 +41,7 @@ use gmem_prof_traces::TraceError;
 
 use engine::{Engine, SiteClass, KINDS};
 use events::{EventRow, SiteIds};
-use input::{ChunkRef, TimedEvent};
+use input::{key, ChunkRef, TimedEvent};
 use model::*;
 
 pub use regions::Extents;
@@ -273,10 +273,6 @@ struct Cursor {
     runs: VecDeque<Vec<TimedEvent>>,
     /// Events of the first run already released.
     head: usize,
-}
-
-fn key(e: &TimedEvent) -> (u64, u64) {
-    (e.time, e.seq)
 }
 
 impl Cursor {

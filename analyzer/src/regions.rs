@@ -118,8 +118,10 @@ pub struct Regions {
 }
 
 impl Regions {
-    /// A pool's reserved size changed (creation, trim, or an allocation
-    /// reporting the size at that moment). Returns the change in size.
+    /// A pool's reserved size as a record states it (creation, trim, or an
+    /// allocation from it, which also takes `allocated` bytes; the caller
+    /// frees first whatever lived at the block's address). Returns the
+    /// change in size.
     pub fn set_pool_size(
         &mut self,
         stream: u32,
@@ -127,6 +129,7 @@ impl Regions {
         device: u32,
         address: u64,
         size: u64,
+        allocated: u64,
     ) -> i128 {
         let p = self.pools.entry((stream, address)).or_insert_with(|| Pool {
             device,
@@ -137,31 +140,7 @@ impl Regions {
         let delta = size as i128 - p.size as i128;
         p.size = size;
         p.max_size = p.max_size.max(size);
-        delta
-    }
-
-    /// An allocation from a pool whose reserved size the record states (the
-    /// size updated in the same lookup). Returns the change in the pool's
-    /// size. The caller frees first whatever lived at the block's address.
-    pub fn pool_alloc_sized(
-        &mut self,
-        stream: u32,
-        pid: u32,
-        device: u32,
-        pool: u64,
-        pool_size: u64,
-        bytes: u64,
-    ) -> i128 {
-        let p = self.pools.entry((stream, pool)).or_insert_with(|| Pool {
-            device,
-            pid,
-            address: pool,
-            ..Pool::default()
-        });
-        let delta = pool_size as i128 - p.size as i128;
-        p.size = pool_size;
-        p.max_size = p.max_size.max(pool_size);
-        p.used += bytes;
+        p.used += allocated;
         delta
     }
 
@@ -304,11 +283,11 @@ mod tests {
     #[test]
     fn pool_holes() {
         let mut r = Regions::default();
-        r.set_pool_size(0, 1, 0, 0xA, 64 * MIB);
+        r.set_pool_size(0, 1, 0, 0xA, 64 * MIB, 0);
         let mut live: Vec<u64> = Vec::new();
         for i in 0..8 {
             let a = 0x2000_0000 + i * 8 * MIB;
-            r.pool_alloc_sized(0, 1, 0, 0xA, 64 * MIB, 8 * MIB);
+            r.set_pool_size(0, 1, 0, 0xA, 64 * MIB, 8 * MIB);
             live.push(a);
         }
         let blocks = |live: &[u64]| {

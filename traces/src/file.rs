@@ -283,19 +283,13 @@ impl<'a> RawChunk<'a> {
 
     /// The decompressed payload.
     pub fn payload(&self) -> Result<Cow<'a, [u8]>, DecodeError> {
-        match self.codec {
-            CODEC_NONE => Ok(Cow::Borrowed(self.stored)),
-            CODEC_LZ4 => {
-                let mut out = vec![0u8; self.raw_len as usize];
-                let n = lz4_flex::block::decompress_into(self.stored, &mut out)
-                    .map_err(|_| DecodeError::BadCompression)?;
-                if n != out.len() {
-                    return Err(DecodeError::BadCompression);
-                }
-                Ok(Cow::Owned(out))
-            }
-            c => Err(DecodeError::BadValue("chunk codec", c.into())),
+        if self.codec == CODEC_NONE {
+            return Ok(Cow::Borrowed(self.stored));
         }
+        let mut out = Vec::new();
+        let len = self.payload_in(&mut out)?.len();
+        out.truncate(len);
+        Ok(Cow::Owned(out))
     }
 
     /// The decompressed payload, decompressed into `scratch` when it must
