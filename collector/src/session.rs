@@ -446,11 +446,16 @@ impl Collector {
                 self.report(
                     0,
                     format!(
-                        "stack capture: {} walks; per walk {:.1} frames unwound by CFI rules, \
-                         {:.1} reused from the thread's previous walk",
+                        "stack capture: {} walks, {:.2} µs per walk; per walk {:.1} frames \
+                         unwound by CFI rules ({:.1} of them missed the rule cache), {:.1} \
+                         reused from the thread's previous walk; {} walks met an address \
+                         outside every known module",
                         stats.captures,
+                        per(stats.nanos) / 1000.0,
                         per(stats.unwound),
-                        per(stats.reused)
+                        per(stats.rule_misses),
+                        per(stats.reused),
+                        stats.unknown
                     ),
                 );
             }

@@ -11,7 +11,8 @@
 #         (default "plain full nostacks nokernels").
 # resnet: torchvision resnet50 bf16 training (default caching allocator);
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
-#         also nokernels, nostacks, slowflush = --flush-ms 1000).
+#         also nokernels, nostacks, slowflush = --flush-ms 1000, and depthN =
+#         --stack-depth N, for any bench).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 # launch: bench_launch.cu, ns per tiny kernel launched back to back (the
@@ -47,6 +48,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         nokernels) flags=(--no-kernels) ;;
         nostacks) flags=(--stack-depth 0) ;;
         slowflush) flags=(--flush-ms 1000) ;;
+        depth*) flags=(--stack-depth "${variant#depth}") ;;
     esac
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
@@ -105,7 +107,11 @@ for bench in $BENCHES; do
             "$BIN/gmem-prof" dump "$WORK/overhead/alloc-full-1.bin" | awk '
                 / memory t=[0-9]+ alloc / {alloc++} / memory t=[0-9]+ free / {free++}
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/alloc-events.json"
-            tail -n 2 "$WORK/overhead/alloc-full-1.bin.log" ;;
+            tail -n 2 "$WORK/overhead/alloc-full-1.bin.log"
+            # Where the stack cost goes (the collector's own counters).
+            for t in "$WORK"/overhead/alloc-*-1.bin; do
+                echo "  $(basename "$t"): $("$BIN/gmem-prof" dump "$t" | grep -o 'stack capture.*' | head -1)"
+            done ;;
     esac
 done
 
@@ -139,8 +145,9 @@ for bench in ("events", "resnet50", "alloc", "launch"):
         continue
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
-    for variant in ("full", "nostacks", "nokernels", "slowflush", "barekernels",
-                    "barememory", "barecallbacks", "bareasync", "bareours", "bareall"):
+    depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
+    for variant in ["full", "nostacks", *depths, "nokernels", "slowflush", "barekernels",
+                    "barememory", "barecallbacks", "bareasync", "bareours", "bareall"]:
         v = by.get((bench, variant))
         if not v:
             continue
