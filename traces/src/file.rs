@@ -298,22 +298,29 @@ impl<'a> RawChunk<'a> {
     pub fn payload_in<'s>(&'s self, scratch: &'s mut Vec<u8>) -> Result<&'s [u8], DecodeError> {
         match self.codec {
             CODEC_NONE => Ok(self.stored),
-            CODEC_LZ4 => {
-                let len = self.raw_len as usize;
-                if scratch.len() < len {
-                    scratch.resize(len, 0);
-                }
-                let out = &mut scratch[..len];
-                let n = lz4_flex::block::decompress_into(self.stored, out)
-                    .map_err(|_| DecodeError::BadCompression)?;
-                if n != len {
-                    return Err(DecodeError::BadCompression);
-                }
-                Ok(out)
-            }
+            CODEC_LZ4 => lz4_block(self.stored, self.raw_len as usize, scratch),
             c => Err(DecodeError::BadValue("chunk codec", c.into())),
         }
     }
+}
+
+/// Decompresses an LZ4 block that must expand to exactly `len` bytes, into
+/// `scratch`. Any input, however damaged, gives the bytes or an error.
+fn lz4_block<'s>(
+    stored: &[u8],
+    len: usize,
+    scratch: &'s mut Vec<u8>,
+) -> Result<&'s [u8], DecodeError> {
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    let out = &mut scratch[..len];
+    let n =
+        lz4_flex::block::decompress_into(stored, out).map_err(|_| DecodeError::BadCompression)?;
+    if n != len {
+        return Err(DecodeError::BadCompression);
+    }
+    Ok(out)
 }
 
 /// Iterates the records of a chunk payload.
@@ -616,4 +623,53 @@ pub fn decode_chunk(raw: &RawChunk) -> Result<DecodedChunk, (DecodedChunk, Strin
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The LZ4 decoder (lz4_flex's pointer-based one) on damaged blocks:
+        /// a block with bytes changed, cut or claiming another length gives
+        /// an error or `len` bytes, never a panic; an intact one gives the
+        /// original bytes.
+        #[test]
+        fn damaged_lz4_blocks_are_errors(
+            raw in proptest::collection::vec(0u8..4, 0..3000),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            cut in any::<usize>(),
+            len_delta in -40i64..40,
+        ) {
+            let stored = lz4_flex::block::compress(&raw);
+            let mut scratch = Vec::new();
+            prop_assert_eq!(lz4_block(&stored, raw.len(), &mut scratch).ok(), Some(&raw[..]));
+            let mut bad = stored.clone();
+            for (at, b) in edits {
+                if !bad.is_empty() {
+                    let i = at % bad.len();
+                    bad[i] = b;
+                }
+            }
+            bad.truncate(cut % (bad.len() + 1));
+            let len = (raw.len() as i64 + len_delta).max(0) as usize;
+            if let Ok(out) = lz4_block(&bad, len, &mut scratch) {
+                prop_assert_eq!(out.len(), len);
+            }
+        }
+
+        #[test]
+        fn random_bytes_are_not_lz4_blocks_that_panic(
+            stored in proptest::collection::vec(any::<u8>(), 0..200),
+            len in 0usize..5000,
+        ) {
+            let mut scratch = Vec::new();
+            if let Ok(out) = lz4_block(&stored, len, &mut scratch) {
+                prop_assert_eq!(out.len(), len);
+            }
+        }
+    }
 }
