@@ -123,17 +123,31 @@ fn rule_cache_for(
     &mut bank[((lookup / RULE_CACHE_SLOTS) % RULE_CACHES as u64) as usize]
 }
 
-/// Per-thread unwinding state: framehop's rule caches, and the frames of the
-/// previous capture as (code address, stack pointer) pairs, innermost first.
+/// One earlier walk: its frames as (code address, stack pointer) pairs,
+/// innermost first.
+struct Walk {
+    frames: [(u64, u64); WALK_LIMIT],
+    len: usize,
+    /// Leading frames that were the collector's or CUPTI's.
+    skip: usize,
+    truncated: bool,
+}
+
+/// Earlier walks kept per thread. A program allocates from a few call paths
+/// in turn (a training step's layers): the walk before this one is often
+/// from another path, but one of the last few is from this one, and reusing
+/// its outer frames spares unwinding most of the stack.
+const HISTORY: usize = 8;
+
+/// Per-thread unwinding state: framehop's rule caches, the walk in progress
+/// and the last `HISTORY` walks.
 struct ThreadUnwind {
     cache: Option<Box<[CacheX86_64; RULE_CACHES]>>,
     frames: [(u64, u64); WALK_LIMIT],
-    prev: [(u64, u64); WALK_LIMIT],
-    prev_len: usize,
-    /// Leading frames of `prev` that were the collector's or CUPTI's.
-    prev_skip: usize,
-    prev_truncated: bool,
-    /// The rule cache's miss count when last read, to count misses per walk.
+    history: Option<Box<[Walk; HISTORY]>>,
+    /// The history slot the next new walk replaces.
+    next_slot: usize,
+    /// The rule caches' miss count when last read, to count misses per walk.
     rule_misses_seen: u64,
 }
 
@@ -146,10 +160,8 @@ thread_local! {
         RefCell::new(ThreadUnwind {
             cache: None,
             frames: [(0, 0); WALK_LIMIT],
-            prev: [(0, 0); WALK_LIMIT],
-            prev_len: 0,
-            prev_skip: 0,
-            prev_truncated: false,
+            history: None,
+            next_slot: 0,
             rule_misses_seen: 0,
         })
     };
@@ -162,38 +174,39 @@ struct Reused {
     truncated: bool,
 }
 
-/// The frame just walked (`t.frames[walked - 1]`) equals `prev[at]`. Checks
-/// that every outer frame of the previous capture is still on the stack (the
-/// return address into frame i sits just below its stack pointer: x86-64's
-/// CFA - 8) and, if so, appends them to `t.frames`.
+/// The frame just walked (`frames[walked - 1]`) equals `prev.frames[at]`.
+/// Checks that every outer frame of that earlier walk is still on the stack
+/// (the return address into frame i sits just below its stack pointer:
+/// x86-64's CFA - 8) and, if so, appends them to `frames`.
 fn reuse_callers(
-    t: &mut ThreadUnwind,
+    frames: &mut [(u64, u64); WALK_LIMIT],
+    prev: &Walk,
     at: usize,
     walked: usize,
     skip: Option<usize>,
     max_recorded: usize,
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Option<Reused> {
-    // Frames the previous capture skipped at the top are skipped now too:
-    // from the match on, both walks see the same frames.
+    // Frames the earlier walk skipped at the top are skipped now too: from
+    // the match on, both walks see the same frames.
     let skip = match skip {
         Some(k) => k,
-        None => walked - 1 + t.prev_skip.saturating_sub(at),
+        None => walked - 1 + prev.skip.saturating_sub(at),
     };
-    let rest = t.prev_len - (at + 1);
+    let rest = prev.len - (at + 1);
     let room = (skip + max_recorded).saturating_sub(walked);
     let take = rest.min(room);
     for i in 0..take {
-        let (pc, sp) = t.prev[at + 1 + i];
+        let (pc, sp) = prev.frames[at + 1 + i];
         if read_stack(sp.checked_sub(8)?).ok()? != pc {
             return None;
         }
     }
-    t.frames[walked..walked + take].copy_from_slice(&t.prev[at + 1..at + 1 + take]);
+    frames[walked..walked + take].copy_from_slice(&prev.frames[at + 1..at + 1 + take]);
     Some(Reused {
         walked: walked + take,
         skip,
-        truncated: t.prev_truncated || rest > room,
+        truncated: prev.truncated || rest > room,
     })
 }
 
@@ -287,6 +300,14 @@ impl Stacks {
                 .cache
                 .take()
                 .unwrap_or_else(|| Box::new(std::array::from_fn(|_| CacheX86_64::new())));
+            let mut history = t.history.take().unwrap_or_else(|| {
+                Box::new(std::array::from_fn(|_| Walk {
+                    frames: [(0, 0); WALK_LIMIT],
+                    len: 0,
+                    skip: 0,
+                    truncated: false,
+                }))
+            });
             let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
             let mut address = FrameAddress::from_instruction_pointer(rip);
             // Frames walked (skipped ones included) go to t.frames; recorded
@@ -294,9 +315,13 @@ impl Stacks {
             let mut walked = 0;
             let mut skip = None;
             let mut truncated = false;
-            let mut prev_at = 0;
+            // Per earlier walk, the first of its frames not inner to the
+            // current one (frames run from low to high stack addresses).
+            let mut cursors = [0usize; HISTORY];
+            // The earlier walk this one equals from its first frame on.
+            let mut same_as = None;
             let (mut unwound, mut reused) = (0u64, 0u64);
-            while walked < t.frames.len() {
+            'walk: while walked < t.frames.len() {
                 let pc = address.address();
                 let sp = regs.sp();
                 if skip.is_none() && !reg.skip.iter().any(|r| r.contains(&pc)) {
@@ -308,23 +333,35 @@ impl Stacks {
                 }
                 t.frames[walked] = (pc, sp);
                 walked += 1;
-                // Same frame (code address and stack position) as in the
-                // previous capture on this thread: its callers are the same
-                // too if each saved return address still holds what it held
+                // Same frame (code address and stack position) as in an
+                // earlier walk on this thread: its callers are the same too
+                // if each saved return address still holds what it held
                 // then. Checking that costs one read per frame instead of
                 // evaluating unwind rules.
-                while prev_at < t.prev_len && t.prev[prev_at].1 < sp {
-                    prev_at += 1;
-                }
-                if prev_at < t.prev_len && t.prev[prev_at] == (pc, sp) {
-                    if let Some(v) =
-                        reuse_callers(t, prev_at, walked, skip, out.len(), &mut read_stack)
-                    {
-                        reused = (v.walked - walked) as u64;
-                        walked = v.walked;
-                        skip = Some(v.skip);
-                        truncated = v.truncated;
-                        break;
+                for (slot, (prev, at)) in history.iter().zip(cursors.iter_mut()).enumerate() {
+                    while *at < prev.len && prev.frames[*at].1 < sp {
+                        *at += 1;
+                    }
+                    if *at < prev.len && prev.frames[*at] == (pc, sp) {
+                        let found = reuse_callers(
+                            &mut t.frames,
+                            prev,
+                            *at,
+                            walked,
+                            skip,
+                            out.len(),
+                            &mut read_stack,
+                        );
+                        if let Some(v) = found {
+                            if walked == 1 {
+                                same_as = Some(slot);
+                            }
+                            reused = (v.walked - walked) as u64;
+                            walked = v.walked;
+                            skip = Some(v.skip);
+                            truncated = v.truncated;
+                            break 'walk;
+                        }
                     }
                 }
                 unwound += 1;
@@ -352,10 +389,17 @@ impl Stacks {
             for (o, f) in out.iter_mut().zip(&t.frames[k..walked]) {
                 *o = f.0;
             }
-            t.prev[..walked].copy_from_slice(&t.frames[..walked]);
-            t.prev_len = walked;
-            t.prev_skip = k;
-            t.prev_truncated = truncated;
+            // Keep this walk, unless it equals one kept already, in the
+            // slots in turn (the oldest kept walk goes).
+            if same_as.is_none() {
+                let keep = &mut history[t.next_slot];
+                t.next_slot = (t.next_slot + 1) % HISTORY;
+                keep.frames[..walked].copy_from_slice(&t.frames[..walked]);
+                keep.len = walked;
+                keep.skip = k;
+                keep.truncated = truncated;
+            }
+            t.history = Some(history);
             for (counter, v) in self.stats.iter().zip([1, unwound, reused, rule_misses]) {
                 counter.fetch_add(v, Ordering::Relaxed);
             }
@@ -742,6 +786,47 @@ mod tests {
         assert!(caller_at > libc_at, "did not get past libc: {frames:x?}");
     }
 
+    /// Makes the calling thread's next capture a full unwind.
+    fn forget_walks() {
+        THREAD.with(|t| {
+            if let Some(h) = &mut t.borrow_mut().history {
+                h.iter_mut().for_each(|w| w.len = 0);
+            }
+        });
+    }
+
+    /// Call paths taken in turn (here: recursion depths) each reuse their
+    /// own earlier walk, not just the previous one, and give the frames a
+    /// full unwind gives.
+    #[test]
+    fn alternating_call_paths_reuse_their_own_earlier_walks() {
+        let s = Stacks::new(64, false);
+        let depths = [4u32, 9, 6, 13];
+        let mut out = [0u64; 64];
+        let mut full: Vec<Vec<u64>> = Vec::new();
+        for round in 0..4 {
+            for (i, &d) in depths.iter().enumerate() {
+                if round == 0 {
+                    forget_walks();
+                }
+                let before = s.stats();
+                let n = recurse(&s, d, &mut out);
+                let after = s.stats();
+                if round == 0 {
+                    full.push(out[..n].to_vec());
+                    continue;
+                }
+                assert_eq!(out[..n], full[i][..], "depth {d}");
+                // From the third round on (round 0 kept only its last walk),
+                // the earlier walk at this depth matches from the innermost
+                // frame: nothing is unwound.
+                if round >= 2 {
+                    assert_eq!(after.unwound - before.unwound, 0, "depth {d}: {after:?}");
+                }
+            }
+        }
+    }
+
     #[inline(never)]
     fn recurse(s: &Stacks, depth: u32, out: &mut [u64]) -> usize {
         if depth == 0 {
@@ -762,7 +847,7 @@ mod tests {
             let mut got = Vec::new();
             for d in depths {
                 if round == 0 {
-                    THREAD.with(|t| t.borrow_mut().prev_len = 0); // full unwind
+                    forget_walks(); // full unwind
                 }
                 let mut out = [0u64; 64];
                 let n = recurse(&s, d, &mut out);
@@ -825,7 +910,7 @@ mod tests {
         let walks = 200_000;
         let mut walk = |reuse: bool| {
             if !reuse {
-                THREAD.with(|t| t.borrow_mut().prev_len = 0);
+                forget_walks();
             }
             recurse(&s, 30, &mut out);
         };
