@@ -12,7 +12,9 @@ use std::sync::Mutex;
 
 use gmem_prof_traces::file::RawChunk;
 use gmem_prof_traces::record::{self, tag, ApiFunc};
-use gmem_prof_traces::{ChunkRecords, Dec, Record, TraceReader, Warning};
+use gmem_prof_traces::{
+    ChunkRecords, Dec, DecodeError, Fields, Record, TraceReader, Warning, WinDec,
+};
 use rayon::prelude::*;
 
 /// How late (in trace time) a record may arrive after later ones of its
@@ -210,6 +212,85 @@ fn decode(c: &ChunkRef) -> Decoded {
     SCRATCH.with(|scratch| decode_with(c, &mut scratch.borrow_mut()))
 }
 
+/// The event a frequent record makes, or None for any other record (left to
+/// `Record::decode`).
+#[inline(always)]
+fn event_of(
+    tag: u8,
+    d: &mut impl Fields,
+    base: u64,
+    seq: u64,
+) -> Result<Option<TimedEvent>, DecodeError> {
+    let timed = |time: u64, event: Event| Some(TimedEvent { time, seq, event });
+    Ok(match tag {
+        tag::MEMORY => {
+            let m = record::decode_memory(d, base)?;
+            timed(
+                m.time.0,
+                Event::Memory(MemoryEv {
+                    alloc: m.alloc,
+                    kind: m.kind,
+                    address: m.address,
+                    bytes: m.bytes.0,
+                    device: m.device,
+                    context: m.context,
+                    correlation: m.correlation,
+                    pooled: m.pool_type != 0,
+                    pool_address: m.pool_address,
+                    pool_size: m.pool_size,
+                }),
+            )
+        }
+        // Placed at the call's entry: the device-side record of what it
+        // allocated falls inside the call, and must find the call first.
+        tag::API => {
+            let a = record::decode_api(d, base)?;
+            timed(
+                a.time.0.saturating_sub(a.duration.0),
+                Event::Api(ApiEv {
+                    func: a.func,
+                    result: a.result,
+                    bytes: a.bytes.0,
+                    address: a.address,
+                    tid: a.tid,
+                    correlation: a.correlation,
+                    stack: a.stack.0,
+                    internal: a.internal,
+                }),
+            )
+        }
+        tag::POOL => {
+            let p = record::decode_pool(d, base)?;
+            timed(
+                p.time.0,
+                Event::Pool {
+                    op: p.op,
+                    address: p.address,
+                    size: p.size.0,
+                    device: p.device,
+                },
+            )
+        }
+        tag::KERNEL => {
+            let k = record::decode_kernel_span(d, base)?;
+            timed(
+                k.start.0,
+                Event::Kernel {
+                    end: k.end.0,
+                    name: k.name.0,
+                    device: k.device,
+                    stream: k.stream,
+                },
+            )
+        }
+        tag::PROCESS_END => {
+            let e = record::decode_process_end(d, base)?;
+            timed(e.time.0, Event::End)
+        }
+        _ => None,
+    })
+}
+
 fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut d = Decoded {
         stream: c.stream,
@@ -228,85 +309,26 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut records = ChunkRecords::new(payload);
     let base = records.base();
     let mut i = 0u64;
-    // The frequent records are decoded straight into events; the rest
+    // The frequent records are decoded straight into events, through a
+    // window without per-read checks when there is one; the rest
     // (definitions, messages) as whole records.
-    while let Some(raw) = records.next_raw() {
+    while let Some(raw) = records.next_raw_window() {
         let seq = (c.ordinal << 26) | i;
         i += 1;
-        let timed = |time: u64, event: Event| TimedEvent { time, seq, event };
-        let decoded = raw.and_then(|(tag, body)| {
-            let dec = &mut Dec::new(body);
-            Ok(match tag {
-                tag::MEMORY => {
-                    let m = record::decode_memory(dec, base)?;
-                    Some(timed(
-                        m.time.0,
-                        Event::Memory(MemoryEv {
-                            alloc: m.alloc,
-                            kind: m.kind,
-                            address: m.address,
-                            bytes: m.bytes.0,
-                            device: m.device,
-                            context: m.context,
-                            correlation: m.correlation,
-                            pooled: m.pool_type != 0,
-                            pool_address: m.pool_address,
-                            pool_size: m.pool_size,
-                        }),
-                    ))
+        let decoded = raw.and_then(|r| {
+            let event = match r.window {
+                Some(w) => {
+                    let d = &mut WinDec::new(w, r.body.len());
+                    let event = event_of(r.tag, d, base, seq)?;
+                    d.finish()?;
+                    event
                 }
-                // Placed at the call's entry: the device-side record of what
-                // it allocated falls inside the call, and must find the call
-                // first.
-                tag::API => {
-                    let a = record::decode_api(dec, base)?;
-                    Some(timed(
-                        a.time.0.saturating_sub(a.duration.0),
-                        Event::Api(ApiEv {
-                            func: a.func,
-                            result: a.result,
-                            bytes: a.bytes.0,
-                            address: a.address,
-                            tid: a.tid,
-                            correlation: a.correlation,
-                            stack: a.stack.0,
-                            internal: a.internal,
-                        }),
-                    ))
-                }
-                tag::POOL => {
-                    let p = record::decode_pool(dec, base)?;
-                    Some(timed(
-                        p.time.0,
-                        Event::Pool {
-                            op: p.op,
-                            address: p.address,
-                            size: p.size.0,
-                            device: p.device,
-                        },
-                    ))
-                }
-                tag::KERNEL => {
-                    let k = record::decode_kernel_span(dec, base)?;
-                    Some(timed(
-                        k.start.0,
-                        Event::Kernel {
-                            end: k.end.0,
-                            name: k.name.0,
-                            device: k.device,
-                            stream: k.stream,
-                        },
-                    ))
-                }
-                tag::PROCESS_END => {
-                    let e = record::decode_process_end(dec, base)?;
-                    Some(timed(e.time.0, Event::End))
-                }
-                _ => {
-                    d.defs.push(Record::decode(tag, body, base)?);
-                    None
-                }
-            })
+                None => event_of(r.tag, &mut Dec::new(r.body), base, seq)?,
+            };
+            if event.is_none() {
+                d.defs.push(Record::decode(r.tag, r.body, base)?);
+            }
+            Ok(event)
         });
         match decoded {
             Ok(event) => {

@@ -43,6 +43,30 @@ impl Enc {
     }
 }
 
+/// How a record decoder reads its fields: `Dec` checks every read against
+/// the end of the body; `WinDec` reads from a fixed window and checks once,
+/// at the end. The frequent records' decoders are written once, over this.
+pub trait Fields {
+    fn u8(&mut self) -> Result<u8, DecodeError>;
+    fn var(&mut self) -> Result<u64, DecodeError>;
+
+    #[inline(always)]
+    fn var32(&mut self) -> Result<u32, DecodeError> {
+        u32::try_from(self.var()?).map_err(|_| DecodeError::OutOfRange)
+    }
+
+    #[inline(always)]
+    fn ivar(&mut self) -> Result<i64, DecodeError> {
+        let v = self.var()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    #[inline(always)]
+    fn bool(&mut self) -> Result<bool, DecodeError> {
+        Ok(self.u8()? != 0)
+    }
+}
+
 /// Reads encoded values from a byte slice.
 pub struct Dec<'a> {
     buf: &'a [u8],
@@ -81,6 +105,15 @@ impl<'a> Dec<'a> {
         self.var_slow()
     }
 
+    /// The next `WINDOW` bytes, when the input holds that many from here.
+    #[inline]
+    pub fn window(&self) -> Option<&'a [u8; WINDOW]> {
+        self.buf
+            .get(self.pos..self.pos.checked_add(WINDOW)?)?
+            .try_into()
+            .ok()
+    }
+
     #[inline]
     fn var_slow(&mut self) -> Result<u64, DecodeError> {
         let rest = &self.buf[self.pos.min(self.buf.len())..];
@@ -96,12 +129,8 @@ impl<'a> Dec<'a> {
                 } else {
                     (1u64 << (8 * len)) - 1
                 };
-                let mut x = w & keep & 0x7f7f_7f7f_7f7f_7f7f;
-                x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
-                x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
-                x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
                 self.pos += len as usize;
-                return Ok(x);
+                return Ok(squeeze(w & keep));
             }
         }
         let mut v: u64 = 0;
@@ -172,6 +201,126 @@ impl<'a> Dec<'a> {
             return Err(DecodeError::Truncated);
         }
         Ok(n)
+    }
+}
+
+/// The 7-bit groups of up to eight varint bytes (little-endian in `w`, the
+/// bytes after the last one zeroed), joined into one value.
+#[inline(always)]
+fn squeeze(w: u64) -> u64 {
+    let mut x = w & 0x7f7f_7f7f_7f7f_7f7f;
+    x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+    x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+    ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff)
+}
+
+impl Fields for Dec<'_> {
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Dec::u8(self)
+    }
+    #[inline(always)]
+    fn var(&mut self) -> Result<u64, DecodeError> {
+        Dec::var(self)
+    }
+}
+
+/// Bytes `WinDec` reads from: a record body and whatever follows it.
+pub const WINDOW: usize = 192;
+/// The longest body `WinDec` decodes. Sixteen fields of at most ten bytes
+/// fit; a read that goes past `WINDOW - 16` is already past the body.
+pub const WINDOW_BODY: usize = 160;
+
+/// Reads a record body from a fixed window without checking each read: the
+/// window always holds the bytes a read looks at, so reads past the body
+/// give garbage, never a fault, and `finish` turns that into an error.
+/// That takes the bounds checks and most branches out of decoding the
+/// frequent records. Whatever the bytes, `WinDec` and `Dec` agree on the
+/// fields of a good body and both refuse a bad one (a proptest checks it).
+pub struct WinDec<'a> {
+    w: &'a [u8; WINDOW],
+    len: usize,
+    pos: usize,
+    bad_varint: bool,
+}
+
+impl<'a> WinDec<'a> {
+    /// `w` starts at the body, whose length is `len` (at most `WINDOW_BODY`).
+    #[inline(always)]
+    pub fn new(w: &'a [u8; WINDOW], len: usize) -> Self {
+        WinDec {
+            w,
+            len: len.min(WINDOW_BODY),
+            pos: 0,
+            bad_varint: false,
+        }
+    }
+
+    /// Whether everything read lay inside the body and was well formed.
+    #[inline(always)]
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        if self.pos > self.len {
+            Err(DecodeError::Truncated)
+        } else if self.bad_varint {
+            Err(DecodeError::BadVarint)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Where the next read starts: past `WINDOW - 16` only after reading
+    /// beyond the body, so clamping there changes no good body's fields and
+    /// keeps every read below inside the window.
+    #[inline(always)]
+    fn at(&self) -> usize {
+        self.pos.min(WINDOW - 16)
+    }
+
+    #[inline(always)]
+    fn var_long(&mut self, p: usize) -> u64 {
+        let word = u64::from_le_bytes(self.w[p..p + 8].try_into().expect("eight bytes"));
+        let ends = !word & 0x8080_8080_8080_8080;
+        if ends != 0 {
+            let len = (ends.trailing_zeros() + 1) / 8;
+            let keep = if len == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * len)) - 1
+            };
+            self.pos = p + len as usize;
+            return squeeze(word & keep);
+        }
+        // Nine or ten bytes: the tenth may only hold the top bit.
+        let mut v = squeeze(word) | (u64::from(self.w[p + 8] & 0x7f) << 56);
+        if self.w[p + 8] < 0x80 {
+            self.pos = p + 9;
+            return v;
+        }
+        let last = self.w[p + 9];
+        self.bad_varint |= last > 1;
+        v |= u64::from(last) << 63;
+        self.pos = p + 10;
+        v
+    }
+}
+
+impl Fields for WinDec<'_> {
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        let p = self.at();
+        self.pos = p + 1;
+        Ok(self.w[p])
+    }
+
+    #[inline(always)]
+    fn var(&mut self) -> Result<u64, DecodeError> {
+        let p = self.at();
+        let b = self.w[p];
+        if b < 0x80 {
+            self.pos = p + 1;
+            return Ok(u64::from(b));
+        }
+        Ok(self.var_long(p))
     }
 }
 

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Write};
 
-use crate::codec::{Dec, Enc};
+use crate::codec::{Dec, Enc, WINDOW, WINDOW_BODY};
 use crate::record::{Record, Trailer};
 use crate::{DecodeError, TraceError};
 
@@ -350,6 +350,14 @@ impl<'p> ChunkRecords<'p> {
     /// After an error the chunk's framing is lost and iteration ends.
     #[inline]
     pub fn next_raw(&mut self) -> Option<Result<(u8, &'p [u8]), DecodeError>> {
+        self.next_raw_window().map(|r| r.map(|r| (r.tag, r.body)))
+    }
+
+    /// Like `next_raw`, and also the payload from the body's start on as a
+    /// `WinDec` window, when the body is short enough and the payload holds
+    /// a whole window from there (all records but a chunk's last few).
+    #[inline]
+    pub fn next_raw_window(&mut self) -> Option<Result<RawRecord<'p>, DecodeError>> {
         if self.failed {
             self.failed = false;
             self.dec = Dec::new(&[]);
@@ -358,12 +366,28 @@ impl<'p> ChunkRecords<'p> {
         if self.dec.is_empty() {
             return None;
         }
-        let r = (|| Ok((self.dec.u8()?, self.dec.bytes()?)))();
+        let r = (|| {
+            let tag = self.dec.u8()?;
+            let len = self.dec.var()?;
+            let window = self.dec.window();
+            let len = usize::try_from(len).map_err(|_| DecodeError::Truncated)?;
+            let body = self.dec.take(len)?;
+            let window = window.filter(|_| len <= WINDOW_BODY);
+            Ok(RawRecord { tag, body, window })
+        })();
         if r.is_err() {
             self.dec = Dec::new(&[]);
         }
         Some(r)
     }
+}
+
+/// A record's tag and undecoded body, and a window for `WinDec` when there
+/// is one.
+pub struct RawRecord<'p> {
+    pub tag: u8,
+    pub body: &'p [u8],
+    pub window: Option<&'p [u8; WINDOW]>,
 }
 
 impl Iterator for ChunkRecords<'_> {

@@ -32,10 +32,10 @@ mod codec;
 pub mod file;
 pub mod record;
 
-pub use codec::{Dec, Enc};
+pub use codec::{Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
 pub use file::{
     decode_chunk, file_header, read_all, ChunkEncoder, ChunkRecords, DecodedChunk, RawChunk,
-    TraceReader, TraceWriter, Warning, FORMAT_VERSION,
+    RawRecord, TraceReader, TraceWriter, Warning, FORMAT_VERSION,
 };
 pub use record::Record;
 

@@ -7,7 +7,7 @@
 //! New fields may only be appended to the end of a body: a reader ignores
 //! bytes it does not understand at the end of a known record.
 
-use crate::codec::{Dec, Enc};
+use crate::codec::{Dec, Enc, Fields};
 use crate::DecodeError;
 
 #[cfg(feature = "serde")]
@@ -428,7 +428,7 @@ fn put_time(e: &mut Enc, t: Nanos, base: u64) {
 
 /// Decodes the body of an `API` record.
 #[inline(always)]
-pub fn decode_api(d: &mut Dec, base: u64) -> Result<ApiCall, DecodeError> {
+pub fn decode_api(d: &mut impl Fields, base: u64) -> Result<ApiCall, DecodeError> {
     Ok(ApiCall {
         time: get_time(d, base)?,
         duration: Nanos(d.var()?),
@@ -448,7 +448,7 @@ pub fn decode_api(d: &mut Dec, base: u64) -> Result<ApiCall, DecodeError> {
 
 /// Decodes the body of a `MEMORY` record.
 #[inline(always)]
-pub fn decode_memory(d: &mut Dec, base: u64) -> Result<MemoryEvent, DecodeError> {
+pub fn decode_memory(d: &mut impl Fields, base: u64) -> Result<MemoryEvent, DecodeError> {
     let mut m = MemoryEvent {
         time: get_time(d, base)?,
         alloc: d.bool()?,
@@ -475,7 +475,7 @@ pub fn decode_memory(d: &mut Dec, base: u64) -> Result<MemoryEvent, DecodeError>
 
 /// Decodes the body of a `POOL` record.
 #[inline(always)]
-pub fn decode_pool(d: &mut Dec, base: u64) -> Result<PoolEvent, DecodeError> {
+pub fn decode_pool(d: &mut impl Fields, base: u64) -> Result<PoolEvent, DecodeError> {
     Ok(PoolEvent {
         time: get_time(d, base)?,
         op: d.u8()?,
@@ -505,7 +505,7 @@ pub struct KernelSpan {
 /// leaves the rest unread: most of a kernel record is launch geometry, which
 /// a reader of memory events has no use for.
 #[inline(always)]
-pub fn decode_kernel_span(d: &mut Dec, base: u64) -> Result<KernelSpan, DecodeError> {
+pub fn decode_kernel_span(d: &mut impl Fields, base: u64) -> Result<KernelSpan, DecodeError> {
     let start = get_time(d, base)?;
     Ok(KernelSpan {
         start,
@@ -551,14 +551,14 @@ pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError>
 
 /// Decodes the body of a `PROCESS_END` record.
 #[inline]
-pub fn decode_process_end(d: &mut Dec, base: u64) -> Result<ProcessEnd, DecodeError> {
+pub fn decode_process_end(d: &mut impl Fields, base: u64) -> Result<ProcessEnd, DecodeError> {
     Ok(ProcessEnd {
         time: get_time(d, base)?,
     })
 }
 
 #[inline(always)]
-fn get_time(d: &mut Dec, base: u64) -> Result<Nanos, DecodeError> {
+fn get_time(d: &mut impl Fields, base: u64) -> Result<Nanos, DecodeError> {
     Ok(Nanos(base.wrapping_add(d.ivar()? as u64)))
 }
 

@@ -354,3 +354,95 @@ fn newer_versions_are_refused_with_the_version_named() {
         .to_string()
         .contains("not a gmem-prof trace"));
 }
+
+/// Decodes the frequent record `tag` from `body` both ways: with `Dec`, and
+/// with `WinDec` over `body` followed by `tail` (the rest of a payload).
+fn both_ways(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<String>, Option<String>) {
+    use gmem_prof_traces::{record, Dec, Fields, WinDec, WINDOW};
+    fn decode(
+        tag: u8,
+        d: &mut impl Fields,
+        base: u64,
+    ) -> Result<String, gmem_prof_traces::DecodeError> {
+        Ok(match tag {
+            record::tag::MEMORY => format!("{:?}", record::decode_memory(d, base)?),
+            record::tag::API => format!("{:?}", record::decode_api(d, base)?),
+            record::tag::POOL => format!("{:?}", record::decode_pool(d, base)?),
+            record::tag::KERNEL => format!("{:?}", record::decode_kernel_span(d, base)?),
+            _ => format!("{:?}", record::decode_process_end(d, base)?),
+        })
+    }
+    let checked = decode(tag, &mut Dec::new(body), base).ok();
+    let mut window = [0u8; WINDOW];
+    let n = body.len().min(WINDOW);
+    window[..n].copy_from_slice(&body[..n]);
+    for (w, t) in window[n..].iter_mut().zip(tail) {
+        *w = *t;
+    }
+    let mut d = WinDec::new(&window, body.len());
+    let windowed = decode(tag, &mut d, base)
+        .and_then(|v| d.finish().map(|_| v))
+        .ok();
+    (checked, windowed)
+}
+
+fn frequent_tag() -> impl Strategy<Value = u8> {
+    use gmem_prof_traces::record::tag;
+    prop_oneof![
+        Just(tag::MEMORY),
+        Just(tag::API),
+        Just(tag::POOL),
+        Just(tag::KERNEL),
+        Just(tag::PROCESS_END)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// `WinDec` (no per-read checks) and `Dec` agree on every record body:
+    /// the same fields from a good one, an error from a bad one, whatever
+    /// bytes follow the body in the window.
+    #[test]
+    fn windowed_decoding_agrees_with_checked(
+        r in record(),
+        tag in frequent_tag(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        cut in any::<prop::sample::Index>(),
+        cut_it in any::<bool>(),
+        tail in proptest::collection::vec(any::<u8>(), 192),
+        base in any::<u64>(),
+    ) {
+        use gmem_prof_traces::{Enc, WINDOW_BODY};
+        let (mut out, mut scratch) = (Enc::default(), Enc::default());
+        r.encode(&mut out, &mut scratch, base);
+        let mut body = scratch.buf.clone();
+        // Good bodies of every frequent kind, decoded as their own tag or as
+        // another one; then damaged ones.
+        let tag = if matches!(r.tag(), t if [gmem_prof_traces::record::tag::MEMORY, gmem_prof_traces::record::tag::API, gmem_prof_traces::record::tag::POOL, gmem_prof_traces::record::tag::KERNEL, gmem_prof_traces::record::tag::PROCESS_END].contains(&t)) && edits.is_empty() && !cut_it { r.tag() } else { tag };
+        for (i, v) in &edits {
+            if !body.is_empty() {
+                let at = i.index(body.len());
+                body[at] = *v;
+            }
+        }
+        if cut_it {
+            body.truncate(cut.index(body.len() + 1));
+        }
+        prop_assume!(body.len() <= WINDOW_BODY);
+        let (checked, windowed) = both_ways(tag, &body, &tail, base);
+        prop_assert_eq!(checked, windowed);
+    }
+
+    /// Bodies of random bytes, including long varints and 0x80 runs.
+    #[test]
+    fn windowed_decoding_agrees_on_random_bytes(
+        tag in frequent_tag(),
+        body in proptest::collection::vec(prop_oneof![any::<u8>(), Just(0x80u8), Just(0xffu8), Just(1u8)], 0..160),
+        tail in proptest::collection::vec(prop_oneof![any::<u8>(), Just(0x80u8)], 192),
+        base in any::<u64>(),
+    ) {
+        let (checked, windowed) = both_ways(tag, &body, &tail, base);
+        prop_assert_eq!(checked, windowed);
+    }
+}
