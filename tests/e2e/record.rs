@@ -40,6 +40,18 @@ fn records_allocations_failures_kernels_and_stacks_and_passes_the_exit_code() {
         .unwrap();
     assert!(kernels.iter().all(|k| k["name"] == k_one["id"]));
     assert_eq!(of_type(&recs, "ProcessEnd").len(), 1);
+    // One stack walk per allocation call, the failed one included; frees
+    // take none. The collector says so, with what the walks cost.
+    let stack_note = of_type(&recs, "Message")
+        .into_iter()
+        .filter_map(|m| m["text"].as_str().map(str::to_string))
+        .find(|t| t.starts_with("stack capture:"));
+    assert!(
+        stack_note
+            .as_deref()
+            .is_some_and(|t| t.starts_with("stack capture: 6 walks, ")),
+        "{stack_note:?}"
+    );
     assert!(
         stderr(&out).contains("wrote t.bin: 1 process, 5 allocations, 1 out of memory"),
         "{}",

@@ -117,20 +117,12 @@ impl<'a> Dec<'a> {
     #[inline]
     fn var_slow(&mut self) -> Result<u64, DecodeError> {
         let rest = &self.buf[self.pos.min(self.buf.len())..];
-        // Up to eight bytes at once when eight can be read: find the byte
-        // that ends the varint, then squeeze out the continuation bits.
+        // Up to eight bytes at once when eight can be read.
         if let Some(word) = rest.get(..8) {
-            let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-            let ends = !w & 0x8080_8080_8080_8080;
-            if ends != 0 {
-                let len = (ends.trailing_zeros() + 1) / 8;
-                let keep = if len == 8 {
-                    u64::MAX
-                } else {
-                    (1u64 << (8 * len)) - 1
-                };
-                self.pos += len as usize;
-                return Ok(squeeze(w & keep));
+            let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            if let Some((v, len)) = within_eight(word) {
+                self.pos += len;
+                return Ok(v);
             }
         }
         let mut v: u64 = 0;
@@ -202,6 +194,24 @@ impl<'a> Dec<'a> {
         }
         Ok(n)
     }
+}
+
+/// A varint that ends within the eight bytes of `word` (little-endian):
+/// its value and length. Finds the byte that ends it, then squeezes out the
+/// continuation bits.
+#[inline(always)]
+fn within_eight(word: u64) -> Option<(u64, usize)> {
+    let ends = !word & 0x8080_8080_8080_8080;
+    if ends == 0 {
+        return None;
+    }
+    let len = (ends.trailing_zeros() + 1) / 8;
+    let keep = if len == 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * len)) - 1
+    };
+    Some((squeeze(word & keep), len as usize))
 }
 
 /// The 7-bit groups of up to eight varint bytes (little-endian in `w`, the
@@ -279,16 +289,9 @@ impl<'a> WinDec<'a> {
     #[inline(always)]
     fn var_long(&mut self, p: usize) -> u64 {
         let word = u64::from_le_bytes(self.w[p..p + 8].try_into().expect("eight bytes"));
-        let ends = !word & 0x8080_8080_8080_8080;
-        if ends != 0 {
-            let len = (ends.trailing_zeros() + 1) / 8;
-            let keep = if len == 8 {
-                u64::MAX
-            } else {
-                (1u64 << (8 * len)) - 1
-            };
-            self.pos = p + len as usize;
-            return squeeze(word & keep);
+        if let Some((v, len)) = within_eight(word) {
+            self.pos = p + len;
+            return v;
         }
         // Nine or ten bytes: the tenth may only hold the top bit.
         let mut v = squeeze(word) | (u64::from(self.w[p + 8] & 0x7f) << 56);
