@@ -45,7 +45,8 @@ impl Enc {
 
 /// How a record decoder reads its fields: `Dec` checks every read against
 /// the end of the body; `WinDec` reads from a fixed window and checks once,
-/// at the end. The frequent records' decoders are written once, over this.
+/// at the end. Every record decoder is written over this, once; `var32`,
+/// `ivar` and `bool` are built on `var` and `u8` here for both readers.
 pub trait Fields {
     fn u8(&mut self) -> Result<u8, DecodeError>;
     fn var(&mut self) -> Result<u64, DecodeError>;
@@ -144,17 +145,6 @@ impl<'a> Dec<'a> {
         }
     }
 
-    #[inline(always)]
-    pub fn var32(&mut self) -> Result<u32, DecodeError> {
-        u32::try_from(self.var()?).map_err(|_| DecodeError::OutOfRange)
-    }
-
-    #[inline]
-    pub fn ivar(&mut self) -> Result<i64, DecodeError> {
-        let v = self.var()?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
-    }
-
     #[inline]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.remaining() {
@@ -176,11 +166,6 @@ impl<'a> Dec<'a> {
     /// are replaced rather than rejected, so a report can still show them.
     pub fn string(&mut self) -> Result<String, DecodeError> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
-    }
-
-    #[inline]
-    pub fn bool(&mut self) -> Result<bool, DecodeError> {
-        Ok(self.u8()? != 0)
     }
 
     /// A count of items that each take at least `min_item_bytes`: refused when
