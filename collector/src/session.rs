@@ -448,7 +448,7 @@ impl Collector {
                     format!(
                         "stack capture: {} walks, {:.2} µs per walk; per walk {:.1} frames \
                          unwound by CFI rules ({:.1} of them missed the rule cache), {:.1} \
-                         reused from the thread's previous walk; {} walks met an address \
+                         reused from the thread's earlier walks; {} walks met an address \
                          outside every known module",
                         stats.captures,
                         per(stats.nanos) / 1000.0,

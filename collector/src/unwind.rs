@@ -75,13 +75,29 @@ pub struct Stacks {
     depth: usize,
     /// Leave out frames of the module holding this code (the collector).
     skip_self: bool,
-    /// captures, unwound, reused, rule_misses, unknown, nanos (see StackStats).
-    stats: [AtomicU64; 6],
+    counters: Counters,
+}
+
+/// `StackStats`, counted as captures happen.
+#[derive(Default)]
+struct Counters {
+    captures: AtomicU64,
+    unwound: AtomicU64,
+    reused: AtomicU64,
+    rule_misses: AtomicU64,
+    unknown: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// What stack capture did over a process's life (written into the trace at
 /// exit): how its cost divides between unwinding by CFI rules and reusing
-/// the previous capture's outer frames.
+/// the outer frames of the thread's earlier walks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackStats {
     /// Stack walks (a walk that met an unknown module and is repeated after
@@ -89,8 +105,8 @@ pub struct StackStats {
     pub captures: u64,
     /// Frames unwound by evaluating unwind rules (framehop).
     pub unwound: u64,
-    /// Frames taken from the previous capture on the same thread after
-    /// checking their return addresses.
+    /// Frames taken from an earlier walk on the same thread after checking
+    /// their return addresses.
     pub reused: u64,
     /// Unwound frames whose rule was not in framehop's per-thread rule cache
     /// (each one looks the address up in `.eh_frame_hdr` and evaluates its
@@ -225,22 +241,22 @@ impl Stacks {
             generation: AtomicU64::new(0),
             depth,
             skip_self,
-            stats: Default::default(),
+            counters: Counters::default(),
         };
         s.refresh(true);
         s
     }
 
     pub fn stats(&self) -> StackStats {
-        let [captures, unwound, reused, rule_misses, unknown, nanos] =
-            self.stats.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StackStats {
-            captures,
-            unwound,
-            reused,
-            rule_misses,
-            unknown,
-            nanos,
+            captures: get(&c.captures),
+            unwound: get(&c.unwound),
+            reused: get(&c.reused),
+            rule_misses: get(&c.rule_misses),
+            unknown: get(&c.unknown),
+            nanos: get(&c.nanos),
         }
     }
 
@@ -266,12 +282,12 @@ impl Stacks {
         let out = &mut out[..out_len];
         let (mut n, mut truncated, unknown) = self.capture_once(out);
         if unknown {
-            self.stats[4].fetch_add(1, Ordering::Relaxed);
+            Counters::add(&self.counters.unknown, 1);
             if self.refresh(false) {
                 (n, truncated, _) = self.capture_once(out);
             }
         }
-        self.stats[5].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Counters::add(&self.counters.nanos, started.elapsed().as_nanos() as u64);
         (n, truncated)
     }
 
@@ -377,9 +393,14 @@ impl Stacks {
                     _ => break,
                 }
             }
-            let misses = bank.iter().map(|c| c.stats().misses()).sum::<u64>();
-            let rule_misses = misses.saturating_sub(t.rule_misses_seen);
-            t.rule_misses_seen = misses;
+            // Only unwinding looks rules up: a walk reused whole (the usual
+            // case) need not read the caches' counts.
+            let mut rule_misses = 0;
+            if unwound > 0 {
+                let misses = bank.iter().map(|c| c.stats().misses()).sum::<u64>();
+                rule_misses = misses.saturating_sub(t.rule_misses_seen);
+                t.rule_misses_seen = misses;
+            }
             t.cache = Some(bank);
             let k = skip.unwrap_or(walked);
             let n = walked - k;
@@ -400,9 +421,11 @@ impl Stacks {
                 keep.truncated = truncated;
             }
             t.history = Some(history);
-            for (counter, v) in self.stats.iter().zip([1, unwound, reused, rule_misses]) {
-                counter.fetch_add(v, Ordering::Relaxed);
-            }
+            let c = &self.counters;
+            Counters::add(&c.captures, 1);
+            Counters::add(&c.unwound, unwound);
+            Counters::add(&c.reused, reused);
+            Counters::add(&c.rule_misses, rule_misses);
             (n, truncated, unknown)
         })
     }
