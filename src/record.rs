@@ -23,8 +23,25 @@ extern "C" fn forward_signal(sig: libc::c_int) {
     if pid > 0 {
         // SAFETY: kill is async-signal-safe; pid is our child.
         unsafe { libc::kill(pid, sig) };
-    } else {
-        PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+        return;
+    }
+    PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+    // The pid may have been stored, and the pending signal looked for,
+    // since the load above (on another thread): then pass it on here.
+    // Whoever takes the pending signal first passes it on, once.
+    pass_on_pending();
+}
+
+/// Passes a signal kept while the pid was unknown to the program, once the
+/// pid is known. Called by both sides of that race; async-signal-safe.
+fn pass_on_pending() {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            // SAFETY: kill is async-signal-safe; pid is our child.
+            unsafe { libc::kill(pid, sig) };
+        }
     }
 }
 
@@ -182,11 +199,7 @@ fn run_program(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
-    let early = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
-    if early != 0 {
-        // SAFETY: kill with our child's pid.
-        unsafe { libc::kill(child.id() as i32, early) };
-    }
+    pass_on_pending();
     let status = child.wait().context("waiting for the program");
     CHILD.store(0, Ordering::SeqCst);
     Ok(exit_code(status?))
