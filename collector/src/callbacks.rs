@@ -130,6 +130,23 @@ pub const WATCHED: &[(Cb, ApiFunc)] = &[
     ),
 ];
 
+/// Frees whose release CUPTI's MEMORY2 activity records already carry (with
+/// address, size and time). Their callbacks add nothing the report uses
+/// unless the user wants free stacks or failed frees (`--free-stacks`), and
+/// each one costs about a microsecond on the calling thread, so they are left
+/// off by default. VMM, pool and graph calls stay watched: the activity API
+/// does not describe them fully, and they are rare.
+pub fn release_in_activity(func: ApiFunc) -> bool {
+    matches!(
+        func,
+        ApiFunc::MEM_FREE
+            | ApiFunc::MEM_FREE_HOST
+            | ApiFunc::MEM_FREE_ASYNC
+            | ApiFunc::ARRAY_DESTROY
+            | ApiFunc::MIPMAPPED_ARRAY_DESTROY
+    )
+}
+
 /// Callback ids are small integers: a table indexed by cbid keeps the lookup
 /// on the hot path to one load.
 const CBID_TABLE_LEN: usize = 1024;

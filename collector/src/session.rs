@@ -13,7 +13,7 @@ use gmem_prof_traces::record::{Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
 use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
-use crate::callbacks::{current_tid, WATCHED};
+use crate::callbacks::{self, current_tid, WATCHED};
 use crate::config::{self, Config};
 use crate::cupti::{self, Cupti};
 use crate::sink::{Sink, Writer, WriterEnv};
@@ -291,7 +291,10 @@ impl Collector {
                 format!("cuptiSubscribe failed: {text} ({code}); not profiling")
             }
         })?;
-        for (cbid, _) in WATCHED {
+        for (cbid, func) in WATCHED {
+            if callbacks::release_in_activity(*func) && !self.config.free_stacks {
+                continue;
+            }
             self.cupti
                 .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
         }

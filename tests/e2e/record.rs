@@ -259,6 +259,40 @@ fn sigkill_keeps_every_event_older_than_a_second() {
     assert!(of_type(&recs, "ProcessEnd").is_empty());
 }
 
+/// ApiFunc::MEM_FREE in the trace format.
+const MEM_FREE: u64 = 20;
+
+#[test]
+fn free_calls_are_watched_only_with_free_stacks() {
+    let dir = scratch("free_stacks");
+    for (flags, free_calls, walks) in [(&[][..], 0, 6), (&["--free-stacks"][..], 4, 10)] {
+        let out = run(&mut record_cmd_with(&dir, "t.bin", flags, &["basic"]));
+        assert!(out.status.success(), "{flags:?}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        // fake_app.c `basic` frees 4 blocks with cuMemFree, all 4 released
+        // in the activity records either way.
+        assert_eq!(site_figures(&recs, 3, "site_alpha").2, 2, "{flags:?}");
+        assert_eq!(site_figures(&recs, 3, "site_beta").2, 2, "{flags:?}");
+        let frees: Vec<_> = of_type(&recs, "Api")
+            .into_iter()
+            .filter(|a| a["func"] == MEM_FREE)
+            .collect();
+        assert_eq!(frees.len(), free_calls, "{flags:?}");
+        for f in &frees {
+            let names = stack_functions(&recs, 0, f["stack"].as_u64().unwrap());
+            assert!(names.iter().any(|n| n == "main"), "{names:?}");
+        }
+        let walks_note = format!("stack capture: {walks} walks, ");
+        assert!(
+            of_type(&recs, "Message").iter().any(|m| m["text"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(&walks_note))),
+            "{flags:?}: no {walks_note:?}"
+        );
+        std::fs::remove_file(dir.join("t.bin")).unwrap();
+    }
+}
+
 #[test]
 fn eight_threads_lose_nothing() {
     let dir = scratch("threads");
@@ -270,8 +304,10 @@ fn eight_threads_lose_nothing() {
         site_figures(&recs, 3, "site_alpha"),
         (80_000, 80_000 * 256, 80_000, 80_000 * 256)
     );
+    // Only the allocation calls are watched: each free is in the activity
+    // records (counted by site_figures above).
     let api = of_type(&recs, "Api");
-    assert_eq!(api.len(), 160_000);
+    assert_eq!(api.len(), 80_000);
     let threads: std::collections::HashSet<u64> =
         api.iter().map(|a| a["tid"].as_u64().unwrap()).collect();
     assert_eq!(threads.len(), 8);

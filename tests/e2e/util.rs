@@ -101,10 +101,16 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// `gmem-prof record` of the fake app, with the fake CUPTI.
 pub fn record_cmd(dir: &Path, output: &str, app_args: &[&str]) -> Command {
+    record_cmd_with(dir, output, &[], app_args)
+}
+
+/// `record_cmd` with record options of its own (`flags`).
+pub fn record_cmd_with(dir: &Path, output: &str, flags: &[&str], app_args: &[&str]) -> Command {
     let f = fake();
     let mut cmd = Command::new(gmem());
     cmd.current_dir(dir)
         .arg("record")
+        .args(flags)
         .arg("--collector")
         .arg(collector())
         .arg("--cupti")

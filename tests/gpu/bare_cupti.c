@@ -6,10 +6,13 @@
  *
  *   BARE_CUPTI_KINDS=kernel,memory,pool,device   activity kinds (default kernel;
  *                                                "both" = kernel,memory)
- *   BARE_CUPTI_CALLBACKS=none|async|ours         driver callbacks with an empty
+ *   BARE_CUPTI_CALLBACKS=none|async|ours[,frees] driver callbacks with an empty
  *                                                body: none (default), the four
  *                                                cuMem{Alloc,Free}Async cbids, or
- *                                                every cbid the collector watches
+ *                                                the cbids the collector watches
+ *                                                by default (ours), plus the
+ *                                                ordinary frees it watches with
+ *                                                --free-stacks (frees)
  *   BARE_CUPTI_RESOURCE=1                        also the context-destroy callback
  *   BARE_CUPTI_FLUSH_MS=N                        a thread calling
  *                                                cuptiActivityFlushAll(0) every N ms
@@ -67,7 +70,8 @@ static void at_exit(void) {
     fprintf(stderr, "bare_cupti: %zu records, %zu callbacks\n", records, callbacks);
 }
 
-/* The driver cbids collector/src/callbacks.rs watches (WATCHED). */
+/* The driver cbids collector/src/callbacks.rs watches by default (WATCHED
+ * less the frees of release_in_activity). */
 static const CUpti_CallbackId ours[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
@@ -77,14 +81,17 @@ static const CUpti_CallbackId ours[] = {
     CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2, CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate,
     CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemMap,
     CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
-    CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy, CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode, CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
     CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
     CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister, CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode,
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate, CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
+};
+/* The ordinary frees it adds with --free-stacks. */
+static const CUpti_CallbackId frees[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy, CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy,
 };
 static const CUpti_CallbackId async_only[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
@@ -113,11 +120,12 @@ int InitializeInjection(void) {
     if (has(kinds, "device")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE);
     if (strcmp(cbs, "none") || (resource && *resource == '1')) {
         if (cuptiSubscribe(&subscriber, on_callback, NULL) != CUPTI_SUCCESS) return 0;
-        const CUpti_CallbackId *ids = !strcmp(cbs, "ours") ? ours : async_only;
-        size_t n = !strcmp(cbs, "ours") ? sizeof ours / sizeof *ours
-                 : !strcmp(cbs, "async") ? sizeof async_only / sizeof *async_only : 0;
-        for (size_t i = 0; i < n; i++)
-            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]);
+#define ENABLE(list)                                                                 \
+    for (size_t i = 0; i < sizeof list / sizeof *list; i++)                          \
+        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, list[i])
+        if (has(cbs, "ours")) ENABLE(ours);
+        if (has(cbs, "frees")) ENABLE(frees);
+        if (has(cbs, "async")) ENABLE(async_only);
         if (resource && *resource == '1')
             cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                 CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);

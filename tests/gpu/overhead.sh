@@ -11,8 +11,9 @@
 #         (default "plain full nostacks nokernels").
 # resnet: torchvision resnet50 bf16 training (default caching allocator);
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
-#         also nokernels, nostacks, slowflush = --flush-ms 1000, and depthN =
-#         --stack-depth N, for any bench).
+#         also nokernels, nostacks, slowflush = --flush-ms 1000,
+#         freestacks = --free-stacks, and depthN = --stack-depth N, for any
+#         bench).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 # launch: bench_launch.cu, ns per tiny kernel launched back to back (the
@@ -30,6 +31,8 @@
 #   bareall      everything the collector enables: kernel, memory, pool and
 #                device activity, its callbacks, the resource callback and
 #                a flush every 200 ms
+#   bareallfrees bareall plus callbacks on the ordinary frees (what the
+#                collector enables with --free-stacks)
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -48,6 +51,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         nokernels) flags=(--no-kernels) ;;
         nostacks) flags=(--stack-depth 0) ;;
         slowflush) flags=(--flush-ms 1000) ;;
+        freestacks) flags=(--free-stacks) ;;
         depth*) flags=(--stack-depth "${variant#depth}") ;;
     esac
     if [ "$variant" = plain ]; then
@@ -63,6 +67,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             bareasync) cbs=async ;;
             bareours) cbs=ours ;;
             bareall) kinds=kernel,memory,pool,device cbs=ours resource=1 flush=200 ;;
+            bareallfrees) kinds=kernel,memory,pool,device cbs=ours,frees resource=1 flush=200 ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
             BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush \
@@ -146,8 +151,9 @@ for bench in ("events", "resnet50", "alloc", "launch"):
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
     depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
-    for variant in ["full", "nostacks", *depths, "nokernels", "slowflush", "barekernels",
-                    "barememory", "barecallbacks", "bareasync", "bareours", "bareall"]:
+    for variant in ["full", "nostacks", *depths, "nokernels", "slowflush", "freestacks",
+                    "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
+                    "bareall", "bareallfrees"]:
         v = by.get((bench, variant))
         if not v:
             continue
