@@ -62,32 +62,90 @@ impl Extents {
 
 impl Pool {
     /// Free extents, given the pool's live blocks (address, bytes), which
-    /// this sorts.
-    fn extents(&self, blocks: &mut [(u64, u64)]) -> Extents {
+    /// this may reorder. `buckets` is scratch space kept between calls.
+    fn extents(&self, blocks: &mut [(u64, u64)], buckets: &mut Vec<(u64, u64)>) -> Extents {
         let free = self.size.saturating_sub(self.used);
         if free == 0 {
             return Extents::default();
         }
-        // Addresses of live blocks are distinct: the address alone orders them.
-        blocks.sort_unstable_by_key(|&(a, _)| a);
-        let (Some(&(first, _)), Some(&(last, last_len))) = (blocks.first(), blocks.last()) else {
+        let Some(first) = blocks.iter().map(|&(a, _)| a).min() else {
             return Extents {
                 free,
                 largest: free,
             };
         };
-        let span = (last + last_len).saturating_sub(first);
-        let mut largest = self.size.saturating_sub(span);
-        let mut end = first;
-        for &(a, len) in blocks.iter() {
-            largest = largest.max(a.saturating_sub(end));
-            end = end.max(a + len);
-        }
+        let largest = largest_gap_bucketed(blocks, first, free, self.size, buckets)
+            .unwrap_or_else(|| largest_gap_sorted(blocks, self.size));
         Extents {
             free,
             largest: largest.min(free),
         }
     }
+}
+
+/// The pool's largest free extent: the largest hole between live blocks in
+/// address order, or what the pool holds beyond their span. Sorts `blocks`.
+fn largest_gap_sorted(blocks: &mut [(u64, u64)], size: u64) -> u64 {
+    // Addresses of live blocks are distinct: the address alone orders them.
+    blocks.sort_unstable_by_key(|&(a, _)| a);
+    let (Some(&(first, _)), Some(&(last, last_len))) = (blocks.first(), blocks.last()) else {
+        return size;
+    };
+    let span = last.saturating_add(last_len).saturating_sub(first);
+    let mut largest = size.saturating_sub(span);
+    let mut end = first;
+    for &(a, len) in blocks.iter() {
+        largest = largest.max(a.saturating_sub(end));
+        end = end.max(a.saturating_add(len));
+    }
+    largest
+}
+
+/// `largest_gap_sorted` without sorting, in linear time, or None when this
+/// way cannot be sure of the answer.
+///
+/// The fragmentation curve takes one sample per time bucket of every pool
+/// that changed, and sorting the live blocks each time was most of the
+/// sweep's cost for it. Blocks go into buckets of width W by start address;
+/// each bucket keeps its lowest start and highest end. Two blocks that
+/// start in the same bucket are less than W apart, so any hole of W or more
+/// lies between the last block of one non-empty bucket and the first of the
+/// next, and the bucket sweep finds it exactly. Holes it misses are shorter
+/// than W: an answer of at least W is therefore exact, and a smaller one
+/// sends the caller to the sort. W is the mean free extent if every block
+/// bordered a hole, which the largest one is never below when blocks do not
+/// overlap, so the sort is rarely needed.
+fn largest_gap_bucketed(
+    blocks: &[(u64, u64)],
+    first: u64,
+    free: u64,
+    size: u64,
+    buckets: &mut Vec<(u64, u64)>,
+) -> Option<u64> {
+    const MAX_BUCKETS_PER_BLOCK: u64 = 4;
+    let n = blocks.len() as u64;
+    // The highest address's block ends the span, as in the sorted loop.
+    let &(last, last_len) = blocks.iter().max_by_key(|&&(a, _)| a)?;
+    let span = last.saturating_add(last_len).saturating_sub(first);
+    let shift = (free / (n + 1)).max(1).ilog2();
+    let count = ((last - first) >> shift) + 1;
+    if count > MAX_BUCKETS_PER_BLOCK * n + 16 {
+        return None;
+    }
+    buckets.clear();
+    buckets.resize(count as usize, (u64::MAX, 0));
+    for &(a, len) in blocks {
+        let b = &mut buckets[((a - first) >> shift) as usize];
+        b.0 = b.0.min(a);
+        b.1 = b.1.max(a.saturating_add(len));
+    }
+    let mut largest = size.saturating_sub(span);
+    let mut end = first;
+    for &(start, bucket_end) in buckets.iter().filter(|b| b.0 != u64::MAX) {
+        largest = largest.max(start.saturating_sub(end));
+        end = end.max(bucket_end);
+    }
+    (largest >= 1 << shift).then_some(largest)
 }
 
 impl Reservation {
@@ -113,8 +171,11 @@ pub struct Regions {
     pub pools: FastMap<(u32, u64), Pool>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
     /// Live blocks by pool, gathered for one `device_extents` (kept to
-    /// reuse the vectors).
-    blocks: FastMap<(u32, u64), Vec<(u64, u64)>>,
+    /// reuse the vectors), and where each pool's list is.
+    block_lists: Vec<Vec<(u64, u64)>>,
+    block_list_of: FastMap<(u32, u64), usize>,
+    /// Scratch for `largest_gap_bucketed`.
+    buckets: Vec<(u64, u64)>,
 }
 
 impl Regions {
@@ -222,17 +283,36 @@ impl Regions {
         let mut total: Option<Extents> = None;
         let on_device = |p: &Pool| p.device == device && p.size > 0;
         if self.pools.values().any(on_device) {
-            self.blocks.values_mut().for_each(Vec::clear);
+            self.block_lists.iter_mut().for_each(Vec::clear);
+            // Blocks of one pool usually come in long runs (most programs
+            // have one pool per device): look the pool up once per run.
+            let mut run: Option<((u32, u64), Option<usize>)> = None;
             for (key, address, bytes) in pool_blocks {
-                if self.pools.get(&key).is_some_and(on_device) {
-                    self.blocks.entry(key).or_default().push((address, bytes));
+                let list = match run {
+                    Some((k, list)) if k == key => list,
+                    _ => {
+                        let list = self.pools.get(&key).is_some_and(on_device).then(|| {
+                            *self.block_list_of.entry(key).or_insert_with(|| {
+                                self.block_lists.push(Vec::new());
+                                self.block_lists.len() - 1
+                            })
+                        });
+                        run = Some((key, list));
+                        list
+                    }
+                };
+                if let Some(i) = list {
+                    self.block_lists[i].push((address, bytes));
                 }
             }
             for (key, p) in self.pools.iter().filter(|(_, p)| on_device(p)) {
-                let blocks = self.blocks.entry(*key).or_default();
+                let blocks = match self.block_list_of.get(key) {
+                    Some(&i) => &mut self.block_lists[i][..],
+                    None => &mut [],
+                };
                 total
                     .get_or_insert_with(Extents::default)
-                    .add(p.extents(blocks));
+                    .add(p.extents(blocks, &mut self.buckets));
             }
         }
         for r in self
@@ -278,6 +358,80 @@ mod tests {
             }
         );
         assert!(!r.map(0, 0, 0x9000_0000, MIB), "outside every reservation");
+    }
+
+    proptest::proptest! {
+        /// The bucketed search answers exactly what sorting answers, or
+        /// nothing; Pool::extents agrees with the sort either way.
+        #[test]
+        fn bucketed_gaps_agree_with_sorting(
+            raw in proptest::collection::vec((0u64..1 << 16, 1u64..1 << 12), 1..300),
+            extra in 0u64..1 << 20,
+            scale in 0u32..30,
+        ) {
+            // Disjoint blocks, in a random order, placed from random
+            // offsets; sizes scaled up to reach realistic addresses.
+            let mut at = 0u64;
+            let mut blocks: Vec<(u64, u64)> = raw
+                .iter()
+                .map(|&(skip, len)| {
+                    let a = at + (skip << scale);
+                    at = a + (len << scale);
+                    (0x7f00_0000_0000 + a, len << scale)
+                })
+                .collect();
+            let seed = raw[0].0 as usize;
+            let n = blocks.len();
+            blocks.rotate_left(seed % n);
+            blocks.swap(0, n / 2);
+            let used: u64 = blocks.iter().map(|b| b.1).sum();
+            let size = at + (extra << scale);
+            let free = size - used;
+            let mut sorted = blocks.clone();
+            let want = largest_gap_sorted(&mut sorted, size);
+            let first = blocks.iter().map(|b| b.0).min().unwrap();
+            let mut buckets = Vec::new();
+            if let Some(got) = largest_gap_bucketed(&blocks, first, free, size, &mut buckets) {
+                proptest::prop_assert_eq!(got, want);
+            }
+            let pool = Pool { size, used, ..Default::default() };
+            let e = pool.extents(&mut blocks.clone(), &mut buckets);
+            proptest::prop_assert_eq!(e, Extents { free, largest: want.min(free) });
+        }
+    }
+
+    proptest::proptest! {
+        /// Damaged traces can hold overlapping blocks: holes inside a bucket
+        /// may then be the largest, and the bucketed search must say it is
+        /// unsure rather than answer wrong.
+        #[test]
+        fn bucketed_gaps_agree_with_sorting_on_overlapping_blocks(
+            starts in proptest::collection::btree_set(0u64..1 << 14, 1..60),
+            lens in proptest::collection::vec(1u64..1 << 13, 60),
+            size in 0u64..1 << 15,
+            free in 1u64..1 << 15,
+        ) {
+            let blocks: Vec<(u64, u64)> = starts.iter().zip(&lens).map(|(&a, &l)| (a, l)).collect();
+            let want = largest_gap_sorted(&mut blocks.clone(), size);
+            let first = blocks[0].0;
+            if let Some(got) = largest_gap_bucketed(&blocks, first, free, size, &mut Vec::new()) {
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn bucketed_gaps_give_up_when_buckets_would_outnumber_blocks() {
+        // Free space is one 4 KiB hole among 64 KiB blocks: buckets of
+        // free/(n+1) bytes would be far more than the blocks, so no answer.
+        let blocks: Vec<(u64, u64)> = (0..8u64).map(|i| (i * 0x11000, 0x10000)).collect();
+        let size = 8 * 0x10000 + 7 * 0x1000;
+        let mut buckets = Vec::new();
+        assert_eq!(
+            largest_gap_bucketed(&blocks, 0, 7 * 0x1000, size, &mut buckets),
+            None
+        );
+        assert_eq!(largest_gap_sorted(&mut blocks.clone(), size), 0x1000);
     }
 
     #[test]
