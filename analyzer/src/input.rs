@@ -212,16 +212,25 @@ fn decode(c: &ChunkRef) -> Decoded {
     SCRATCH.with(|scratch| decode_with(c, &mut scratch.borrow_mut()))
 }
 
-/// The event a frequent record makes, or None for any other record (left to
-/// `Record::decode`).
+/// Appends the event a frequent record makes to `out` and returns true, or
+/// returns false for any other record (left to `Record::decode`).
+///
+/// Each kind of record is pushed where it is decoded: building the event
+/// first and pushing it after (one value for every kind) went through a
+/// copy on the stack that the processor could not forward, which cost
+/// more than decoding the fields.
 #[inline(always)]
-fn event_of(
+fn push_event(
     tag: u8,
     d: &mut impl Fields,
     base: u64,
     seq: u64,
-) -> Result<Option<TimedEvent>, DecodeError> {
-    let timed = |time: u64, event: Event| Some(TimedEvent { time, seq, event });
+    out: &mut Vec<TimedEvent>,
+) -> Result<bool, DecodeError> {
+    let mut timed = |time: u64, event: Event| {
+        out.push(TimedEvent { time, seq, event });
+        true
+    };
     Ok(match tag {
         tag::MEMORY => {
             let m = record::decode_memory(d, base)?;
@@ -287,7 +296,7 @@ fn event_of(
             let e = record::decode_process_end(d, base)?;
             timed(e.time.0, Event::End)
         }
-        _ => None,
+        _ => false,
     })
 }
 
@@ -315,26 +324,31 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     while let Some(raw) = records.next_raw_window() {
         let seq = (c.ordinal << 26) | i;
         i += 1;
+        let events = &mut d.events;
         let decoded = raw.and_then(|r| {
-            let event = match r.window {
+            let pushed = match r.window {
                 Some(w) => {
-                    let d = &mut WinDec::new(w, r.body.len());
-                    let event = event_of(r.tag, d, base, seq)?;
-                    d.finish()?;
-                    event
+                    let win = &mut WinDec::new(w, r.body.len());
+                    let pushed = push_event(r.tag, win, base, seq, events)?;
+                    if let Err(e) = win.finish() {
+                        // What the window held past the record was garbage:
+                        // the event pushed from it must not stay.
+                        if pushed {
+                            events.pop();
+                        }
+                        return Err(e);
+                    }
+                    pushed
                 }
-                None => event_of(r.tag, &mut Dec::new(r.body), base, seq)?,
+                None => push_event(r.tag, &mut Dec::new(r.body), base, seq, events)?,
             };
-            if event.is_none() {
+            if !pushed {
                 d.defs.push(Record::decode(r.tag, r.body, base)?);
             }
-            Ok(event)
+            Ok(())
         });
         match decoded {
-            Ok(event) => {
-                d.records += 1;
-                d.events.extend(event);
-            }
+            Ok(()) => d.records += 1,
             Err(e) => {
                 d.error = Some((c.raw.offset, format!("undecodable record: {e}")));
                 break;

@@ -1,6 +1,7 @@
 //! Bad input: warnings and partial results, or a clear error; never a panic.
 
 use gmem_prof_analyzer::{analyze, AnalyzeError, Options};
+use gmem_prof_traces::Record;
 
 use crate::util::*;
 
@@ -68,4 +69,57 @@ fn every_prefix_and_random_damage_never_panics() {
         }
         let _ = run(&d);
     }
+}
+
+/// A record whose stated length is one byte short of its fields, in a chunk
+/// whose checksum is right (a faulty writer, not damage in transit): the
+/// fast decoder reads the fields past the record's end before it checks,
+/// and what it decoded from there must not stay among the events.
+#[test]
+fn a_record_shorter_than_its_fields_leaves_no_event() {
+    use gmem_prof_traces::file::frame_chunk;
+    use gmem_prof_traces::record::{Bytes, MemoryEvent, Nanos};
+    use gmem_prof_traces::{file_header, ChunkEncoder};
+
+    let memory = |i: u64| {
+        Record::Memory(MemoryEvent {
+            time: Nanos(1_000 + i),
+            alloc: true,
+            kind: 3,
+            address: 0x1000_0000 + (i << 20),
+            bytes: Bytes(1 << 20),
+            context: 1,
+            correlation: i as u32 + 1,
+            ..Default::default()
+        })
+    };
+    let mut enc = ChunkEncoder::new(0);
+    for i in 0..40 {
+        enc.push(&memory(i));
+    }
+    let mut chunk = Vec::new();
+    enc.finish_into(0, false, &mut chunk);
+    // Payload: varint base (0: one byte), then tag, length, body per record.
+    let mut payload = chunk[24..].to_vec();
+    let len = payload[2];
+    assert!(len > 1 && len < 0x80, "one-byte length expected, got {len}");
+    payload[2] = len - 1;
+    payload.remove(3 + usize::from(len) - 1);
+
+    let mut data = file_header().to_vec();
+    frame_chunk(0, &payload, false, &mut data);
+    let bad = run(&data).unwrap();
+    assert!(
+        bad.input
+            .warnings
+            .iter()
+            .any(|w| w.contains("undecodable record")),
+        "{:?}",
+        bad.input.warnings
+    );
+    assert_eq!(bad.input.memory_events, 0);
+    // The same chunk, intact, gives all 40.
+    let mut data = file_header().to_vec();
+    data.extend_from_slice(&chunk);
+    assert_eq!(run(&data).unwrap().input.memory_events, 40);
 }
