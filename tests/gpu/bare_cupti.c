@@ -16,6 +16,13 @@
  *   BARE_CUPTI_RESOURCE=1                        also the context-destroy callback
  *   BARE_CUPTI_FLUSH_MS=N                        a thread calling
  *                                                cuptiActivityFlushAll(0) every N ms
+ *   BARE_CUPTI_WRAP=1                            instead of a CUPTI callback on the
+ *                                                allocation call, a callback on
+ *                                                cuGetProcAddress that hands out a
+ *                                                wrapper of cuMemAllocAsync and
+ *                                                cuMemAllocFromPoolAsync (the floor
+ *                                                of seeing allocation calls without
+ *                                                CUPTI's callback path)
  *   CUDA_INJECTION64_PATH=.../libbare_cupti.so ./app
  */
 #include <cupti.h>
@@ -26,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-static size_t records, callbacks;
+static size_t records, callbacks, wrapped_calls, wraps_handed, proc_lookups;
 static CUpti_SubscriberHandle subscriber;
 static long flush_ms;
 
@@ -46,13 +53,76 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buffer);
 }
 
+static void on_proc_address(const CUpti_CallbackData *cb);
+
 static void CUPTIAPI on_callback(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data) {
     (void)user;
-    (void)domain;
-    (void)cbid;
-    (void)data;
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress ||
+                                                 cbid == CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress_v2)) {
+        on_proc_address(data);
+        return;
+    }
     __atomic_fetch_add(&callbacks, 1, __ATOMIC_RELAXED);
+}
+
+/* Up to four distinct driver entry points per function (the default-stream
+ * and per-thread-default-stream forms, and versions) each get their own
+ * wrapper, which counts the call and forwards it. */
+#define SLOTS 4
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*alloc_pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+static alloc_async_fn orig_async[SLOTS];
+static alloc_pool_fn orig_pool[SLOTS];
+#define WRAPPERS(i)                                                                    \
+    static CUresult wrap_async##i(CUdeviceptr *p, size_t n, CUstream s) {              \
+        __atomic_fetch_add(&wrapped_calls, 1, __ATOMIC_RELAXED);                       \
+        return orig_async[i](p, n, s);                                                 \
+    }                                                                                  \
+    static CUresult wrap_pool##i(CUdeviceptr *p, size_t n, CUmemoryPool m, CUstream s) { \
+        __atomic_fetch_add(&wrapped_calls, 1, __ATOMIC_RELAXED);                       \
+        return orig_pool[i](p, n, m, s);                                               \
+    }
+WRAPPERS(0)
+WRAPPERS(1)
+WRAPPERS(2)
+WRAPPERS(3)
+static void *const async_wrappers[SLOTS] = {(void *)wrap_async0, (void *)wrap_async1,
+                                            (void *)wrap_async2, (void *)wrap_async3};
+static void *const pool_wrappers[SLOTS] = {(void *)wrap_pool0, (void *)wrap_pool1,
+                                           (void *)wrap_pool2, (void *)wrap_pool3};
+static pthread_mutex_t wrap_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *wrapper_for(void **orig, void *const *wrappers, void *fn) {
+    void *w = fn;
+    pthread_mutex_lock(&wrap_lock);
+    for (int i = 0; i < SLOTS; i++) {
+        if (wrappers[i] == fn) break; /* already ours */
+        if (orig[i] == fn || orig[i] == NULL) {
+            orig[i] = fn;
+            w = wrappers[i];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&wrap_lock);
+    return w;
+}
+
+static void on_proc_address(const CUpti_CallbackData *cb) {
+    /* cuGetProcAddress and its _v2 form share the first two fields. */
+    const cuGetProcAddress_params *p = cb->functionParams;
+    __atomic_fetch_add(&proc_lookups, 1, __ATOMIC_RELAXED);
+    if (cb->callbackSite != CUPTI_API_EXIT || !p || !p->symbol || !p->pfn || !*p->pfn) return;
+    if (cb->functionReturnValue && *(CUresult *)cb->functionReturnValue != CUDA_SUCCESS) return;
+    void *w = *p->pfn;
+    if (!strcmp(p->symbol, "cuMemAllocAsync"))
+        w = wrapper_for((void **)orig_async, async_wrappers, *p->pfn);
+    else if (!strcmp(p->symbol, "cuMemAllocFromPoolAsync"))
+        w = wrapper_for((void **)orig_pool, pool_wrappers, *p->pfn);
+    if (w != *p->pfn) {
+        __atomic_fetch_add(&wraps_handed, 1, __ATOMIC_RELAXED);
+        *p->pfn = w;
+    }
 }
 
 static void *flusher(void *arg) {
@@ -67,7 +137,8 @@ static void *flusher(void *arg) {
 
 static void at_exit(void) {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    fprintf(stderr, "bare_cupti: %zu records, %zu callbacks\n", records, callbacks);
+    fprintf(stderr, "bare_cupti: %zu records, %zu callbacks, %zu proc-address lookups, %zu wrappers handed out, %zu wrapped calls\n",
+            records, callbacks, proc_lookups, wraps_handed, wrapped_calls);
 }
 
 /* The driver cbids collector/src/callbacks.rs watches by default (WATCHED
@@ -110,6 +181,8 @@ int InitializeInjection(void) {
     const char *cbs = getenv("BARE_CUPTI_CALLBACKS");
     const char *resource = getenv("BARE_CUPTI_RESOURCE");
     const char *flush = getenv("BARE_CUPTI_FLUSH_MS");
+    const char *wrap = getenv("BARE_CUPTI_WRAP");
+    int wrapping = wrap && *wrap == '1';
     if (!kinds) kinds = "kernel";
     if (!cbs) cbs = "none";
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 0;
@@ -118,7 +191,7 @@ int InitializeInjection(void) {
     if (has(kinds, "memory") || has(kinds, "both")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
     if (has(kinds, "pool")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
     if (has(kinds, "device")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE);
-    if (strcmp(cbs, "none") || (resource && *resource == '1')) {
+    if (strcmp(cbs, "none") || (resource && *resource == '1') || wrapping) {
         if (cuptiSubscribe(&subscriber, on_callback, NULL) != CUPTI_SUCCESS) return 0;
 #define ENABLE(list)                                                                 \
     for (size_t i = 0; i < sizeof list / sizeof *list; i++)                          \
@@ -126,6 +199,12 @@ int InitializeInjection(void) {
         if (has(cbs, "ours")) ENABLE(ours);
         if (has(cbs, "frees")) ENABLE(frees);
         if (has(cbs, "async")) ENABLE(async_only);
+        if (wrapping) {
+            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress);
+            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress_v2);
+        }
         if (resource && *resource == '1')
             cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
                                 CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);

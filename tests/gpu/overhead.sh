@@ -33,6 +33,10 @@
 #                a flush every 200 ms
 #   bareallfrees bareall plus callbacks on the ordinary frees (what the
 #                collector enables with --free-stacks)
+#   bareactivity bareall without the allocation callbacks: the activity alone
+#   barewrap     bareactivity plus wrappers of cuMemAllocAsync and
+#                cuMemAllocFromPoolAsync handed out through a cuGetProcAddress
+#                callback: allocation calls seen without CUPTI's callback path
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -60,7 +64,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
         [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
-        local kinds=memory cbs=none resource=0 flush=0
+        local kinds=memory cbs=none resource=0 flush=0 wrap=0
         case $variant in
             barekernels) kinds=kernel ;;
             barecallbacks) kinds=none cbs=ours ;;
@@ -68,9 +72,11 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             bareours) cbs=ours ;;
             bareall) kinds=kernel,memory,pool,device cbs=ours resource=1 flush=200 ;;
             bareallfrees) kinds=kernel,memory,pool,device cbs=ours,frees resource=1 flush=200 ;;
+            bareactivity) kinds=kernel,memory,pool,device resource=1 flush=200 ;;
+            barewrap) kinds=kernel,memory,pool,device resource=1 flush=200 wrap=1 ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
-            BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush \
+            BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap \
             "$@" 2>"$trace.log" | tail -1)
     else
         line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
@@ -113,6 +119,7 @@ for bench in $BENCHES; do
                 / memory t=[0-9]+ alloc / {alloc++} / memory t=[0-9]+ free / {free++}
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/alloc-events.json"
             tail -n 2 "$WORK/overhead/alloc-full-1.bin.log"
+            grep -H bare_cupti "$WORK"/overhead/alloc-bare*-1.bin.log 2>/dev/null
             # Where the stack cost goes (the collector's own counters).
             for t in "$WORK"/overhead/alloc-*-1.bin; do
                 echo "  $(basename "$t"): $("$BIN/gmem-prof" dump "$t" | grep -o 'stack capture.*' | head -1)"
@@ -153,7 +160,7 @@ for bench in ("events", "resnet50", "alloc", "launch"):
     depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
     for variant in ["full", "nostacks", *depths, "nokernels", "slowflush", "freestacks",
                     "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
-                    "bareall", "bareallfrees"]:
+                    "bareall", "bareallfrees", "bareactivity", "barewrap"]:
         v = by.get((bench, variant))
         if not v:
             continue
