@@ -9,7 +9,7 @@ use gmem_prof_traces::Record;
 
 use crate::events::{EventKind, EventRow};
 use crate::input::{ApiEv, Event, MemoryEv, TimedEvent};
-use crate::regions::Regions;
+use crate::regions::{PoolId, Regions};
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Curve, Samples};
 
@@ -92,7 +92,7 @@ struct Live {
     /// The process's allocation count (`allocations`) when this was allocated.
     seq: u64,
     /// Pool it came from, or a VMM mapping.
-    pool: Option<u64>,
+    pool: Option<PoolId>,
     vmm: bool,
 }
 
@@ -190,11 +190,9 @@ pub struct OomRaw {
 }
 
 /// The live pool blocks as `Regions::device_extents` takes them.
-fn pool_blocks(
-    live: &FastMap<(u32, u64), Live>,
-) -> impl Iterator<Item = ((u32, u64), u64, u64)> + '_ {
+fn pool_blocks(live: &FastMap<(u32, u64), Live>) -> impl Iterator<Item = (PoolId, u64, u64)> + '_ {
     live.iter()
-        .filter_map(|(&(stream, address), l)| l.pool.map(|p| ((stream, p), address, l.bytes)))
+        .filter_map(|(&(_, address), l)| l.pool.map(|p| (p, address, l.bytes)))
 }
 
 /// (site, bytes, count) of every site holding memory on a device now.
@@ -489,7 +487,8 @@ impl Engine {
                 device,
             } => {
                 let size = if op == 2 { 0 } else { size };
-                self.set_pool_size(stream, device, address, size, 0);
+                let pool = self.pool_id(stream, device, address);
+                self.set_pool_size(device, pool, size, 0);
             }
             Event::Kernel {
                 end,
@@ -533,13 +532,15 @@ impl Engine {
         }
     }
 
+    fn pool_id(&mut self, stream: u32, device: u32, address: u64) -> PoolId {
+        let pid = self.streams[stream as usize].pid();
+        self.regions.pool_id(stream, pid, device, address)
+    }
+
     /// A pool's size as a record states it; an allocation from the pool
     /// also takes `allocated` bytes of it.
-    fn set_pool_size(&mut self, stream: u32, device: u32, address: u64, size: u64, allocated: u64) {
-        let pid = self.streams[stream as usize].pid();
-        let delta = self
-            .regions
-            .set_pool_size(stream, pid, device, address, size, allocated);
+    fn set_pool_size(&mut self, device: u32, pool: PoolId, size: u64, allocated: u64) {
+        let delta = self.regions.set_pool_size(pool, size, allocated);
         if delta != 0 {
             let axis = self.axis.as_ref().expect("axis set before events");
             let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
@@ -602,7 +603,8 @@ impl Engine {
         st.allocations += 1;
         st.count_axis.advance(st.allocations);
         let vmm = context == NO_CONTEXT;
-        let pool_addr = pool.map(|(a, _)| a);
+        let pool_id = pool.map(|(a, _)| self.pool_id(stream, device, a));
+        let st = &mut self.streams[stream as usize];
         let old = self.live.insert(
             (stream, address),
             Live {
@@ -611,7 +613,7 @@ impl Engine {
                 device,
                 kind,
                 seq: st.allocations,
-                pool: pool_addr,
+                pool: pool_id,
                 vmm,
             },
         );
@@ -619,8 +621,8 @@ impl Engine {
             // The free of the previous occupant was lost: retire it first.
             self.retire(stream, address, old, false);
         }
-        if let Some((pa, psize)) = pool {
-            self.set_pool_size(stream, device, pa, psize, bytes);
+        if let (Some(id), Some((_, psize))) = (pool_id, pool) {
+            self.set_pool_size(device, id, psize, bytes);
         }
         if vmm {
             self.regions.map(stream, device, address, bytes);
@@ -721,7 +723,7 @@ impl Engine {
             dev.frag_dirty = true;
         }
         if let Some(p) = l.pool {
-            self.regions.pool_free(stream, p, l.bytes);
+            self.regions.pool_free(p, l.bytes);
         }
         if l.vmm {
             self.regions.unmap(stream, address);

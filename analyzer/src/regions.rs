@@ -13,8 +13,14 @@ use std::collections::BTreeMap;
 
 use crate::engine::FastMap;
 
+/// A pool's index in `Regions::pools`; live pool blocks carry it, so that
+/// the sweep finds their pool without hashing.
+pub type PoolId = u32;
+
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
+    /// The process's stream: pools are told apart by (stream, address).
+    stream: u32,
     pub device: u32,
     pub pid: u32,
     pub address: u64,
@@ -164,40 +170,56 @@ impl Reservation {
     }
 }
 
-/// Every region of the run, keyed by (stream, address).
+/// Every region of the run.
 #[derive(Default)]
 pub struct Regions {
-    /// Looked up on every pool event: hashed. Listed sorted (`pools_sorted`).
-    pub pools: FastMap<(u32, u64), Pool>,
+    /// In order of first sight; found by (stream, address) in `pool_ids`.
+    pools: Vec<Pool>,
+    pool_ids: FastMap<(u32, u64), PoolId>,
+    /// The pool found last: allocations come mostly from one pool, and this
+    /// spares them the hash.
+    last_pool: Option<((u32, u64), PoolId)>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
     /// Live blocks by pool, gathered for one `device_extents` (kept to
-    /// reuse the vectors), and where each pool's list is.
+    /// reuse the vectors).
     block_lists: Vec<Vec<(u64, u64)>>,
-    block_list_of: FastMap<(u32, u64), usize>,
     /// Scratch for `largest_gap_bucketed`.
     buckets: Vec<(u64, u64)>,
 }
 
 impl Regions {
+    /// The pool of `stream` at `address`, known from now on (first seen on
+    /// `device`, in process `pid`).
+    pub fn pool_id(&mut self, stream: u32, pid: u32, device: u32, address: u64) -> PoolId {
+        let key = (stream, address);
+        if let Some((k, id)) = self.last_pool {
+            if k == key {
+                return id;
+            }
+        }
+        let next = self.pools.len() as PoolId;
+        let id = *self.pool_ids.entry(key).or_insert(next);
+        if id == next {
+            self.pools.push(Pool {
+                stream,
+                device,
+                pid,
+                address,
+                ..Pool::default()
+            });
+        }
+        self.last_pool = Some((key, id));
+        id
+    }
+
     /// A pool's reserved size as a record states it (creation, trim, or an
     /// allocation from it, which also takes `allocated` bytes; the caller
     /// frees first whatever lived at the block's address). Returns the
     /// change in size.
-    pub fn set_pool_size(
-        &mut self,
-        stream: u32,
-        pid: u32,
-        device: u32,
-        address: u64,
-        size: u64,
-        allocated: u64,
-    ) -> i128 {
-        let p = self.pools.entry((stream, address)).or_insert_with(|| Pool {
-            device,
-            pid,
-            address,
-            ..Pool::default()
-        });
+    pub fn set_pool_size(&mut self, id: PoolId, size: u64, allocated: u64) -> i128 {
+        let Some(p) = self.pools.get_mut(id as usize) else {
+            return 0;
+        };
         let delta = size as i128 - p.size as i128;
         p.size = size;
         p.max_size = p.max_size.max(size);
@@ -205,8 +227,8 @@ impl Regions {
         delta
     }
 
-    pub fn pool_free(&mut self, stream: u32, pool: u64, bytes: u64) {
-        if let Some(p) = self.pools.get_mut(&(stream, pool)) {
+    pub fn pool_free(&mut self, id: PoolId, bytes: u64) {
+        if let Some(p) = self.pools.get_mut(id as usize) {
             p.used = p.used.saturating_sub(bytes);
         }
     }
@@ -267,52 +289,35 @@ impl Regions {
 
     /// The pools in a deterministic order.
     pub fn pools_sorted(&self) -> Vec<&Pool> {
-        let mut v: Vec<(&(u32, u64), &Pool)> = self.pools.iter().collect();
-        v.sort_by_key(|(k, _)| **k);
-        v.into_iter().map(|(_, p)| p).collect()
+        let mut v: Vec<&Pool> = self.pools.iter().collect();
+        v.sort_by_key(|p| (p.stream, p.address));
+        v
     }
 
     /// Free extents of a device's regions together; None when it has none.
-    /// `pool_blocks` lists the live pool blocks as ((stream, pool), address,
-    /// bytes); blocks of other devices' pools are ignored.
+    /// `pool_blocks` lists the live pool blocks as (pool, address, bytes);
+    /// blocks of other devices' pools are ignored.
     pub fn device_extents(
         &mut self,
         device: u32,
-        pool_blocks: impl Iterator<Item = ((u32, u64), u64, u64)>,
+        pool_blocks: impl Iterator<Item = (PoolId, u64, u64)>,
     ) -> Option<Extents> {
         let mut total: Option<Extents> = None;
         let on_device = |p: &Pool| p.device == device && p.size > 0;
-        if self.pools.values().any(on_device) {
+        if self.pools.iter().any(on_device) {
+            self.block_lists.resize_with(self.pools.len(), Vec::new);
             self.block_lists.iter_mut().for_each(Vec::clear);
-            // Blocks of one pool usually come in long runs (most programs
-            // have one pool per device): look the pool up once per run.
-            let mut run: Option<((u32, u64), Option<usize>)> = None;
-            for (key, address, bytes) in pool_blocks {
-                let list = match run {
-                    Some((k, list)) if k == key => list,
-                    _ => {
-                        let list = self.pools.get(&key).is_some_and(on_device).then(|| {
-                            *self.block_list_of.entry(key).or_insert_with(|| {
-                                self.block_lists.push(Vec::new());
-                                self.block_lists.len() - 1
-                            })
-                        });
-                        run = Some((key, list));
-                        list
-                    }
-                };
-                if let Some(i) = list {
-                    self.block_lists[i].push((address, bytes));
+            for (id, address, bytes) in pool_blocks {
+                if let Some(list) = self.block_lists.get_mut(id as usize) {
+                    list.push((address, bytes));
                 }
             }
-            for (key, p) in self.pools.iter().filter(|(_, p)| on_device(p)) {
-                let blocks = match self.block_list_of.get(key) {
-                    Some(&i) => &mut self.block_lists[i][..],
-                    None => &mut [],
-                };
-                total
-                    .get_or_insert_with(Extents::default)
-                    .add(p.extents(blocks, &mut self.buckets));
+            for (p, blocks) in self.pools.iter().zip(&mut self.block_lists) {
+                if on_device(p) {
+                    total
+                        .get_or_insert_with(Extents::default)
+                        .add(p.extents(blocks, &mut self.buckets));
+                }
             }
         }
         for r in self
@@ -437,22 +442,23 @@ mod tests {
     #[test]
     fn pool_holes() {
         let mut r = Regions::default();
-        r.set_pool_size(0, 1, 0, 0xA, 64 * MIB, 0);
+        let pool = r.pool_id(0, 1, 0, 0xA);
+        r.set_pool_size(pool, 64 * MIB, 0);
+        // A pool of another device, all free: it counts only for its device.
+        let other_pool = r.pool_id(0, 1, 1, 0xB);
+        r.set_pool_size(other_pool, 8 * MIB, 0);
+        assert_eq!(r.pool_id(0, 1, 0, 0xA), pool);
         let mut live: Vec<u64> = Vec::new();
         for i in 0..8 {
             let a = 0x2000_0000 + i * 8 * MIB;
-            r.set_pool_size(0, 1, 0, 0xA, 64 * MIB, 8 * MIB);
+            r.set_pool_size(pool, 64 * MIB, 8 * MIB);
             live.push(a);
         }
-        let blocks = |live: &[u64]| {
-            live.iter()
-                .map(|&a| ((0u32, 0xAu64), a, 8 * MIB))
-                .collect::<Vec<_>>()
-        };
+        let blocks = |live: &[u64]| live.iter().map(|&a| (pool, a, 8 * MIB)).collect::<Vec<_>>();
         let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
         assert_eq!(e.free, 0);
         for i in [1, 3, 5] {
-            r.pool_free(0, 0xA, 8 * MIB);
+            r.pool_free(pool, 8 * MIB);
             live.retain(|&a| a != 0x2000_0000 + i * 8 * MIB);
         }
         let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
@@ -463,7 +469,7 @@ mod tests {
                 largest: 8 * MIB
             }
         );
-        r.pool_free(0, 0xA, 8 * MIB);
+        r.pool_free(pool, 8 * MIB);
         live.retain(|&a| a != 0x2000_0000 + 6 * 8 * MIB);
         let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
         assert_eq!(
@@ -473,8 +479,19 @@ mod tests {
                 largest: 16 * MIB
             }
         );
-        // Another device's blocks change nothing.
-        let other = std::iter::once(((0u32, 0xBu64), 0x2000_0000 + 6 * 8 * MIB, 8 * MIB));
+        assert_eq!(
+            r.device_extents(1, std::iter::empty()),
+            Some(Extents {
+                free: 8 * MIB,
+                largest: 8 * MIB
+            })
+        );
+        // Another device's blocks, or an unknown pool's, change nothing.
+        let other = [
+            (other_pool, 0x2000_0000 + 6 * 8 * MIB, 8 * MIB),
+            (99, 0x2000_0000 + 6 * 8 * MIB, 8 * MIB),
+        ]
+        .into_iter();
         let e2 = r
             .device_extents(0, blocks(&live).into_iter().chain(other))
             .unwrap();
