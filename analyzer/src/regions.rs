@@ -120,7 +120,8 @@ fn largest_gap_sorted(blocks: &mut [(u64, u64)], size: u64) -> u64 {
 /// than W: an answer of at least W is therefore exact, and a smaller one
 /// sends the caller to the sort. W is the mean free extent if every block
 /// bordered a hole, which the largest one is never below when blocks do not
-/// overlap, so the sort is rarely needed.
+/// overlap, so the sort is rarely needed. W is widened when the blocks
+/// spread over more than four buckets per block.
 fn largest_gap_bucketed(
     blocks: &[(u64, u64)],
     first: u64,
@@ -133,11 +134,15 @@ fn largest_gap_bucketed(
     // The highest address's block ends the span, as in the sorted loop.
     let &(last, last_len) = blocks.iter().max_by_key(|&&(a, _)| a)?;
     let span = last.saturating_add(last_len).saturating_sub(first);
-    let shift = (free / (n + 1)).max(1).ilog2();
-    let count = ((last - first) >> shift) + 1;
-    if count > MAX_BUCKETS_PER_BLOCK * n + 16 {
-        return None;
+    // Blocks spread far wider than the free space (a pool whose blocks lie
+    // beyond its stated size, or a sparse address space) would need more
+    // buckets than blocks: widen them instead, at the price of an answer
+    // that is exact only from a wider hole up.
+    let mut shift = (free / (n + 1)).max(1).ilog2();
+    while ((last - first) >> shift) + 1 > MAX_BUCKETS_PER_BLOCK * n + 16 {
+        shift += 1;
     }
+    let count = ((last - first) >> shift) + 1;
     buckets.clear();
     buckets.resize(count as usize, (u64::MAX, 0));
     for &(a, len) in blocks {
@@ -426,9 +431,10 @@ mod tests {
     }
 
     #[test]
-    fn bucketed_gaps_give_up_when_buckets_would_outnumber_blocks() {
+    fn bucketed_gaps_widen_buckets_rather_than_outnumber_blocks() {
         // Free space is one 4 KiB hole among 64 KiB blocks: buckets of
-        // free/(n+1) bytes would be far more than the blocks, so no answer.
+        // free/(n+1) bytes would far outnumber the blocks, so they are
+        // widened, and the hole is then narrower than a bucket: no answer.
         let blocks: Vec<(u64, u64)> = (0..8u64).map(|i| (i * 0x11000, 0x10000)).collect();
         let size = 8 * 0x10000 + 7 * 0x1000;
         let mut buckets = Vec::new();
@@ -436,7 +442,25 @@ mod tests {
             largest_gap_bucketed(&blocks, 0, 7 * 0x1000, size, &mut buckets),
             None
         );
+        assert!(buckets.len() <= 4 * 8 + 16);
         assert_eq!(largest_gap_sorted(&mut blocks.clone(), size), 0x1000);
+        // Blocks far apart, with far less free space than their spread (a
+        // pool whose blocks lie beyond its stated size): the widened
+        // buckets still find the largest hole exactly.
+        let mut blocks: Vec<(u64, u64)> = (0..100u64)
+            .map(|i| (0x7f00_0000_0000 + i * (4 << 20), 1 << 20))
+            .collect();
+        blocks.push((0x7f00_0000_0000 + 164 * (4 << 20), 1 << 20));
+        let size = 200 << 20;
+        let free = size - 101 * (1 << 20);
+        let want = largest_gap_sorted(&mut blocks.clone(), size);
+        assert_eq!(want, 65 * (4 << 20) - (1 << 20));
+        let first = blocks[0].0;
+        assert_eq!(
+            largest_gap_bucketed(&blocks, first, free, size, &mut buckets),
+            Some(want)
+        );
+        assert!(buckets.len() <= 4 * 101 + 16);
     }
 
     #[test]
