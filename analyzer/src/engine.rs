@@ -276,23 +276,21 @@ impl StreamState {
     /// checked against the address when the call knew it; else by address
     /// (VMM maps can carry another call's correlation id).
     fn take_call(&mut self, correlation: u32, address: u64) -> Option<PendingCall> {
-        let by_correlation = self
-            .pending
-            .get(&correlation)
-            .is_some_and(|c| c.address == 0 || c.address == address);
-        if by_correlation {
-            let c = self.pending.remove(&correlation)?;
-            if c.address != 0
-                && also_by_address(c.func)
-                && self.pending_by_address.get(&c.address) == Some(&correlation)
-            {
-                self.pending_by_address.remove(&c.address);
+        if let Some(c) = self.pending.remove(&correlation) {
+            if c.address == 0 || c.address == address {
+                if c.address != 0
+                    && also_by_address(c.func)
+                    && self.pending_by_address.get(&c.address) == Some(&correlation)
+                {
+                    self.pending_by_address.remove(&c.address);
+                }
+                return Some(c);
             }
-            Some(c)
-        } else {
-            let corr = self.pending_by_address.remove(&address)?;
-            self.pending.remove(&corr)
+            // The call of another address: it waits for its own record.
+            self.pending.insert(correlation, c);
         }
+        let corr = self.pending_by_address.remove(&address)?;
+        self.pending.remove(&corr)
     }
 
     pub fn pid(&self) -> u32 {
@@ -770,14 +768,16 @@ impl Engine {
         }
         // A success for the same request on the same thread: the allocator
         // recovered from the failures before it.
-        st.open_failures.retain(|&(ftid, fbytes, i)| {
-            if ftid == tid && fbytes == bytes {
-                self.ooms[i].outcome = "recovered";
-                false
-            } else {
-                true
-            }
-        });
+        if !st.open_failures.is_empty() {
+            st.open_failures.retain(|&(ftid, fbytes, i)| {
+                if ftid == tid && fbytes == bytes {
+                    self.ooms[i].outcome = "recovered";
+                    false
+                } else {
+                    true
+                }
+            });
+        }
         if func == ApiFunc::MEM_ADDRESS_RESERVE {
             let pid = st.pid();
             self.regions.reserve(stream, pid, address, bytes);
