@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use gmem_prof_traces::file::RawChunk;
 use gmem_prof_traces::record::{self, tag, ApiFunc};
 use gmem_prof_traces::{
-    ChunkRecords, Dec, DecodeError, Fields, Record, TraceReader, Warning, WinDec,
+    ChunkRecords, Dec, DecodeError, Fields, RawRecord, Record, TraceReader, Warning, WinDec,
 };
 use rayon::prelude::*;
 
@@ -209,7 +209,26 @@ pub fn recycle(mut v: Vec<TimedEvent>) {
 }
 
 fn decode(c: &ChunkRef) -> Decoded {
-    SCRATCH.with(|scratch| decode_with(c, &mut scratch.borrow_mut()))
+    SCRATCH.with(|scratch| {
+        let scratch = &mut scratch.borrow_mut();
+        #[cfg(target_arch = "x86_64")]
+        if gmem_prof_traces::fast_pext() {
+            // SAFETY: the processor has BMI2.
+            return unsafe { decode_with_bmi2(c, scratch) };
+        }
+        decode_with::<false>(c, scratch)
+    })
+}
+
+/// `decode_with`, compiled for BMI2 so that varints are joined by `pext`
+/// (about a tenth fewer instructions in decoding).
+///
+/// # Safety
+/// The processor must have BMI2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+unsafe fn decode_with_bmi2(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
+    decode_with::<true>(c, scratch)
 }
 
 /// Appends the event a frequent record makes to `out` and returns true, or
@@ -300,7 +319,8 @@ fn push_event(
     })
 }
 
-fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
+#[inline(always)]
+fn decode_with<const BMI2: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut d = Decoded {
         stream: c.stream,
         defs: Vec::new(),
@@ -324,29 +344,7 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     while let Some(raw) = records.next_raw_window() {
         let seq = (c.ordinal << 26) | i;
         i += 1;
-        let events = &mut d.events;
-        let decoded = raw.and_then(|r| {
-            let pushed = match r.window {
-                Some(w) => {
-                    let win = &mut WinDec::new(w, r.body.len());
-                    let pushed = push_event(r.tag, win, base, seq, events)?;
-                    if let Err(e) = win.finish() {
-                        // What the window held past the record was garbage:
-                        // the event pushed from it must not stay.
-                        if pushed {
-                            events.pop();
-                        }
-                        return Err(e);
-                    }
-                    pushed
-                }
-                None => push_event(r.tag, &mut Dec::new(r.body), base, seq, events)?,
-            };
-            if !pushed {
-                d.defs.push(Record::decode(r.tag, r.body, base)?);
-            }
-            Ok(())
-        });
+        let decoded = raw.and_then(|r| decode_record::<BMI2>(r, base, seq, &mut d));
         match decoded {
             Ok(()) => d.records += 1,
             Err(e) => {
@@ -359,6 +357,48 @@ fn decode_with(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
         d.events.sort_unstable_by_key(key);
     }
     d
+}
+
+/// One record into `d`: an event, or a definition.
+#[inline(always)]
+fn decode_record<const BMI2: bool>(
+    r: RawRecord,
+    base: u64,
+    seq: u64,
+    d: &mut Decoded,
+) -> Result<(), DecodeError> {
+    let events = &mut d.events;
+    let pushed = match r.window {
+        Some(w) => {
+            let pushed;
+            let finished;
+            if BMI2 {
+                // SAFETY: BMI2 is only asked for on processors that have it
+                // (`decode`).
+                let win = &mut unsafe { WinDec::new_bmi2(w, r.body.len()) };
+                pushed = push_event(r.tag, win, base, seq, events)?;
+                finished = win.finish();
+            } else {
+                let win = &mut WinDec::new(w, r.body.len());
+                pushed = push_event(r.tag, win, base, seq, events)?;
+                finished = win.finish();
+            }
+            if let Err(e) = finished {
+                // What the window held past the record was garbage: the
+                // event pushed from it must not stay.
+                if pushed {
+                    events.pop();
+                }
+                return Err(e);
+            }
+            pushed
+        }
+        None => push_event(r.tag, &mut Dec::new(r.body), base, seq, events)?,
+    };
+    if !pushed {
+        d.defs.push(Record::decode(r.tag, r.body, base)?);
+    }
+    Ok(())
 }
 
 /// Merges two sorted runs into one sorted vector.

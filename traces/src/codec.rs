@@ -232,7 +232,10 @@ pub const WINDOW_BODY: usize = 160;
 /// That takes the bounds checks and most branches out of decoding the
 /// frequent records. Whatever the bytes, `WinDec` and `Dec` agree on the
 /// fields of a good body and both refuse a bad one (a proptest checks it).
-pub struct WinDec<'a> {
+///
+/// `BMI2`: multi-byte varints are joined by the processor's `pext`
+/// instruction instead of a dozen shifts and masks (`new_bmi2`).
+pub struct WinDec<'a, const BMI2: bool = false> {
     w: &'a [u8; WINDOW],
     len: usize,
     pos: usize,
@@ -250,7 +253,81 @@ impl<'a> WinDec<'a> {
             bad_varint: false,
         }
     }
+}
 
+impl<'a> WinDec<'a, true> {
+    /// Like `new`, joining varints with `pext`.
+    ///
+    /// # Safety
+    /// The processor must have BMI2 (`fast_pext` says so); to be fast, the
+    /// caller must be compiled with it (`#[target_feature(enable = "bmi2")]`)
+    /// so that the instruction is inlined.
+    #[inline(always)]
+    pub unsafe fn new_bmi2(w: &'a [u8; WINDOW], len: usize) -> Self {
+        WinDec {
+            w,
+            len: len.min(WINDOW_BODY),
+            pos: 0,
+            bad_varint: false,
+        }
+    }
+}
+
+/// Whether this processor has BMI2 with a fast `pext` (`WinDec::new_bmi2`):
+/// AMD processors before Zen 3 have it microcoded, slower than the shifts.
+pub fn fast_pext() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(detect_fast_pext)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_fast_pext() -> bool {
+    use std::arch::x86_64::__cpuid;
+    if !std::arch::is_x86_feature_detected!("bmi2") {
+        return false;
+    }
+    // SAFETY: cpuid exists on every x86_64 processor.
+    #[allow(unused_unsafe)]
+    let (vendor, version) = unsafe { (__cpuid(0), __cpuid(1)) };
+    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+    let base = (version.eax >> 8) & 0xf;
+    let family = if base == 0xf {
+        base + ((version.eax >> 20) & 0xff)
+    } else {
+        base
+    };
+    !amd || family >= 0x19
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_fast_pext() -> bool {
+    false
+}
+
+/// `within_eight` with `pext`: keeps the varint's bytes (`bzhi`) and
+/// gathers their low seven bits in one instruction each.
+#[inline(always)]
+fn within_eight_bmi2(word: u64) -> Option<(u64, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ends = !word & 0x8080_8080_8080_8080;
+        if ends == 0 {
+            return None;
+        }
+        let bits = ends.trailing_zeros() + 1;
+        // SAFETY: only reached through `WinDec::new_bmi2`, whose caller
+        // made sure the processor has BMI2.
+        let v = unsafe {
+            use std::arch::x86_64::{_bzhi_u64, _pext_u64};
+            _pext_u64(_bzhi_u64(word, bits), 0x7f7f_7f7f_7f7f_7f7f)
+        };
+        Some((v, (bits / 8) as usize))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    within_eight(word)
+}
+
+impl<'a, const BMI2: bool> WinDec<'a, BMI2> {
     /// Whether everything read lay inside the body and was well formed.
     #[inline(always)]
     pub fn finish(&self) -> Result<(), DecodeError> {
@@ -274,7 +351,12 @@ impl<'a> WinDec<'a> {
     #[inline(always)]
     fn var_long(&mut self, p: usize) -> u64 {
         let word = u64::from_le_bytes(self.w[p..p + 8].try_into().expect("eight bytes"));
-        if let Some((v, len)) = within_eight(word) {
+        let short = if BMI2 {
+            within_eight_bmi2(word)
+        } else {
+            within_eight(word)
+        };
+        if let Some((v, len)) = short {
             self.pos = p + len;
             return v;
         }
@@ -292,7 +374,7 @@ impl<'a> WinDec<'a> {
     }
 }
 
-impl Fields for WinDec<'_> {
+impl<const BMI2: bool> Fields for WinDec<'_, BMI2> {
     #[inline(always)]
     fn u8(&mut self) -> Result<u8, DecodeError> {
         let p = self.at();
@@ -362,6 +444,43 @@ mod tests {
                     // Cut short: an error, never a wrong value.
                     assert!(Dec::new(&e.buf[..len - 1]).var().is_err());
                 }
+            }
+        }
+    }
+
+    /// `pext` joins varints of every length as the shifts do, whatever
+    /// bytes follow them in the window.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn pext_and_shifts_agree_on_varints_of_every_length() {
+        // Answers either way on any processor (and must not crash).
+        let _ = fast_pext();
+        if !std::arch::is_x86_feature_detected!("bmi2") {
+            return;
+        }
+        let mut values = vec![0u64, 1, 127, 128, 16_383, 16_384, u64::MAX];
+        for bits in 1..64 {
+            values.push((1u64 << bits) - 1);
+            values.push(1u64 << bits);
+            values.push((1u64 << bits) | 0x5a5a_5a5a_5a5a_5a5a >> (64 - bits));
+        }
+        for v in values {
+            for after in [0x00u8, 0x7f, 0x80, 0xff] {
+                let mut e = Enc::default();
+                e.var(v);
+                e.var(300);
+                let len = e.buf.len();
+                let mut w = [after; WINDOW];
+                w[..len].copy_from_slice(&e.buf);
+                let mut shifts = WinDec::new(&w, len);
+                // SAFETY: the processor has BMI2.
+                let mut pext = unsafe { WinDec::new_bmi2(&w, len) };
+                assert_eq!(pext.var(), Ok(v), "value {v:#x}, then {after:#x}");
+                assert_eq!(shifts.var(), Ok(v));
+                assert_eq!(pext.var(), Ok(300));
+                assert_eq!(shifts.var(), Ok(300));
+                assert_eq!(pext.pos, shifts.pos);
+                assert!(pext.finish().is_ok());
             }
         }
     }

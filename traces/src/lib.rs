@@ -32,7 +32,7 @@ mod codec;
 pub mod file;
 pub mod record;
 
-pub use codec::{Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
+pub use codec::{fast_pext, Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
 pub use file::{
     decode_chunk, file_header, read_all, ChunkEncoder, ChunkRecords, DecodedChunk, RawChunk,
     RawRecord, TraceReader, TraceWriter, Warning, FORMAT_VERSION,

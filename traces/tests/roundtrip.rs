@@ -356,7 +356,9 @@ fn newer_versions_are_refused_with_the_version_named() {
 }
 
 /// Decodes the frequent record `tag` from `body` both ways: with `Dec`, and
-/// with `WinDec` over `body` followed by `tail` (the rest of a payload).
+/// with `WinDec` over `body` followed by `tail` (the rest of a payload). The
+/// windowed result is the same with `pext` (`WinDec::new_bmi2`) wherever the
+/// processor has it.
 fn both_ways(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<String>, Option<String>) {
     use gmem_prof_traces::{record, Dec, Fields, WinDec, WINDOW};
     fn decode(
@@ -383,6 +385,15 @@ fn both_ways(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<String>, O
     let windowed = decode(tag, &mut d, base)
         .and_then(|v| d.finish().map(|_| v))
         .ok();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("bmi2") {
+        // SAFETY: the processor has BMI2.
+        let mut d = unsafe { WinDec::new_bmi2(&window, body.len()) };
+        let with_pext = decode(tag, &mut d, base)
+            .and_then(|v| d.finish().map(|_| v))
+            .ok();
+        assert_eq!(windowed, with_pext, "pext and shifts disagree");
+    }
     (checked, windowed)
 }
 
