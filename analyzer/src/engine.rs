@@ -457,28 +457,29 @@ impl Engine {
         let st = &mut self.streams[stream as usize];
         st.first_time.get_or_insert(t);
         st.last_time = t;
-        match e.event {
+        // By reference: the event is read in place, not copied out.
+        match &e.event {
             Event::Memory(m) => {
                 self.memory_events += 1;
                 if m.alloc {
-                    let site = self.alloc(stream, t, &m);
+                    let site = self.alloc(stream, t, m);
                     if self.rows.is_some() {
-                        let r = Self::memory_row(EventKind::Alloc, t, &m, Some(site));
+                        let r = Self::memory_row(EventKind::Alloc, t, m, Some(site));
                         self.row(t, stream, r);
                     }
                 } else {
                     let site = self.free(stream, m.address);
                     if self.rows.is_some() {
-                        let r = Self::memory_row(EventKind::Free, t, &m, site);
+                        let r = Self::memory_row(EventKind::Free, t, m, site);
                         self.row(t, stream, r);
                     }
                 }
             }
             Event::Api(call) => {
                 self.api_calls += 1;
-                self.api(stream, t, &call);
+                self.api(stream, t, call);
             }
-            Event::Pool {
+            &Event::Pool {
                 op,
                 address,
                 size,
@@ -488,7 +489,7 @@ impl Engine {
                 let pool = self.pool_id(stream, device, address);
                 self.set_pool_size(device, pool, size, 0);
             }
-            Event::Kernel {
+            &Event::Kernel {
                 end,
                 name,
                 device,
