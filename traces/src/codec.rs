@@ -274,7 +274,8 @@ impl<'a> WinDec<'a, true> {
 }
 
 /// Whether this processor has BMI2 with a fast `pext` (`WinDec::new_bmi2`):
-/// AMD processors before Zen 3 have it microcoded, slower than the shifts.
+/// AMD processors before Zen 3 (and Hygon's) have it microcoded, slower
+/// than the shifts.
 pub fn fast_pext() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *FAST.get_or_init(detect_fast_pext)
@@ -289,7 +290,10 @@ fn detect_fast_pext() -> bool {
     // SAFETY: cpuid exists on every x86_64 processor.
     #[allow(unused_unsafe)]
     let (vendor, version) = unsafe { (__cpuid(0), __cpuid(1)) };
-    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+    // "AuthenticAMD", and Hygon's Zen-based "HygonGenuine".
+    let id = (vendor.ebx, vendor.edx, vendor.ecx);
+    let amd = id == (0x6874_7541, 0x6974_6e65, 0x444d_4163)
+        || id == (0x6f67_7948, 0x6e65_476e, 0x656e_6975);
     let base = (version.eax >> 8) & 0xf;
     let family = if base == 0xf {
         base + ((version.eax >> 20) & 0xff)
