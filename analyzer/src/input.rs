@@ -370,20 +370,11 @@ fn decode_record<const BMI2: bool>(
     let events = &mut d.events;
     let pushed = match r.window {
         Some(w) => {
-            let pushed;
-            let finished;
-            if BMI2 {
-                // SAFETY: BMI2 is only asked for on processors that have it
-                // (`decode`).
-                let win = &mut unsafe { WinDec::new_bmi2(w, r.body.len()) };
-                pushed = push_event(r.tag, win, base, seq, events)?;
-                finished = win.finish();
-            } else {
-                let win = &mut WinDec::new(w, r.body.len());
-                pushed = push_event(r.tag, win, base, seq, events)?;
-                finished = win.finish();
-            }
-            if let Err(e) = finished {
+            // SAFETY: BMI2 is only asked for on processors that have it
+            // (`decode`).
+            let win = &mut unsafe { WinDec::<BMI2>::new_generic(w, r.body.len()) };
+            let pushed = push_event(r.tag, win, base, seq, events)?;
+            if let Err(e) = win.finish() {
                 // What the window held past the record was garbage: the
                 // event pushed from it must not stay.
                 if pushed {

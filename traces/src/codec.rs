@@ -246,12 +246,8 @@ impl<'a> WinDec<'a> {
     /// `w` starts at the body, whose length is `len` (at most `WINDOW_BODY`).
     #[inline(always)]
     pub fn new(w: &'a [u8; WINDOW], len: usize) -> Self {
-        WinDec {
-            w,
-            len: len.min(WINDOW_BODY),
-            pos: 0,
-            bad_varint: false,
-        }
+        // SAFETY: without BMI2 there is nothing to require.
+        unsafe { Self::new_generic(w, len) }
     }
 }
 
@@ -264,12 +260,8 @@ impl<'a> WinDec<'a, true> {
     /// so that the instruction is inlined.
     #[inline(always)]
     pub unsafe fn new_bmi2(w: &'a [u8; WINDOW], len: usize) -> Self {
-        WinDec {
-            w,
-            len: len.min(WINDOW_BODY),
-            pos: 0,
-            bad_varint: false,
-        }
+        // SAFETY: the caller's promise is the one `new_generic` asks for.
+        unsafe { Self::new_generic(w, len) }
     }
 }
 
@@ -332,6 +324,20 @@ fn within_eight_bmi2(word: u64) -> Option<(u64, usize)> {
 }
 
 impl<'a, const BMI2: bool> WinDec<'a, BMI2> {
+    /// `new` or `new_bmi2`, as `BMI2` says, for code generic over it.
+    ///
+    /// # Safety
+    /// With `BMI2`, as for `new_bmi2`.
+    #[inline(always)]
+    pub unsafe fn new_generic(w: &'a [u8; WINDOW], len: usize) -> Self {
+        WinDec {
+            w,
+            len: len.min(WINDOW_BODY),
+            pos: 0,
+            bad_varint: false,
+        }
+    }
+
     /// Whether everything read lay inside the body and was well formed.
     #[inline(always)]
     pub fn finish(&self) -> Result<(), DecodeError> {
@@ -425,16 +431,23 @@ mod tests {
         }
     }
 
-    /// The word-at-a-time path against the byte loop, for every length, at
-    /// the end of the buffer and with bytes after it.
-    #[test]
-    fn varints_of_every_length_decode_the_same_in_any_position() {
+    /// Values at every varint length's edges, and one with mixed bits for
+    /// each bit length.
+    fn varint_edge_values() -> Vec<u64> {
         let mut values = vec![0u64, 1, 127, 128, 16_383, 16_384, u64::MAX];
         for bits in 1..64 {
             values.push((1u64 << bits) - 1);
             values.push(1u64 << bits);
             values.push((1u64 << bits) | 0x5a5a_5a5a_5a5a_5a5a >> (64 - bits));
         }
+        values
+    }
+
+    /// The word-at-a-time path against the byte loop, for every length, at
+    /// the end of the buffer and with bytes after it.
+    #[test]
+    fn varints_of_every_length_decode_the_same_in_any_position() {
+        let values = varint_edge_values();
         for v in values {
             for tail in [0usize, 1, 7, 12] {
                 let mut e = Enc::default();
@@ -462,12 +475,7 @@ mod tests {
         if !std::arch::is_x86_feature_detected!("bmi2") {
             return;
         }
-        let mut values = vec![0u64, 1, 127, 128, 16_383, 16_384, u64::MAX];
-        for bits in 1..64 {
-            values.push((1u64 << bits) - 1);
-            values.push(1u64 << bits);
-            values.push((1u64 << bits) | 0x5a5a_5a5a_5a5a_5a5a >> (64 - bits));
-        }
+        let values = varint_edge_values();
         for v in values {
             for after in [0x00u8, 0x7f, 0x80, 0xff] {
                 let mut e = Enc::default();
