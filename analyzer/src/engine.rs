@@ -195,6 +195,29 @@ fn pool_blocks(live: &FastMap<(u32, u64), Live>) -> impl Iterator<Item = (PoolId
         .filter_map(|(&(_, address), l)| l.pool.map(|p| (p, address, l.bytes)))
 }
 
+/// Ends the open failures of the request (`bytes` on thread `tid`) with
+/// `outcome`: the request was later retried, or succeeded. Cheap when none
+/// is open (every successful allocation call asks).
+fn close_failures(
+    open: &mut Vec<(u32, u64, usize)>,
+    ooms: &mut [OomRaw],
+    tid: u32,
+    bytes: u64,
+    outcome: &'static str,
+) {
+    if open.is_empty() {
+        return;
+    }
+    open.retain(|&(ftid, fbytes, i)| {
+        if ftid == tid && fbytes == bytes {
+            ooms[i].outcome = outcome;
+            false
+        } else {
+            true
+        }
+    });
+}
+
 /// (site, bytes, count) of every site holding memory on a device now.
 fn live_sites(dev: &DeviceState, sites: &[SiteStats]) -> Vec<(u32, u64, u64)> {
     dev.sites
@@ -769,16 +792,13 @@ impl Engine {
         }
         // A success for the same request on the same thread: the allocator
         // recovered from the failures before it.
-        if !st.open_failures.is_empty() {
-            st.open_failures.retain(|&(ftid, fbytes, i)| {
-                if ftid == tid && fbytes == bytes {
-                    self.ooms[i].outcome = "recovered";
-                    false
-                } else {
-                    true
-                }
-            });
-        }
+        close_failures(
+            &mut st.open_failures,
+            &mut self.ooms,
+            tid,
+            bytes,
+            "recovered",
+        );
         if func == ApiFunc::MEM_ADDRESS_RESERVE {
             let pid = st.pid();
             self.regions.reserve(stream, pid, address, bytes);
@@ -851,14 +871,7 @@ impl Engine {
         let index = self.ooms.len();
         let st = &mut self.streams[stream as usize];
         // An earlier failure of the same request on this thread was retried.
-        st.open_failures.retain(|&(ftid, fbytes, i)| {
-            if ftid == tid && fbytes == bytes {
-                self.ooms[i].outcome = "retried";
-                false
-            } else {
-                true
-            }
-        });
+        close_failures(&mut st.open_failures, &mut self.ooms, tid, bytes, "retried");
         st.open_failures.push((tid, bytes, index));
         if self.rows.is_some() {
             let r = EventRow {
