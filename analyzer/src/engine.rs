@@ -9,7 +9,7 @@ use gmem_prof_traces::Record;
 
 use crate::events::{EventKind, EventRow};
 use crate::input::{ApiEv, Event, MemoryEv, TimedEvent};
-use crate::regions::{PoolId, Regions};
+use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Curve, Samples};
 
@@ -91,8 +91,8 @@ struct Live {
     kind: u8,
     /// The process's allocation count (`allocations`) when this was allocated.
     seq: u64,
-    /// Pool it came from, or a VMM mapping.
-    pool: Option<PoolId>,
+    /// Its place in the pool it came from, or a VMM mapping.
+    pool: Option<PoolBlock>,
     vmm: bool,
 }
 
@@ -103,6 +103,56 @@ struct PendingCall {
     func: ApiFunc,
     address: u64,
     internal: bool,
+}
+
+/// API calls waiting for their device-side record, by correlation id. The
+/// call added last is kept apart from the map: its record usually comes
+/// next, and then neither adding nor taking the call hashes. (The map never
+/// holds the id of the call kept apart.)
+#[derive(Default)]
+struct PendingCalls {
+    last: Option<(u32, PendingCall)>,
+    rest: FastMap<u32, PendingCall>,
+}
+
+impl PendingCalls {
+    #[inline]
+    fn insert(&mut self, correlation: u32, call: PendingCall) {
+        if let Some((c, before)) = self.last.take() {
+            if c != correlation {
+                self.rest.insert(c, before);
+            }
+        }
+        if !self.rest.is_empty() {
+            self.rest.remove(&correlation);
+        }
+        self.last = Some((correlation, call));
+    }
+
+    #[inline]
+    fn remove(&mut self, correlation: u32) -> Option<PendingCall> {
+        match self.last {
+            Some((c, call)) if c == correlation => {
+                self.last = None;
+                Some(call)
+            }
+            _ if self.rest.is_empty() => None,
+            _ => self.rest.remove(&correlation),
+        }
+    }
+
+    fn contains(&self, correlation: u32) -> bool {
+        self.last.is_some_and(|(c, _)| c == correlation) || self.rest.contains_key(&correlation)
+    }
+
+    fn len(&self) -> usize {
+        self.rest.len() + usize::from(self.last.is_some())
+    }
+
+    fn retain(&mut self, keep: impl Fn(&PendingCall) -> bool) {
+        self.last = self.last.filter(|(_, call)| keep(call));
+        self.rest.retain(|_, call| keep(call));
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -172,6 +222,51 @@ impl DeviceState {
     }
 }
 
+/// Device states by id. The sweep looks one up for almost every event, and
+/// nearly always the one it found last: that one is checked first, so the
+/// usual lookup is one comparison rather than a tree search.
+#[derive(Default)]
+pub struct Devices {
+    states: Vec<DeviceState>,
+    by_id: BTreeMap<u32, usize>,
+    last: Option<(u32, usize)>,
+}
+
+impl Devices {
+    #[inline]
+    fn get_or_insert(&mut self, d: u32) -> &mut DeviceState {
+        let i = match self.last {
+            Some((id, i)) if id == d => i,
+            _ => self.find_or_insert(d),
+        };
+        &mut self.states[i]
+    }
+
+    #[cold]
+    fn find_or_insert(&mut self, d: u32) -> usize {
+        let next = self.states.len();
+        let i = *self.by_id.entry(d).or_insert(next);
+        if i == next {
+            self.states.push(DeviceState::new());
+        }
+        self.last = Some((d, i));
+        i
+    }
+
+    pub fn get(&self, d: u32) -> Option<&DeviceState> {
+        self.by_id.get(&d).map(|&i| &self.states[i])
+    }
+
+    pub fn get_mut(&mut self, d: u32) -> Option<&mut DeviceState> {
+        self.by_id.get(&d).map(|&i| &mut self.states[i])
+    }
+
+    /// The device ids, in ascending order.
+    pub fn ids(&self) -> Vec<u32> {
+        self.by_id.keys().copied().collect()
+    }
+}
+
 /// A failed allocation as seen during the sweep.
 #[derive(Clone, Debug)]
 pub struct OomRaw {
@@ -187,12 +282,6 @@ pub struct OomRaw {
     pub device_live: u64,
     pub largest_free: Option<u64>,
     pub live_by_site: Vec<(u32, u64, u64)>,
-}
-
-/// The live pool blocks as `Regions::device_extents` takes them.
-fn pool_blocks(live: &FastMap<(u32, u64), Live>) -> impl Iterator<Item = (PoolId, u64, u64)> + '_ {
-    live.iter()
-        .filter_map(|(&(_, address), l)| l.pool.map(|p| (p, address, l.bytes)))
 }
 
 /// Ends the open failures of the request (`bytes` on thread `tid`) with
@@ -231,7 +320,7 @@ pub struct StreamState {
     pub defs: StreamDefs,
     /// (device, site + 1) of call sites by stack id: a cache of `site_index`.
     call_sites: Vec<(u32, u32)>,
-    pending: FastMap<u32, PendingCall>,
+    pending: PendingCalls,
     pending_by_address: FastMap<u64, u32>,
     last_device: u32,
     pub allocations: u64,
@@ -276,7 +365,7 @@ impl StreamState {
         StreamState {
             defs: StreamDefs::default(),
             call_sites: Vec::new(),
-            pending: FastMap::default(),
+            pending: PendingCalls::default(),
             pending_by_address: FastMap::default(),
             last_device: 0,
             allocations: 0,
@@ -299,7 +388,7 @@ impl StreamState {
     /// checked against the address when the call knew it; else by address
     /// (VMM maps can carry another call's correlation id).
     fn take_call(&mut self, correlation: u32, address: u64) -> Option<PendingCall> {
-        if let Some(c) = self.pending.remove(&correlation) {
+        if let Some(c) = self.pending.remove(correlation) {
             if c.address == 0 || c.address == address {
                 if c.address != 0
                     && also_by_address(c.func)
@@ -313,7 +402,7 @@ impl StreamState {
             self.pending.insert(correlation, c);
         }
         let corr = self.pending_by_address.remove(&address)?;
-        self.pending.remove(&corr)
+        self.pending.remove(corr)
     }
 
     pub fn pid(&self) -> u32 {
@@ -328,7 +417,7 @@ pub struct Engine {
     live: FastMap<(u32, u64), Live>,
     pub sites: Vec<SiteStats>,
     site_index: FastMap<SiteKey, u32>,
-    pub devices: BTreeMap<u32, DeviceState>,
+    pub devices: Devices,
     pub regions: Regions,
     pub ooms: Vec<OomRaw>,
     pub late_events: u64,
@@ -348,7 +437,7 @@ impl Engine {
             live: FastMap::default(),
             sites: Vec::new(),
             site_index: FastMap::default(),
-            devices: BTreeMap::new(),
+            devices: Devices::default(),
             regions: Regions::default(),
             ooms: Vec::new(),
             late_events: 0,
@@ -367,7 +456,7 @@ impl Engine {
         r.time_ns = t.saturating_sub(start);
         r.end_ns = r.end_ns.saturating_sub(start).max(r.time_ns);
         r.pid = self.streams[stream as usize].pid();
-        if let Some(d) = self.devices.get(&r.device) {
+        if let Some(d) = self.devices.get(r.device) {
             r.device_live = d.live;
             r.device_reserved = d.reserved;
         }
@@ -389,16 +478,14 @@ impl Engine {
         let st = &mut self.streams[stream as usize];
         for r in defs {
             if let Record::Device(d) = &r {
-                self.devices
-                    .entry(d.device)
-                    .or_insert_with(DeviceState::new);
+                self.devices.get_or_insert(d.device);
             }
             st.defs.add(r);
         }
     }
 
     fn device(&mut self, d: u32) -> &mut DeviceState {
-        self.devices.entry(d).or_insert_with(DeviceState::new)
+        self.devices.get_or_insert(d)
     }
 
     fn site(&mut self, key: SiteKey) -> u32 {
@@ -510,7 +597,7 @@ impl Engine {
             } => {
                 let size = if op == 2 { 0 } else { size };
                 let pool = self.pool_id(stream, device, address);
-                self.set_pool_size(device, pool, size, 0);
+                self.set_pool_size(device, pool, size);
             }
             &Event::Kernel {
                 end,
@@ -559,13 +646,12 @@ impl Engine {
         self.regions.pool_id(stream, pid, device, address)
     }
 
-    /// A pool's size as a record states it; an allocation from the pool
-    /// also takes `allocated` bytes of it.
-    fn set_pool_size(&mut self, device: u32, pool: PoolId, size: u64, allocated: u64) {
-        let delta = self.regions.set_pool_size(pool, size, allocated);
+    /// A pool's size as a record states it.
+    fn set_pool_size(&mut self, device: u32, pool: PoolId, size: u64) {
+        let delta = self.regions.set_pool_size(pool, size);
         if delta != 0 {
             let axis = self.axis.as_ref().expect("axis set before events");
-            let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+            let dev = self.devices.get_or_insert(device);
             dev.reserved = (dev.reserved as i128 + delta).max(0) as u64;
             dev.reserved_peak = dev.reserved_peak.max(dev.reserved);
             dev.reserved_curve.set(axis, dev.reserved);
@@ -626,6 +712,7 @@ impl Engine {
         st.count_axis.advance(st.allocations);
         let vmm = context == NO_CONTEXT;
         let pool_id = pool.map(|(a, _)| self.pool_id(stream, device, a));
+        let block = pool_id.map(|id| self.regions.pool_alloc(id, address, bytes));
         let st = &mut self.streams[stream as usize];
         let old = self.live.insert(
             (stream, address),
@@ -635,7 +722,7 @@ impl Engine {
                 device,
                 kind,
                 seq: st.allocations,
-                pool: pool_id,
+                pool: block,
                 vmm,
             },
         );
@@ -644,7 +731,7 @@ impl Engine {
             self.retire(stream, address, old, false);
         }
         if let (Some(id), Some((_, psize))) = (pool_id, pool) {
-            self.set_pool_size(device, id, psize, bytes);
+            self.set_pool_size(device, id, psize);
         }
         if vmm {
             self.regions.map(stream, device, address, bytes);
@@ -666,7 +753,7 @@ impl Engine {
             st.peak = st.live;
             st.peak_time = t;
         }
-        let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+        let dev = self.devices.get_or_insert(device);
         let k = usize::from(kind & 7);
         dev.live += bytes;
         dev.by_kind[k] += bytes;
@@ -727,10 +814,7 @@ impl Engine {
     /// end when `counted` is false).
     fn retire(&mut self, stream: u32, address: u64, l: Live, counted: bool) {
         let axis = self.axis.as_ref().expect("axis set before events");
-        let dev = self
-            .devices
-            .entry(l.device)
-            .or_insert_with(DeviceState::new);
+        let dev = self.devices.get_or_insert(l.device);
         Self::settle_peak(dev, &self.sites);
         let k = usize::from(l.kind & 7);
         dev.live -= l.bytes;
@@ -806,10 +890,10 @@ impl Engine {
         }
         if st.pending.len() >= PENDING_LIMIT {
             st.pending
-                .retain(|_, c| t.saturating_sub(c.time) < PENDING_AGE_NS);
+                .retain(|c| t.saturating_sub(c.time) < PENDING_AGE_NS);
             let pending = &st.pending;
             st.pending_by_address
-                .retain(|_, corr| pending.contains_key(corr));
+                .retain(|_, corr| pending.contains(*corr));
         }
         st.pending.insert(
             correlation,
@@ -849,7 +933,7 @@ impl Engine {
             func: if stack == 0 { func.0 } else { 0 },
         });
         self.sites[site as usize].failed += 1;
-        let dev = self.devices.entry(device).or_insert_with(DeviceState::new);
+        let dev = self.devices.get_or_insert(device);
         let mut live_by_site: Vec<(u32, u64, u64)> = dev
             .sites
             .iter()
@@ -864,10 +948,7 @@ impl Engine {
             .collect();
         live_by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let device_live = dev.live;
-        let largest_free = self
-            .regions
-            .device_extents(device, pool_blocks(&self.live))
-            .map(|e| e.largest);
+        let largest_free = self.regions.device_extents(device).map(|e| e.largest);
         let index = self.ooms.len();
         let st = &mut self.streams[stream as usize];
         // An earlier failure of the same request on this thread was retried.
@@ -942,12 +1023,13 @@ impl Engine {
     fn sample_fragmentation(&mut self) {
         let Some(axis) = &self.axis else { return };
         let now = self.now;
-        for (&d, dev) in self.devices.iter_mut() {
+        for (&d, &i) in &self.devices.by_id {
+            let dev = &mut self.devices.states[i];
             if !dev.frag_dirty {
                 continue;
             }
             dev.frag_dirty = false;
-            let ext = self.regions.device_extents(d, pool_blocks(&self.live));
+            let ext = self.regions.device_extents(d);
             dev.frag.put(
                 axis,
                 axis.current,
@@ -973,7 +1055,7 @@ impl Engine {
             return;
         }
         self.sample_fragmentation();
-        for dev in self.devices.values_mut() {
+        for dev in &mut self.devices.states {
             Self::settle_peak(dev, &self.sites);
         }
         for s in 0..self.streams.len() as u32 {
@@ -981,13 +1063,60 @@ impl Engine {
                 self.settle_exit(s, None);
             }
         }
-        let devices: Vec<u32> = self.devices.keys().copied().collect();
-        for d in devices {
-            let peak_sites = self.devices[&d].peak_sites.clone();
-            for (i, b, c) in peak_sites {
+        for &d in self.devices.by_id.values() {
+            for &(i, b, c) in &self.devices.states[d].peak_sites {
                 let s = &mut self.sites[i as usize];
                 s.at_peak += b;
                 s.at_peak_count += c;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(time: u64) -> PendingCall {
+        PendingCall {
+            time,
+            stack: 0,
+            func: ApiFunc::MEM_ALLOC,
+            address: 0,
+            internal: false,
+        }
+    }
+
+    proptest::proptest! {
+        /// `PendingCalls` answers as a plain map would, whatever the order
+        /// of insertions, removals and pruning, repeated ids included.
+        #[test]
+        fn pending_calls_behave_as_a_map(
+            ops in proptest::collection::vec((0u8..4, 0u32..6), 0..200),
+        ) {
+            let mut pending = PendingCalls::default();
+            let mut model: HashMap<u32, PendingCall> = HashMap::new();
+            for (i, &(op, id)) in ops.iter().enumerate() {
+                let t = i as u64;
+                match op {
+                    0 | 1 => {
+                        pending.insert(id, call(t));
+                        model.insert(id, call(t));
+                    }
+                    2 => {
+                        let got = pending.remove(id).map(|c| c.time);
+                        proptest::prop_assert_eq!(got, model.remove(&id).map(|c| c.time));
+                    }
+                    _ => {
+                        // Keep the calls of even times only.
+                        pending.retain(|c| c.time % 2 == 0);
+                        model.retain(|_, c| c.time % 2 == 0);
+                    }
+                }
+                proptest::prop_assert_eq!(pending.len(), model.len());
+                for k in 0..6 {
+                    proptest::prop_assert_eq!(pending.contains(k), model.contains_key(&k));
+                }
             }
         }
     }

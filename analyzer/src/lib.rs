@@ -470,7 +470,7 @@ fn build(
     };
 
     let mut devices = Vec::new();
-    let device_ids: Vec<u32> = engine.devices.keys().copied().collect();
+    let device_ids = engine.devices.ids();
     for d in device_ids {
         let info = engine
             .streams
@@ -522,7 +522,7 @@ fn build(
             )
             .collect();
         let streams = &engine.streams;
-        let dev = engine.devices.get_mut(&d).expect("device listed");
+        let dev = engine.devices.get_mut(d).expect("device listed");
         let mut blind_spots = Vec::new();
         if has_cache_sites {
             blind_spots.push(

@@ -17,6 +17,14 @@ use crate::engine::FastMap;
 /// the sweep finds their pool without hashing.
 pub type PoolId = u32;
 
+/// A live block's place in its pool: the pool, and the slot of
+/// `Pool::blocks` holding it, so that a free finds it without a search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolBlock {
+    pub pool: PoolId,
+    slot: u32,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
     /// The process's stream: pools are told apart by (stream, address).
@@ -27,10 +35,13 @@ pub struct Pool {
     /// Reserved size as CUPTI last reported it.
     pub size: u64,
     pub max_size: u64,
-    /// Bytes of its live sub-allocations. The sub-allocations themselves
-    /// are the engine's live set (one map, not two): it hands them in when
-    /// free extents are wanted.
+    /// Bytes of its live sub-allocations.
     used: u64,
+    /// Its live sub-allocations (address, bytes), in slots that frees empty
+    /// and allocations fill again (`free_slots`): a fragmentation sample
+    /// reads a pool's blocks from here rather than from the whole live set.
+    blocks: Vec<Option<(u64, u64)>>,
+    free_slots: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -67,13 +78,15 @@ impl Extents {
 }
 
 impl Pool {
-    /// Free extents, given the pool's live blocks (address, bytes), which
-    /// this may reorder. `buckets` is scratch space kept between calls.
-    fn extents(&self, blocks: &mut [(u64, u64)], buckets: &mut Vec<(u64, u64)>) -> Extents {
+    /// Free extents. `blocks` and `buckets` are scratch space kept between
+    /// calls.
+    fn extents(&self, blocks: &mut Vec<(u64, u64)>, buckets: &mut Vec<(u64, u64)>) -> Extents {
         let free = self.size.saturating_sub(self.used);
         if free == 0 {
             return Extents::default();
         }
+        blocks.clear();
+        blocks.extend(self.blocks.iter().flatten());
         let Some(first) = blocks.iter().map(|&(a, _)| a).min() else {
             return Extents {
                 free,
@@ -185,23 +198,26 @@ pub struct Regions {
     /// spares them the hash.
     last_pool: Option<((u32, u64), PoolId)>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
-    /// Live blocks by pool, gathered for one `device_extents` (kept to
-    /// reuse the vectors).
-    block_lists: Vec<Vec<(u64, u64)>>,
-    /// Scratch for `largest_gap_bucketed`.
+    /// Scratch for `Pool::extents`: one pool's live blocks, and
+    /// `largest_gap_bucketed`'s buckets.
+    blocks: Vec<(u64, u64)>,
     buckets: Vec<(u64, u64)>,
 }
 
 impl Regions {
     /// The pool of `stream` at `address`, known from now on (first seen on
     /// `device`, in process `pid`).
+    #[inline]
     pub fn pool_id(&mut self, stream: u32, pid: u32, device: u32, address: u64) -> PoolId {
-        let key = (stream, address);
-        if let Some((k, id)) = self.last_pool {
-            if k == key {
-                return id;
-            }
+        match self.last_pool {
+            Some((k, id)) if k == (stream, address) => id,
+            _ => self.pool_id_slow(stream, pid, device, address),
         }
+    }
+
+    #[cold]
+    fn pool_id_slow(&mut self, stream: u32, pid: u32, device: u32, address: u64) -> PoolId {
+        let key = (stream, address);
         let next = self.pools.len() as PoolId;
         let id = *self.pool_ids.entry(key).or_insert(next);
         if id == next {
@@ -218,24 +234,42 @@ impl Regions {
     }
 
     /// A pool's reserved size as a record states it (creation, trim, or an
-    /// allocation from it, which also takes `allocated` bytes; the caller
-    /// frees first whatever lived at the block's address). Returns the
-    /// change in size.
-    pub fn set_pool_size(&mut self, id: PoolId, size: u64, allocated: u64) -> i128 {
+    /// allocation from it). Returns the change in size.
+    pub fn set_pool_size(&mut self, id: PoolId, size: u64) -> i128 {
         let Some(p) = self.pools.get_mut(id as usize) else {
             return 0;
         };
         let delta = size as i128 - p.size as i128;
         p.size = size;
         p.max_size = p.max_size.max(size);
-        p.used += allocated;
         delta
     }
 
-    pub fn pool_free(&mut self, id: PoolId, bytes: u64) {
-        if let Some(p) = self.pools.get_mut(id as usize) {
-            p.used = p.used.saturating_sub(bytes);
-        }
+    /// A block of `bytes` at `address` was allocated from pool `id` (the
+    /// caller frees first whatever lived at that address).
+    #[inline]
+    pub fn pool_alloc(&mut self, id: PoolId, address: u64, bytes: u64) -> PoolBlock {
+        let p = &mut self.pools[id as usize];
+        p.used += bytes;
+        let slot = match p.free_slots.pop() {
+            Some(slot) => {
+                p.blocks[slot as usize] = Some((address, bytes));
+                slot
+            }
+            None => {
+                p.blocks.push(Some((address, bytes)));
+                (p.blocks.len() - 1) as u32
+            }
+        };
+        PoolBlock { pool: id, slot }
+    }
+
+    #[inline]
+    pub fn pool_free(&mut self, block: PoolBlock, bytes: u64) {
+        let p = &mut self.pools[block.pool as usize];
+        p.used = p.used.saturating_sub(bytes);
+        p.blocks[block.slot as usize] = None;
+        p.free_slots.push(block.slot);
     }
 
     pub fn reserve(&mut self, stream: u32, pid: u32, base: u64, size: u64) {
@@ -300,30 +334,16 @@ impl Regions {
     }
 
     /// Free extents of a device's regions together; None when it has none.
-    /// `pool_blocks` lists the live pool blocks as (pool, address, bytes);
-    /// blocks of other devices' pools are ignored.
-    pub fn device_extents(
-        &mut self,
-        device: u32,
-        pool_blocks: impl Iterator<Item = (PoolId, u64, u64)>,
-    ) -> Option<Extents> {
+    pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
         let mut total: Option<Extents> = None;
-        let on_device = |p: &Pool| p.device == device && p.size > 0;
-        if self.pools.iter().any(on_device) {
-            self.block_lists.resize_with(self.pools.len(), Vec::new);
-            self.block_lists.iter_mut().for_each(Vec::clear);
-            for (id, address, bytes) in pool_blocks {
-                if let Some(list) = self.block_lists.get_mut(id as usize) {
-                    list.push((address, bytes));
-                }
-            }
-            for (p, blocks) in self.pools.iter().zip(&mut self.block_lists) {
-                if on_device(p) {
-                    total
-                        .get_or_insert_with(Extents::default)
-                        .add(p.extents(blocks, &mut self.buckets));
-                }
-            }
+        for p in self
+            .pools
+            .iter()
+            .filter(|p| p.device == device && p.size > 0)
+        {
+            total
+                .get_or_insert_with(Extents::default)
+                .add(p.extents(&mut self.blocks, &mut self.buckets));
         }
         for r in self
             .reservations
@@ -349,7 +369,7 @@ mod tests {
         assert!(r.map(0, 0, 0x1000_0000, 16 * MIB));
         assert!(r.map(0, 0, 0x1000_0000 + 32 * MIB, 16 * MIB));
         // Free: [16, 32) and [48, 64) MiB: 32 MiB in two 16 MiB extents.
-        let e = r.device_extents(0, std::iter::empty()).unwrap();
+        let e = r.device_extents(0).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -359,7 +379,7 @@ mod tests {
         );
         assert!((e.fragmentation() - 0.5).abs() < 1e-12);
         assert!(r.unmap(0, 0x1000_0000 + 32 * MIB));
-        let e = r.device_extents(0, std::iter::empty()).unwrap();
+        let e = r.device_extents(0).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -404,8 +424,13 @@ mod tests {
             if let Some(got) = largest_gap_bucketed(&blocks, first, free, size, &mut buckets) {
                 proptest::prop_assert_eq!(got, want);
             }
-            let pool = Pool { size, used, ..Default::default() };
-            let e = pool.extents(&mut blocks.clone(), &mut buckets);
+            let pool = Pool {
+                size,
+                used,
+                blocks: blocks.iter().copied().map(Some).collect(),
+                ..Default::default()
+            };
+            let e = pool.extents(&mut Vec::new(), &mut buckets);
             proptest::prop_assert_eq!(e, Extents { free, largest: want.min(free) });
         }
     }
@@ -467,25 +492,19 @@ mod tests {
     fn pool_holes() {
         let mut r = Regions::default();
         let pool = r.pool_id(0, 1, 0, 0xA);
-        r.set_pool_size(pool, 64 * MIB, 0);
+        r.set_pool_size(pool, 64 * MIB);
         // A pool of another device, all free: it counts only for its device.
         let other_pool = r.pool_id(0, 1, 1, 0xB);
-        r.set_pool_size(other_pool, 8 * MIB, 0);
+        r.set_pool_size(other_pool, 8 * MIB);
         assert_eq!(r.pool_id(0, 1, 0, 0xA), pool);
-        let mut live: Vec<u64> = Vec::new();
-        for i in 0..8 {
-            let a = 0x2000_0000 + i * 8 * MIB;
-            r.set_pool_size(pool, 64 * MIB, 8 * MIB);
-            live.push(a);
-        }
-        let blocks = |live: &[u64]| live.iter().map(|&a| (pool, a, 8 * MIB)).collect::<Vec<_>>();
-        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
-        assert_eq!(e.free, 0);
+        let blocks: Vec<PoolBlock> = (0..8)
+            .map(|i| r.pool_alloc(pool, 0x2000_0000 + i * 8 * MIB, 8 * MIB))
+            .collect();
+        assert_eq!(r.device_extents(0).unwrap().free, 0);
         for i in [1, 3, 5] {
-            r.pool_free(pool, 8 * MIB);
-            live.retain(|&a| a != 0x2000_0000 + i * 8 * MIB);
+            r.pool_free(blocks[i], 8 * MIB);
         }
-        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
+        let e = r.device_extents(0).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -493,9 +512,8 @@ mod tests {
                 largest: 8 * MIB
             }
         );
-        r.pool_free(pool, 8 * MIB);
-        live.retain(|&a| a != 0x2000_0000 + 6 * 8 * MIB);
-        let e = r.device_extents(0, blocks(&live).into_iter()).unwrap();
+        r.pool_free(blocks[6], 8 * MIB);
+        let e = r.device_extents(0).unwrap();
         assert_eq!(
             e,
             Extents {
@@ -504,21 +522,24 @@ mod tests {
             }
         );
         assert_eq!(
-            r.device_extents(1, std::iter::empty()),
+            r.device_extents(1),
             Some(Extents {
                 free: 8 * MIB,
                 largest: 8 * MIB
             })
         );
-        // Another device's blocks, or an unknown pool's, change nothing.
-        let other = [
-            (other_pool, 0x2000_0000 + 6 * 8 * MIB, 8 * MIB),
-            (99, 0x2000_0000 + 6 * 8 * MIB, 8 * MIB),
-        ]
-        .into_iter();
-        let e2 = r
-            .device_extents(0, blocks(&live).into_iter().chain(other))
-            .unwrap();
-        assert_eq!(e2, e);
+        // Another device's blocks change nothing on this one.
+        r.pool_alloc(other_pool, 0x2000_0000 + 6 * 8 * MIB, 4 * MIB);
+        assert_eq!(r.device_extents(0), Some(e));
+        // A freed slot is filled again: the hole at 8 MiB closes.
+        let again = r.pool_alloc(pool, 0x2000_0000 + 8 * MIB, 8 * MIB);
+        assert_eq!(again, blocks[6], "the slot freed last is filled first");
+        assert_eq!(
+            r.device_extents(0),
+            Some(Extents {
+                free: 24 * MIB,
+                largest: 16 * MIB
+            })
+        );
     }
 }
