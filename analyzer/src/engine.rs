@@ -543,9 +543,19 @@ impl Engine {
         i
     }
 
+    /// Applies events of one stream, in order (see `apply`).
+    pub fn apply_all(&mut self, stream: u32, events: &[TimedEvent]) {
+        // One call per run of events rather than per event: `apply` is
+        // inlined here, and its entry and exit are paid once.
+        for e in events {
+            self.apply(stream, e);
+        }
+    }
+
     /// Applies one event. Events must come in (time, seq) order; one that
     /// comes later than that is applied at the time already reached.
-    pub fn apply(&mut self, stream: u32, e: &TimedEvent) {
+    #[inline(always)]
+    fn apply(&mut self, stream: u32, e: &TimedEvent) {
         let t = if e.time < self.now {
             self.late_events += 1;
             self.now

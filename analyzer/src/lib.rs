@@ -281,17 +281,19 @@ impl Cursor {
     }
 
     /// Hands `apply` every event from the front on while `ready` holds,
-    /// in order, in place. `ready` must hold for a prefix of the events in
-    /// time order (each run is sorted).
+    /// in order, in place, a slice at a time. `ready` must hold for a prefix
+    /// of the events in time order (each run is sorted).
     fn take_while(
         &mut self,
         ready: impl Fn(&TimedEvent) -> bool,
-        mut apply: impl FnMut(&TimedEvent),
+        mut apply: impl FnMut(&[TimedEvent]),
     ) {
         while let Some(run) = self.runs.front() {
             let waiting = &run[self.head..];
             let n = waiting.partition_point(&ready);
-            waiting[..n].iter().for_each(&mut apply);
+            if n > 0 {
+                apply(&waiting[..n]);
+            }
             self.head += n;
             if self.head < run.len() {
                 return;
@@ -363,7 +365,7 @@ fn release(cursors: &mut [Cursor], safe: u64, engine: &mut Engine) {
             .unwrap_or((u64::MAX, u64::MAX));
         cursors[i].take_while(
             |e| e.time <= safe && key(e) <= limit,
-            |e| engine.apply(i as u32, e),
+            |events| engine.apply_all(i as u32, events),
         );
     }
 }
@@ -888,9 +890,9 @@ mod tests {
                     .filter_map(|r| r.first().map(key))
                     .min()
                     .unwrap_or((u64::MAX, u64::MAX));
-                c.take_while(|e| key(e) < later_min, |e| out.push(key(e)));
+                c.take_while(|e| key(e) < later_min, |es| out.extend(es.iter().map(key)));
             }
-            c.take_while(|_| true, |e| out.push(key(e)));
+            c.take_while(|_| true, |es| out.extend(es.iter().map(key)));
             prop_assert_eq!(out.len(), total);
             prop_assert!(out.is_sorted());
         }
