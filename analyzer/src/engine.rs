@@ -118,6 +118,15 @@ struct PendingCalls {
 impl PendingCalls {
     #[inline]
     fn insert(&mut self, correlation: u32, call: PendingCall) {
+        if self.last.is_none() && self.rest.is_empty() {
+            self.last = Some((correlation, call));
+        } else {
+            self.insert_among_others(correlation, call);
+        }
+    }
+
+    #[cold]
+    fn insert_among_others(&mut self, correlation: u32, call: PendingCall) {
         if let Some((c, before)) = self.last.take() {
             if c != correlation {
                 self.rest.insert(c, before);
@@ -488,6 +497,7 @@ impl Engine {
         self.devices.get_or_insert(d)
     }
 
+    #[inline]
     fn site(&mut self, key: SiteKey) -> u32 {
         // Most sites are allocation calls with a stack: a per-stream table
         // by stack id answers them without hashing the whole key.
@@ -500,8 +510,13 @@ impl Engine {
                 }
             }
         }
+        self.site_not_cached(key, cached)
+    }
+
+    #[cold]
+    fn site_not_cached(&mut self, key: SiteKey, cache: bool) -> u32 {
         let i = self.site_slow(key);
-        if cached {
+        if cache {
             let by_stack = &mut self.streams[key.stream as usize].call_sites;
             let at = key.stack as usize;
             if by_stack.len() <= at {
@@ -657,6 +672,7 @@ impl Engine {
     }
 
     /// A pool's size as a record states it.
+    #[inline]
     fn set_pool_size(&mut self, device: u32, pool: PoolId, size: u64) {
         let delta = self.regions.set_pool_size(pool, size);
         if delta != 0 {

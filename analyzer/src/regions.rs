@@ -235,6 +235,7 @@ impl Regions {
 
     /// A pool's reserved size as a record states it (creation, trim, or an
     /// allocation from it). Returns the change in size.
+    #[inline]
     pub fn set_pool_size(&mut self, id: PoolId, size: u64) -> i128 {
         let Some(p) = self.pools.get_mut(id as usize) else {
             return 0;
