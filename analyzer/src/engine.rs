@@ -672,7 +672,7 @@ impl Engine {
     }
 
     /// A pool's size as a record states it.
-    #[inline]
+    #[inline(always)]
     fn set_pool_size(&mut self, device: u32, pool: PoolId, size: u64) {
         let delta = self.regions.set_pool_size(pool, size);
         if delta != 0 {
