@@ -242,6 +242,7 @@ impl ApiFunc {
 
     /// Calls that obtain memory or address space (their stack is the
     /// allocation site); the others give it back or manage pools.
+    #[inline]
     pub fn allocates(self) -> bool {
         (1..20).contains(&self.0)
     }
