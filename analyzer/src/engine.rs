@@ -562,9 +562,16 @@ impl Engine {
     pub fn apply_all(&mut self, stream: u32, events: &[TimedEvent]) {
         // One call per run of events rather than per event: `apply` is
         // inlined here, and its entry and exit are paid once.
+        let Some(first) = events.first() else { return };
+        let first_time = first.time.max(self.now);
         for e in events {
             self.apply(stream, e);
         }
+        // The stream's first and last times, as each event's would set them
+        // (`apply` reads neither).
+        let st = &mut self.streams[stream as usize];
+        st.first_time.get_or_insert(first_time);
+        st.last_time = self.now;
     }
 
     /// Applies one event. Events must come in (time, seq) order; one that
@@ -589,9 +596,6 @@ impl Engine {
             axis.advance(t);
         }
         self.now = t;
-        let st = &mut self.streams[stream as usize];
-        st.first_time.get_or_insert(t);
-        st.last_time = t;
         // By reference: the event is read in place, not copied out.
         match &e.event {
             Event::Memory(m) => {
