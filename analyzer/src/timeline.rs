@@ -91,7 +91,8 @@ impl Axis {
 #[derive(Clone, Debug, Default)]
 pub struct Curve {
     points: Vec<Point>,
-    /// The value of the latest bucket written before `open`.
+    /// The last value set, as of the last `close` (a later one is in
+    /// `open`): what buckets not yet written carry forward.
     value: u64,
     generation: u32,
     /// The axis epoch for which `open` holds `points[open_at]`; 0 for none.
