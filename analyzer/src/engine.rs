@@ -1093,8 +1093,8 @@ impl Engine {
                 self.settle_exit(s, None);
             }
         }
-        for &d in self.devices.by_id.values() {
-            for &(i, b, c) in &self.devices.states[d].peak_sites {
+        for &state in self.devices.by_id.values() {
+            for &(i, b, c) in &self.devices.states[state].peak_sites {
                 let s = &mut self.sites[i as usize];
                 s.at_peak += b;
                 s.at_peak_count += c;

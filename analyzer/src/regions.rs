@@ -198,9 +198,9 @@ pub struct Regions {
     /// spares them the hash.
     last_pool: Option<((u32, u64), PoolId)>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
-    /// Scratch for `Pool::extents`: one pool's live blocks, and
-    /// `largest_gap_bucketed`'s buckets.
-    blocks: Vec<(u64, u64)>,
+    /// Scratch for `Pool::extents`: one pool's live blocks gathered from
+    /// its slots, and `largest_gap_bucketed`'s buckets.
+    gathered: Vec<(u64, u64)>,
     buckets: Vec<(u64, u64)>,
 }
 
@@ -344,7 +344,7 @@ impl Regions {
         {
             total
                 .get_or_insert_with(Extents::default)
-                .add(p.extents(&mut self.blocks, &mut self.buckets));
+                .add(p.extents(&mut self.gathered, &mut self.buckets));
         }
         for r in self
             .reservations
