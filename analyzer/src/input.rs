@@ -208,7 +208,8 @@ pub fn recycle(mut v: Vec<TimedEvent>) {
     }
 }
 
-fn decode(c: &ChunkRef) -> Decoded {
+/// Decodes one chunk into definitions and events.
+pub fn decode(c: &ChunkRef) -> Decoded {
     SCRATCH.with(|scratch| {
         let scratch = &mut scratch.borrow_mut();
         #[cfg(target_arch = "x86_64")]

@@ -36,6 +36,7 @@ mod timeline;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gmem_prof_traces::TraceError;
 
@@ -150,10 +151,15 @@ fn analyze_inner(
 ) -> Result<(Analysis, SiteIds), AnalyzeError> {
     let (chunks, streams, mut warnings) = input::frame(datas, names)?;
     let total_bytes: u64 = datas.iter().map(|d| d.len() as u64).sum();
-    let mut cursors: Vec<Cursor> = (0..streams).map(|_| Cursor::default()).collect();
-    for (i, c) in chunks.iter().enumerate() {
-        cursors[c.stream as usize].chunks.push(i);
-    }
+    let mut schedule = Schedule::new(&chunks, streams);
+    let mut cursors: Vec<Cursor> = schedule
+        .streams
+        .iter()
+        .map(|s| Cursor {
+            unread: s.chunks.len(),
+            ..Cursor::default()
+        })
+        .collect();
     let mut engine = Engine::new(streams);
     if sink.is_some() {
         engine.rows = Some(Vec::new());
@@ -167,12 +173,12 @@ fn analyze_inner(
         }
     };
     let mut records = 0u64;
-    let mut done_bytes = 0u64;
-    // The next batch is decoded while the sweep applies the current one
-    // (rayon::join): decoding is parallel, the sweep is sequential.
-    let mut in_flight = next_batch(&mut cursors, &chunks, &mut done_bytes)
-        .map(|(s, batch)| (s, input::decode_batch(&batch)));
-    while let Some((s, decoded)) = in_flight.take() {
+    // Decoded batches, in the order the schedule chose them. Later ones are
+    // decoded while the sweep applies the first (rayon::join): decoding is
+    // parallel, the sweep is sequential.
+    let mut ready: VecDeque<Batch> = VecDeque::new();
+    schedule.decode_ahead(&mut ready, &AtomicBool::new(true));
+    while let Some((s, decoded)) = ready.pop_front() {
         for d in decoded {
             records += d.records;
             if let Some((offset, why)) = d.error {
@@ -182,6 +188,7 @@ fn analyze_inner(
             }
             engine.apply_defs(d.stream, d.defs);
             let cur = &mut cursors[s];
+            cur.unread -= 1;
             // Each chunk's events are sorted: the last is its latest.
             if let Some(last) = d.events.last() {
                 cur.read_up_to = cur.read_up_to.max(last.time);
@@ -192,20 +199,22 @@ fn analyze_inner(
         // read past them by the window.
         let safe = cursors
             .iter()
-            .filter(|c| c.next < c.chunks.len())
+            .filter(|c| c.unread > 0)
             .map(|c| c.read_up_to.saturating_sub(input::WINDOW_NS))
             .min()
             .unwrap_or(u64::MAX);
-        let next = next_batch(&mut cursors, &chunks, &mut done_bytes);
+        let swept = AtomicBool::new(false);
         let (pending, engine_ref) = (&mut cursors, &mut engine);
-        let (decoded_next, ()) = rayon::join(
-            || next.map(|(s2, batch)| (s2, input::decode_batch(&batch))),
-            || release(pending, safe, engine_ref),
+        rayon::join(
+            || schedule.decode_ahead(&mut ready, &swept),
+            || {
+                release(pending, safe, engine_ref);
+                swept.store(true, Ordering::Release);
+            },
         );
-        in_flight = decoded_next;
         hand_out(&mut engine);
         if let Some(p) = opts.progress {
-            p(done_bytes, total_bytes);
+            p(schedule.done_bytes, total_bytes);
         }
     }
     release(&mut cursors, u64::MAX, &mut engine);
@@ -233,39 +242,123 @@ fn analyze_inner(
     build(engine, summary)
 }
 
-/// Takes the next batch of chunks of the stream that has read least (so
-/// that every stream's window can be released), advancing its cursor.
-fn next_batch<'c, 'a>(
-    cursors: &mut [Cursor],
+/// A decoded batch: its stream, and its chunks decoded, in file order.
+type Batch = (usize, Vec<input::Decoded>);
+
+/// Decoded batches waiting for the sweep, at most.
+const AHEAD: usize = 3;
+
+/// Which chunks are decoded next, and their decoding ahead of the sweep.
+///
+/// A batch is `input::BATCH` chunks of the stream that has read least, so
+/// that every stream's window can be released. The schedule learns how far
+/// a stream has read only from whole batches, in the order it chose them,
+/// so that order is the same however far ahead decoding runs: the analysis
+/// stays deterministic.
+struct Schedule<'c, 'a> {
     chunks: &'c [ChunkRef<'a>],
-    done_bytes: &mut u64,
-) -> Option<(usize, Vec<&'c ChunkRef<'a>>)> {
-    let s = cursors
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.next < c.chunks.len())
-        .min_by_key(|(i, c)| (c.read_up_to, *i))
-        .map(|(i, _)| i)?;
-    let cur = &mut cursors[s];
-    let end = (cur.next + input::BATCH).min(cur.chunks.len());
-    let batch: Vec<&ChunkRef> = cur.chunks[cur.next..end]
-        .iter()
-        .map(|&i| &chunks[i])
-        .collect();
-    cur.next = end;
-    *done_bytes += batch
-        .iter()
-        .map(|c| c.raw.stored.len() as u64 + 24)
-        .sum::<u64>();
-    Some((s, batch))
+    streams: Vec<StreamSchedule>,
+    /// The batch being decoded: its stream, its chunks, those decoded.
+    current: Option<(usize, Vec<&'c ChunkRef<'a>>, Vec<input::Decoded>)>,
+    /// Stored bytes of the chunks taken so far (for progress).
+    done_bytes: u64,
 }
 
-/// A stream's reading state: its chunks, and decoded events not yet
-/// released.
 #[derive(Default)]
-struct Cursor {
+struct StreamSchedule {
     chunks: Vec<usize>,
     next: usize,
+    read_up_to: u64,
+}
+
+impl<'c, 'a> Schedule<'c, 'a> {
+    fn new(chunks: &'c [ChunkRef<'a>], streams: u32) -> Self {
+        let mut s: Vec<StreamSchedule> = (0..streams).map(|_| StreamSchedule::default()).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            s[c.stream as usize].chunks.push(i);
+        }
+        Schedule {
+            chunks,
+            streams: s,
+            current: None,
+            done_bytes: 0,
+        }
+    }
+
+    /// Starts the next batch; false when every chunk has been taken.
+    fn start_batch(&mut self) -> bool {
+        let Some(s) = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.next < c.chunks.len())
+            .min_by_key(|(i, c)| (c.read_up_to, *i))
+            .map(|(i, _)| i)
+        else {
+            return false;
+        };
+        let cur = &mut self.streams[s];
+        let end = (cur.next + input::BATCH).min(cur.chunks.len());
+        let batch: Vec<&ChunkRef> = cur.chunks[cur.next..end]
+            .iter()
+            .map(|&i| &self.chunks[i])
+            .collect();
+        cur.next = end;
+        self.done_bytes += batch
+            .iter()
+            .map(|c| c.raw.stored.len() as u64 + 24)
+            .sum::<u64>();
+        let n = batch.len();
+        self.current = Some((s, batch, Vec::with_capacity(n)));
+        true
+    }
+
+    /// Decodes into `ready`. When nothing is ready the sweep is waiting:
+    /// the current batch is finished on every thread. Otherwise chunks are
+    /// decoded one at a time on this thread, up to `AHEAD` batches, until
+    /// the sweep has `swept`: then it waits at most one chunk for this
+    /// thread, and never for a whole batch.
+    fn decode_ahead(&mut self, ready: &mut VecDeque<Batch>, swept: &AtomicBool) {
+        loop {
+            if self.current.is_none() && !self.start_batch() {
+                return;
+            }
+            let needed = ready.is_empty();
+            if !needed && (ready.len() >= AHEAD || swept.load(Ordering::Acquire)) {
+                return;
+            }
+            let Some((s, batch, decoded)) = self.current.as_mut() else {
+                return;
+            };
+            if needed {
+                decoded.extend(input::decode_batch(&batch[decoded.len()..]));
+            } else {
+                decoded.push(input::decode(batch[decoded.len()]));
+            }
+            if decoded.len() == batch.len() {
+                let (s, decoded) = (*s, std::mem::take(decoded));
+                self.current = None;
+                let cur = &mut self.streams[s];
+                for d in &decoded {
+                    // Each chunk's events are sorted: the last is its latest.
+                    if let Some(last) = d.events.last() {
+                        cur.read_up_to = cur.read_up_to.max(last.time);
+                    }
+                }
+                ready.push_back((s, decoded));
+            }
+        }
+    }
+}
+
+/// A stream's state in the sweep: how far it has been read, and decoded
+/// events not yet released.
+#[derive(Default)]
+struct Cursor {
+    /// Chunks not yet inserted.
+    unread: usize,
+    /// The latest time of the chunks inserted (the schedule keeps its own,
+    /// for the chunks it decoded, which may be further on).
     read_up_to: u64,
     /// Events not yet released, as sorted runs (usually one per chunk), each
     /// starting at or after the end of the one before. Keeping a chunk's

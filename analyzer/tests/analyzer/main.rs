@@ -5,9 +5,11 @@
 //! - `reference`: random traces compared with a naive reference.
 //! - `constructed`: patterns with exactly known answers (fragmentation).
 //! - `damaged`: bad input gives warnings or a clear error, never a panic.
+//! - `determinism`: the same analysis whatever the thread count.
 
 mod constructed;
 mod damaged;
+mod determinism;
 mod events;
 mod reference;
 mod samples;

@@ -266,24 +266,6 @@ fn torch_spawn_four_processes_on_one_device() {
 }
 
 #[test]
-fn analysis_is_deterministic_across_thread_counts() {
-    let path = repo().join("traces/samples/torch_async.bin");
-    let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let a =
-                gmem_prof_analyzer::analyze_files(std::slice::from_ref(&path), &Default::default())
-                    .unwrap();
-            serde_json::to_string(&a).unwrap()
-        })
-    };
-    assert_eq!(run(1), run(4));
-}
-
-#[test]
 fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
     // JAX's own memory_stats(): pool_bytes is the block XLA's BFC allocator
     // took from the driver; arrays live inside it.
