@@ -178,7 +178,15 @@ fn analyze_inner(
     // parallel, the sweep is sequential.
     let mut ready: VecDeque<Batch> = VecDeque::new();
     schedule.decode_ahead(&mut ready, &AtomicBool::new(true));
-    while let Some((s, decoded)) = ready.pop_front() {
+    while let Some(Batch {
+        stream: s,
+        latest,
+        decoded,
+    }) = ready.pop_front()
+    {
+        let cur = &mut cursors[s];
+        cur.read_up_to = cur.read_up_to.max(latest);
+        cur.unread -= decoded.len();
         for d in decoded {
             records += d.records;
             if let Some((offset, why)) = d.error {
@@ -187,13 +195,7 @@ fn analyze_inner(
                 ));
             }
             engine.apply_defs(d.stream, d.defs);
-            let cur = &mut cursors[s];
-            cur.unread -= 1;
-            // Each chunk's events are sorted: the last is its latest.
-            if let Some(last) = d.events.last() {
-                cur.read_up_to = cur.read_up_to.max(last.time);
-            }
-            cur.insert(d.events);
+            cursors[s].insert(d.events);
         }
         // Events are safe to apply once every stream still being read has
         // read past them by the window.
@@ -242,8 +244,14 @@ fn analyze_inner(
     build(engine, summary)
 }
 
-/// A decoded batch: its stream, and its chunks decoded, in file order.
-type Batch = (usize, Vec<input::Decoded>);
+/// A decoded batch of one stream's chunks.
+struct Batch {
+    stream: usize,
+    /// The latest event time in it.
+    latest: u64,
+    /// Its chunks, decoded, in file order.
+    decoded: Vec<input::Decoded>,
+}
 
 /// Decoded batches waiting for the sweep, at most.
 const AHEAD: usize = 3;
@@ -336,16 +344,21 @@ impl<'c, 'a> Schedule<'c, 'a> {
                 decoded.push(input::decode(batch[decoded.len()]));
             }
             if decoded.len() == batch.len() {
-                let (s, decoded) = (*s, std::mem::take(decoded));
+                let (stream, decoded) = (*s, std::mem::take(decoded));
                 self.current = None;
-                let cur = &mut self.streams[s];
-                for d in &decoded {
-                    // Each chunk's events are sorted: the last is its latest.
-                    if let Some(last) = d.events.last() {
-                        cur.read_up_to = cur.read_up_to.max(last.time);
-                    }
-                }
-                ready.push_back((s, decoded));
+                // Each chunk's events are sorted: the last is its latest.
+                let latest = decoded
+                    .iter()
+                    .filter_map(|d| d.events.last().map(|e| e.time))
+                    .max()
+                    .unwrap_or(0);
+                let cur = &mut self.streams[stream];
+                cur.read_up_to = cur.read_up_to.max(latest);
+                ready.push_back(Batch {
+                    stream,
+                    latest,
+                    decoded,
+                });
             }
         }
     }
@@ -357,8 +370,9 @@ impl<'c, 'a> Schedule<'c, 'a> {
 struct Cursor {
     /// Chunks not yet inserted.
     unread: usize,
-    /// The latest time of the chunks inserted (the schedule keeps its own,
-    /// for the chunks it decoded, which may be further on).
+    /// The latest time of the batches inserted (`Batch::latest`; the
+    /// schedule keeps its own, for the batches it decoded, which may be
+    /// further on).
     read_up_to: u64,
     /// Events not yet released, as sorted runs (usually one per chunk), each
     /// starting at or after the end of the one before. Keeping a chunk's
