@@ -30,6 +30,30 @@ const PENDING_AGE_NS: u64 = 10_000_000_000;
 /// table's size is bounded whatever ids a damaged trace holds).
 const SITE_CACHE_IDS: u32 = 1 << 20;
 
+/// How many events ahead of the one applied the sweep asks for (see
+/// `prefetch_passing`).
+const PREFETCH_AHEAD: usize = 8;
+
+/// Asks the processor for the cache line at `p` as data read once: the
+/// events pass through the sweep once, and the reordering window holds far
+/// more of them than the caches do, so fetched the ordinary way they evict
+/// what the sweep keeps reusing (live allocations, sites, curves). Fetched
+/// as non-temporal, they mostly do not: reports are 3% faster on the 50M
+/// trace (three series of paired runs). A hint only: `p` may point
+/// anywhere, past the end of the events included.
+#[inline(always)]
+fn prefetch_passing<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA};
+        // SAFETY: SSE, which `_mm_prefetch` needs, is part of x86_64; a
+        // prefetch reads nothing the program sees and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_NTA>(p.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Why memory has no ordinary allocation call behind it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteClass {
@@ -632,7 +656,8 @@ impl Engine {
         // inlined here, and its entry and exit are paid once.
         let Some(first) = events.first() else { return };
         let first_time = first.time.max(self.now);
-        for e in events {
+        for (i, e) in events.iter().enumerate() {
+            prefetch_passing(events.as_ptr().wrapping_add(i + PREFETCH_AHEAD));
             self.apply(stream, e);
         }
         // The stream's first and last times, as each event's would set them
