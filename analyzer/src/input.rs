@@ -126,10 +126,16 @@ pub fn frame<'a>(
         // a damaged file (a bad checksum or any framing warning) is framed
         // again by the careful reader, which verifies as it goes and resyncs
         // past damage. Both give the same chunks for an undamaged file.
-        let (raw, reader) = frame_file(
-            TraceReader::new(data)
-                .map_err(trace_error)?
-                .without_checksums(),
+        let reader = TraceReader::new(data)
+            .map_err(trace_error)?
+            .without_checksums();
+        // Framing walks the chunk headers in order, and reading each one
+        // maps in the pages around it: most of the time it takes. The
+        // second half of the file is read meanwhile on another thread, so
+        // that its pages are mapped when framing gets there.
+        let ((raw, reader), ()) = rayon::join(
+            || frame_file(reader),
+            || touch_pages(&data[data.len() / 2..]),
         );
         let intact = reader
             .warnings
@@ -165,6 +171,13 @@ pub fn frame<'a>(
         }
     }
     Ok((out, next_stream, warnings))
+}
+
+/// Reads a byte of every page, so that the mapping's pages are mapped in.
+fn touch_pages(data: &[u8]) {
+    for i in (0..data.len()).step_by(4096) {
+        std::hint::black_box(data[i]);
+    }
 }
 
 fn frame_file(mut reader: TraceReader<'_>) -> (Vec<RawChunk<'_>>, TraceReader<'_>) {
