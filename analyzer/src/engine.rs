@@ -390,13 +390,19 @@ fn close_failures(
     });
 }
 
-/// (site, bytes, count) of every site holding memory on a device now.
-fn live_sites(dev: &DeviceState, sites: &[SiteStats]) -> Vec<(u32, u64, u64)> {
-    dev.sites
-        .iter()
-        .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
-        .filter(|&(_, b, _)| b > 0)
-        .collect()
+/// Sets `peak_sites` to (site, bytes, count) of every site holding memory
+/// on the device now.
+fn live_sites(dev: &mut DeviceState, sites: &[SiteStats]) {
+    // Into the vector of the previous peak: a growing program reaches a
+    // new peak thousands of times, and a new vector each time was grown
+    // from nothing.
+    dev.peak_sites.clear();
+    dev.peak_sites.extend(
+        dev.sites
+            .iter()
+            .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
+            .filter(|&(_, b, _)| b > 0),
+    );
 }
 
 pub struct StreamState {
@@ -929,7 +935,7 @@ impl Engine {
     fn settle_peak(dev: &mut DeviceState, sites: &[SiteStats]) {
         if dev.peak_dirty {
             dev.peak_dirty = false;
-            dev.peak_sites = live_sites(dev, sites);
+            live_sites(dev, sites);
         }
     }
 
