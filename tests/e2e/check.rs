@@ -107,18 +107,20 @@ fn bad_input_and_no_budget_exit_2() {
     assert!(stderr(&o).starts_with("gmem-prof: "));
 }
 
-fn write_budget(name: &str, text: &str) -> std::path::PathBuf {
+/// A budget file, in a scratch directory that lives as long as the first
+/// value returned.
+fn write_budget(name: &str, text: &str) -> (Scratch, std::path::PathBuf) {
     let dir = scratch(name);
     let p = dir.join("gmem-budget.toml");
     std::fs::write(&p, text).unwrap();
-    p
+    (dir, p)
 }
 
 #[test]
 fn budget_file_per_device_and_per_process() {
     // oom.cu peaks at 8 × 16 GiB = 128 GiB on device 0; the process is
     // bin/oom; it frees everything; two requests fail and reach it.
-    let ok = write_budget(
+    let (_ok_dir, ok) = write_budget(
         "check-budget-ok",
         r#"
         [run]
@@ -140,7 +142,7 @@ fn budget_file_per_device_and_per_process() {
         out(&o)
     );
 
-    let tight = write_budget(
+    let (_tight_dir, tight) = write_budget(
         "check-budget-tight",
         r#"
         [process."oom"]
@@ -179,7 +181,7 @@ fn budget_file_per_device_and_per_process() {
 
 #[test]
 fn bad_budget_file_exits_2_with_the_reason() {
-    let bad = write_budget("check-budget-bad", "[run]\nmax_peek = \"1GiB\"\n");
+    let (_bad_dir, bad) = write_budget("check-budget-bad", "[run]\nmax_peek = \"1GiB\"\n");
     let o = check("oom.bin", &["--budget", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("max_peek"), "{}", stderr(&o));

@@ -91,12 +91,43 @@ pub fn fake() -> &'static Fake {
     })
 }
 
-/// A fresh directory for one test's files.
-pub fn scratch(name: &str) -> PathBuf {
+/// A fresh directory for one test's files, removed when the test passes
+/// (kept when it fails, to look at).
+pub fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("gmem-prof-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
+}
+
+/// See `scratch`.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// `gmem-prof record` of the fake app, with the fake CUPTI.
