@@ -131,23 +131,30 @@ fn with_files<T>(
         names.push(name);
     }
     let datas: Vec<&[u8]> = maps.iter().map(|m| &m[..]).collect();
-    // Unmapping a large trace's pages takes a while (30-40 ms for 864 MB),
+    // Unmapping a large trace's pages takes a while (30-70 ms for 864 MB),
     // and at the end it would be done with every other core idle. Told
     // when the analysis reads the files no more, this drops the pages'
-    // mappings while the sweep finishes, on a core that is free then.
-    let unmap_pages = || {
-        for m in &maps {
-            // SAFETY: the mappings are shared and read-only: MADV_DONTNEED
-            // drops their page-table entries, and a later read, if one came,
-            // would map the file's pages again; nothing is discarded.
-            #[cfg(unix)]
-            let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
-        }
-    };
-    f(&datas, &names, &unmap_pages)
+    // mappings while the sweep finishes, on a thread of its own: done on a
+    // thread of the analysis, it held up the sweep's next step, whose join
+    // waits for it.
+    std::thread::scope(|scope| {
+        let unmap_pages = || {
+            scope.spawn(|| {
+                for m in &maps {
+                    // SAFETY: the mappings are shared and read-only:
+                    // MADV_DONTNEED drops their page-table entries, and a
+                    // later read, if one came, would map the file's pages
+                    // again; nothing is discarded.
+                    #[cfg(unix)]
+                    let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+                }
+            });
+        };
+        f(&datas, &names, &unmap_pages)
+    })
 }
 
-/// Called once the analysis reads its input no more.
+/// Called once the analysis reads its input no more; returns at once.
 type DoneReading<'f> = &'f (dyn Fn() + Sync);
 
 /// Analyzes traces held in memory; `names` label them in messages.
