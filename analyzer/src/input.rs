@@ -12,6 +12,8 @@ use std::sync::Mutex;
 
 use gmem_prof_traces::file::RawChunk;
 use gmem_prof_traces::record::{self, tag, ApiFunc};
+#[cfg(target_arch = "x86_64")]
+use gmem_prof_traces::WINDOW;
 use gmem_prof_traces::{
     ChunkRecords, Dec, DecodeError, Fields, RawRecord, Record, TraceReader, Warning, WinDec,
 };
@@ -226,11 +228,17 @@ pub fn decode(c: &ChunkRef) -> Decoded {
     SCRATCH.with(|scratch| {
         let scratch = &mut scratch.borrow_mut();
         #[cfg(target_arch = "x86_64")]
+        if gmem_prof_traces::wide::available() {
+            // SAFETY: the processor has AVX-512 with BW, VBMI and VBMI2, and
+            // BMI2.
+            return unsafe { decode_wide(c, scratch) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if gmem_prof_traces::fast_pext() {
             // SAFETY: the processor has BMI2.
             return unsafe { decode_with_bmi2(c, scratch) };
         }
-        decode_with::<false>(c, scratch)
+        decode_with::<false, false>(c, scratch)
     })
 }
 
@@ -242,7 +250,18 @@ pub fn decode(c: &ChunkRef) -> Decoded {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "bmi2")]
 unsafe fn decode_with_bmi2(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
-    decode_with::<true>(c, scratch)
+    decode_with::<true, false>(c, scratch)
+}
+
+/// `decode_with`, compiled for AVX-512 so that the frequent records are
+/// decoded sixteen fields at a time (`gmem_prof_traces::wide`).
+///
+/// # Safety
+/// The processor must have what `gmem_prof_traces::wide::available` asks for.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2,avx512f,avx512bw,avx512vbmi,avx512vbmi2")]
+unsafe fn decode_wide(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
+    decode_with::<true, true>(c, scratch)
 }
 
 /// Appends the event a frequent record makes to `out` and returns true, or
@@ -260,81 +279,173 @@ fn push_event(
     seq: u64,
     out: &mut Vec<TimedEvent>,
 ) -> Result<bool, DecodeError> {
-    let mut timed = |time: u64, event: Event| {
-        out.push(TimedEvent { time, seq, event });
-        true
-    };
     Ok(match tag {
         tag::MEMORY => {
-            let m = record::decode_memory(d, base)?;
-            timed(
-                m.time.0,
-                Event::Memory(MemoryEv {
-                    alloc: m.alloc,
-                    kind: m.kind,
-                    address: m.address,
-                    bytes: m.bytes.0,
-                    device: m.device,
-                    context: m.context,
-                    correlation: m.correlation,
-                    pooled: m.pool_type != 0,
-                    pool_address: m.pool_address,
-                    pool_size: m.pool_size,
-                }),
-            )
+            push_memory(out, seq, &record::decode_memory(d, base)?);
+            true
         }
-        // Placed at the call's entry: the device-side record of what it
-        // allocated falls inside the call, and must find the call first.
         tag::API => {
-            let a = record::decode_api(d, base)?;
-            timed(
-                a.time.0.saturating_sub(a.duration.0),
-                Event::Api(ApiEv {
-                    func: a.func,
-                    result: a.result,
-                    bytes: a.bytes.0,
-                    address: a.address,
-                    tid: a.tid,
-                    correlation: a.correlation,
-                    stack: a.stack.0,
-                    internal: a.internal,
-                }),
-            )
+            push_api(out, seq, &record::decode_api(d, base)?);
+            true
         }
         tag::POOL => {
             let p = record::decode_pool(d, base)?;
-            timed(
-                p.time.0,
-                Event::Pool {
+            out.push(TimedEvent {
+                time: p.time.0,
+                seq,
+                event: Event::Pool {
                     op: p.op,
                     address: p.address,
                     size: p.size.0,
                     device: p.device,
                 },
-            )
+            });
+            true
         }
         tag::KERNEL => {
-            let k = record::decode_kernel_span(d, base)?;
-            timed(
-                k.start.0,
-                Event::Kernel {
-                    end: k.end.0,
-                    name: k.name.0,
-                    device: k.device,
-                    stream: k.stream,
-                },
-            )
+            push_kernel(out, seq, &record::decode_kernel_span(d, base)?);
+            true
         }
         tag::PROCESS_END => {
             let e = record::decode_process_end(d, base)?;
-            timed(e.time.0, Event::End)
+            out.push(TimedEvent {
+                time: e.time.0,
+                seq,
+                event: Event::End,
+            });
+            true
         }
         _ => false,
     })
 }
 
+/// `push_event` for the memory, API and kernel records, decoded sixteen
+/// fields at a time (`gmem_prof_traces::wide`): true when it pushed the
+/// event; false for other records, and for bodies that way leaves to
+/// `push_event`.
+///
+/// # Safety
+/// The processor has what `gmem_prof_traces::wide::available` asks for.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn decode_with<const BMI2: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
+unsafe fn push_wide(
+    tag: u8,
+    w: &[u8; WINDOW],
+    len: usize,
+    base: u64,
+    seq: u64,
+    out: &mut Vec<TimedEvent>,
+) -> bool {
+    let push: PushWide = match tag {
+        tag::MEMORY => push_memory_wide,
+        tag::API => push_api_wide,
+        tag::KERNEL => push_kernel_wide,
+        _ => return false,
+    };
+    // Called through a pointer the compiler cannot see through, so that it
+    // stays a call: rustc inlines `#[target_feature]` functions whatever
+    // their `#[inline]` says, and inlined into the decoding loop their
+    // vector registers spilled; reloading a spilled 512-bit register stalls
+    // (the wide decoding then took longer than the scalar one).
+    // SAFETY: the caller's promise.
+    unsafe { std::hint::black_box(push)(w, len, base, seq, out) }
+}
+
+/// One of the functions `push_wide` calls; unsafe for its promise.
+#[cfg(target_arch = "x86_64")]
+type PushWide = unsafe fn(&[u8; WINDOW], usize, u64, u64, &mut Vec<TimedEvent>) -> bool;
+
+/// Defines a `PushWide`: `$push` of the body that `$decode` decodes.
+macro_rules! push_wide_fn {
+    ($name:ident, $decode:path, $push:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "bmi2,avx512f,avx512bw,avx512vbmi,avx512vbmi2")]
+        unsafe fn $name(
+            w: &[u8; WINDOW],
+            len: usize,
+            base: u64,
+            seq: u64,
+            out: &mut Vec<TimedEvent>,
+        ) -> bool {
+            // SAFETY: the caller's promise (`push_wide`'s).
+            match unsafe { $decode(w, len, base) } {
+                Some(r) => {
+                    $push(out, seq, &r);
+                    true
+                }
+                None => false,
+            }
+        }
+    };
+}
+push_wide_fn!(
+    push_memory_wide,
+    gmem_prof_traces::wide::memory,
+    push_memory
+);
+push_wide_fn!(push_api_wide, gmem_prof_traces::wide::api, push_api);
+push_wide_fn!(
+    push_kernel_wide,
+    gmem_prof_traces::wide::kernel_span,
+    push_kernel
+);
+
+#[inline(always)]
+fn push_memory(out: &mut Vec<TimedEvent>, seq: u64, m: &record::MemoryEvent) {
+    out.push(TimedEvent {
+        time: m.time.0,
+        seq,
+        event: Event::Memory(MemoryEv {
+            alloc: m.alloc,
+            kind: m.kind,
+            address: m.address,
+            bytes: m.bytes.0,
+            device: m.device,
+            context: m.context,
+            correlation: m.correlation,
+            pooled: m.pool_type != 0,
+            pool_address: m.pool_address,
+            pool_size: m.pool_size,
+        }),
+    });
+}
+
+#[inline(always)]
+fn push_api(out: &mut Vec<TimedEvent>, seq: u64, a: &record::ApiCall) {
+    out.push(TimedEvent {
+        // Placed at the call's entry: the device-side record of what it
+        // allocated falls inside the call, and must find the call first.
+        time: a.time.0.saturating_sub(a.duration.0),
+        seq,
+        event: Event::Api(ApiEv {
+            func: a.func,
+            result: a.result,
+            bytes: a.bytes.0,
+            address: a.address,
+            tid: a.tid,
+            correlation: a.correlation,
+            stack: a.stack.0,
+            internal: a.internal,
+        }),
+    });
+}
+
+#[inline(always)]
+fn push_kernel(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan) {
+    out.push(TimedEvent {
+        time: k.start.0,
+        seq,
+        event: Event::Kernel {
+            end: k.end.0,
+            name: k.name.0,
+            device: k.device,
+            stream: k.stream,
+        },
+    });
+}
+
+#[inline(always)]
+fn decode_with<const BMI2: bool, const WIDE: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut d = Decoded {
         stream: c.stream,
         defs: Vec::new(),
@@ -358,7 +469,7 @@ fn decode_with<const BMI2: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded
     while let Some(raw) = records.next_raw_window() {
         let seq = (c.ordinal << 26) | i;
         i += 1;
-        let decoded = raw.and_then(|r| decode_record::<BMI2>(r, base, seq, &mut d));
+        let decoded = raw.and_then(|r| decode_record::<BMI2, WIDE>(r, base, seq, &mut d));
         match decoded {
             Ok(()) => d.records += 1,
             Err(e) => {
@@ -379,7 +490,7 @@ fn decode_with<const BMI2: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded
 
 /// One record into `d`: an event, or a definition.
 #[inline(always)]
-fn decode_record<const BMI2: bool>(
+fn decode_record<const BMI2: bool, const WIDE: bool>(
     r: RawRecord,
     base: u64,
     seq: u64,
@@ -387,6 +498,10 @@ fn decode_record<const BMI2: bool>(
 ) -> Result<(), DecodeError> {
     let events = &mut d.events;
     let pushed = match r.window {
+        // SAFETY: WIDE is only asked for on processors that have what it
+        // needs (`decode`).
+        #[cfg(target_arch = "x86_64")]
+        Some(w) if WIDE && unsafe { push_wide(r.tag, w, r.body.len(), base, seq, events) } => true,
         Some(w) => {
             // SAFETY: BMI2 is only asked for on processors that have it
             // (`decode`).

@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// Every frequent record, decoded through `WinDec` where the reader offers a
-/// window, gives what `Dec` gives (the same fields, or an error).
+/// window, gives what `Dec` gives (the same fields, or an error); and the
+/// wide decoders give the same fields for every body they take.
 fn windowed_agrees(file: &[u8]) {
     use gmem_prof_traces::{record, ChunkRecords, Dec, Fields, TraceReader, WinDec};
     fn decode(tag: u8, d: &mut impl Fields, base: u64) -> Option<String> {
@@ -45,6 +46,26 @@ fn windowed_agrees(file: &[u8]) {
             let mut d = WinDec::new(w, r.body.len());
             let windowed = decode(r.tag, &mut d, base).filter(|_| d.finish().is_ok());
             assert_eq!(checked, windowed, "tag {} body {:?}", r.tag, r.body);
+            // What the wide decoders take, they decode the same.
+            #[cfg(target_arch = "x86_64")]
+            if gmem_prof_traces::wide::available() {
+                use gmem_prof_traces::wide;
+                let len = r.body.len();
+                // SAFETY: the processor has what they need.
+                let wide = unsafe {
+                    match r.tag {
+                        record::tag::MEMORY => wide::memory(w, len, base).map(|v| format!("{v:?}")),
+                        record::tag::API => wide::api(w, len, base).map(|v| format!("{v:?}")),
+                        record::tag::KERNEL => {
+                            wide::kernel_span(w, len, base).map(|v| format!("{v:?}"))
+                        }
+                        _ => None,
+                    }
+                };
+                if wide.is_some() {
+                    assert_eq!(checked, wide, "wide: tag {} body {:?}", r.tag, r.body);
+                }
+            }
         }
     }
 }

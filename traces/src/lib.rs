@@ -31,6 +31,7 @@ pub mod build_id;
 mod codec;
 pub mod file;
 pub mod record;
+pub mod wide;
 
 pub use codec::{fast_pext, Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
 pub use file::{

@@ -394,7 +394,161 @@ fn both_ways(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<String>, O
             .ok();
         assert_eq!(windowed, with_pext, "pext and shifts disagree");
     }
+    if let Some(wide) = wide_way(tag, &window, body.len(), base) {
+        assert_eq!(
+            checked.as_ref(),
+            Some(&wide),
+            "wide decoding took a body it must leave"
+        );
+    }
     (checked, windowed)
+}
+
+/// The body at the start of `window` decoded sixteen fields at a time
+/// (`gmem_prof_traces::wide`), when the processor can and the record is one
+/// that way decodes; `None` when it leaves the body to the scalar way.
+fn wide_way(
+    tag: u8,
+    window: &[u8; gmem_prof_traces::WINDOW],
+    len: usize,
+    base: u64,
+) -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    if gmem_prof_traces::wide::available() {
+        use gmem_prof_traces::{record::tag, wide};
+        // SAFETY: the processor has what the wide decoders need.
+        return unsafe {
+            match tag {
+                tag::MEMORY => wide::memory(window, len, base).map(|r| format!("{r:?}")),
+                tag::API => wide::api(window, len, base).map(|r| format!("{r:?}")),
+                tag::KERNEL => wide::kernel_span(window, len, base).map(|r| format!("{r:?}")),
+                _ => None,
+            }
+        };
+    }
+    let _ = (tag, window, len, base);
+    None
+}
+
+/// Memory, API and kernel records whose values have the sizes of a real
+/// trace's: times near the chunk's base, addresses below 2^49, sizes below
+/// 2^35, small ids; every body within 64 bytes, every field within eight.
+fn common_record(base: u64) -> impl Strategy<Value = Record> {
+    let time = (0..1u64 << 26).prop_map(move |d| Nanos(base.wrapping_add(d)));
+    let address = 0..1u64 << 49;
+    let size = 0..1u64 << 35;
+    let id = 0..1u32 << 21;
+    let small = 0..0x80u8;
+    prop_oneof![
+        (
+            time.clone(),
+            (any::<bool>(), small.clone(), address.clone(), size.clone()),
+            (
+                id.clone(),
+                id.clone(),
+                id.clone(),
+                id.clone(),
+                address.clone()
+            ),
+            (
+                any::<bool>(),
+                small,
+                address.clone(),
+                size.clone(),
+                size.clone(),
+                size.clone()
+            ),
+        )
+            .prop_map(
+                |(
+                    time,
+                    (alloc, kind, address, bytes),
+                    (device, context, stream, correlation, pc),
+                    (is_async, pool_type, pool_address, threshold, pool_size, utilized),
+                )| {
+                    Record::Memory(MemoryEvent {
+                        time,
+                        alloc,
+                        kind,
+                        address,
+                        bytes: Bytes(bytes),
+                        device,
+                        context,
+                        stream,
+                        correlation,
+                        pc,
+                        is_async,
+                        pool_type,
+                        pool_address,
+                        pool_release_threshold: threshold,
+                        pool_size,
+                        pool_utilized: utilized,
+                    })
+                }
+            ),
+        (
+            time.clone(),
+            (
+                0..1u64 << 27,
+                id.clone(),
+                any::<u16>(),
+                id.clone(),
+                id.clone(),
+                id.clone()
+            ),
+            (
+                size.clone(),
+                address.clone(),
+                address.clone(),
+                address,
+                id.clone(),
+                any::<bool>()
+            ),
+        )
+            .prop_map(
+                |(
+                    time,
+                    (duration, tid, func, cbid, correlation, result),
+                    (bytes, address, handle, stream, stack, internal),
+                )| {
+                    Record::Api(ApiCall {
+                        time,
+                        duration: Nanos(duration),
+                        tid,
+                        func: ApiFunc(func),
+                        cbid,
+                        correlation,
+                        result,
+                        bytes: Bytes(bytes),
+                        address,
+                        handle,
+                        stream,
+                        stack: StackId(stack),
+                        internal,
+                    })
+                }
+            ),
+        (
+            time,
+            0..1u64 << 40,
+            (id.clone(), id.clone(), id.clone(), id),
+            any::<[u32; 6]>()
+        )
+            .prop_map(|(start, duration, (name, device, context, stream), dims)| {
+                Record::Kernel(KernelEvent {
+                    start,
+                    end: Nanos(start.0.wrapping_add(duration)),
+                    name: StringId(name),
+                    device,
+                    context,
+                    stream,
+                    correlation: dims[0],
+                    grid: [dims[0], dims[1], dims[2]],
+                    block: [dims[3], dims[4], dims[5]],
+                    ..Default::default()
+                })
+            }),
+    ]
 }
 
 /// The records the analyzer decodes through `WinDec`.
@@ -451,6 +605,30 @@ proptest! {
         prop_assume!(body.len() <= WINDOW_BODY);
         let (checked, windowed) = both_ways(tag, &body, &tail, base);
         prop_assert_eq!(checked, windowed);
+    }
+
+    /// The wide decoding (`gmem_prof_traces::wide`) takes the records of a
+    /// real trace and gives what the scalar decoding gives; `both_ways`
+    /// checks, for every body of the tests here, that whatever it takes it
+    /// decodes the same.
+    #[test]
+    fn wide_decoding_takes_common_records(
+        (base, r) in any::<u64>().prop_flat_map(|base| (Just(base), common_record(base))),
+        tail in proptest::collection::vec(any::<u8>(), 192),
+    ) {
+        use gmem_prof_traces::{Enc, WINDOW};
+        let (mut out, mut scratch) = (Enc::default(), Enc::default());
+        r.encode(&mut out, &mut scratch, base);
+        let body = scratch.buf.clone();
+        let mut window = [0u8; WINDOW];
+        window[..body.len()].copy_from_slice(&body);
+        window[body.len()..].copy_from_slice(&tail[..WINDOW - body.len()]);
+        let (checked, _) = both_ways(r.tag(), &body, &tail, base);
+        prop_assert!(checked.is_some());
+        #[cfg(target_arch = "x86_64")]
+        if gmem_prof_traces::wide::available() {
+            prop_assert_eq!(wide_way(r.tag(), &window, body.len(), base), checked);
+        }
     }
 
     /// Bodies of random bytes, including long varints and 0x80 runs.
