@@ -58,14 +58,19 @@ pub trait Fields {
 
     #[inline(always)]
     fn ivar(&mut self) -> Result<i64, DecodeError> {
-        let v = self.var()?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+        Ok(unzigzag(self.var()?))
     }
 
     #[inline(always)]
     fn bool(&mut self) -> Result<bool, DecodeError> {
         Ok(self.u8()? != 0)
     }
+}
+
+/// The signed value a zigzag varint (`Enc::ivar`) holds.
+#[inline(always)]
+pub(crate) fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 /// Reads encoded values from a byte slice.

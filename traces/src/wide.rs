@@ -213,7 +213,7 @@ mod x86 {
 
     #[inline(always)]
     fn time(v: u64, base: u64) -> Nanos {
-        Nanos(base.wrapping_add((((v >> 1) as i64) ^ -((v & 1) as i64)) as u64))
+        Nanos(base.wrapping_add(crate::codec::unzigzag(v) as u64))
     }
 
     /// `record::decode_memory` of the body at the start of `w` (`len` bytes),
