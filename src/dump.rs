@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 
 use anyhow::{bail, Result};
-use gmem_prof_traces::record::{memory_kind, Frame};
+use gmem_prof_traces::record::{memory_kind, AllocatorAction, Frame};
 use gmem_prof_traces::{decode_chunk, Record, TraceReader};
 
 use crate::cli::DumpArgs;
@@ -180,6 +180,28 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
             )
         }
         Record::Trailer(t) => write!(l, "trailer chunks={} records={}", t.chunks, t.records),
+        Record::PyCode(c) => write!(
+            l,
+            "pycode id={} function={} file={} first_line={}",
+            c.id.0, q(&c.function), q(&c.file), c.first_line
+        ),
+        Record::AllocatorEvent(a) => {
+            let _ = write!(
+                l,
+                "allocator_event t={} allocator={} {} dev={} addr={} bytes={} stream={} pool={} tid={} stack={}",
+                a.time.0, a.allocator, a.action.name(), a.device, hex(a.address), a.bytes.0,
+                hex(a.stream), a.pool, a.tid, a.stack.0
+            );
+            if a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT {
+                let _ = write!(l, " device_free={} limit={}", a.device_free, a.limit);
+            }
+            Ok(())
+        }
+        Record::Allocator(a) => write!(
+            l,
+            "allocator t={} allocator={} attached={} library={} settings={} detail={}",
+            a.time.0, a.allocator, a.attached, q(&a.library), q(&a.settings), q(&a.detail)
+        ),
         Record::Unknown { tag, len } => write!(l, "unknown tag={tag} len={len}"),
     };
 }

@@ -28,6 +28,12 @@ pub struct Bytes(pub u64);
 #[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
 pub struct StackId(pub u32);
 
+/// An interned Python code object (`PyCode` record), scoped to one process
+/// stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct PyCodeId(pub u32);
+
 /// An interned string, scoped to one process stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
@@ -49,6 +55,9 @@ pub mod tag {
     pub const PROCESS_END: u8 = 12;
     pub const SYMBOL: u8 = 13;
     pub const TRAILER: u8 = 14;
+    pub const PY_CODE: u8 = 15;
+    pub const ALLOCATOR_EVENT: u8 = 16;
+    pub const ALLOCATOR: u8 = 17;
 }
 
 /// One decoded record.
@@ -69,6 +78,9 @@ pub enum Record {
     ProcessEnd(ProcessEnd),
     Symbol(SymbolInfo),
     Trailer(Trailer),
+    PyCode(PyCode),
+    AllocatorEvent(AllocatorEvent),
+    Allocator(AllocatorInfo),
     /// A record with a tag this reader does not know (written by a newer
     /// writer). Its body was skipped.
     Unknown {
@@ -143,17 +155,152 @@ pub struct ModuleInfo {
 }
 
 /// One frame of a stack. Native frames are return addresses (the innermost is
-/// the call site inside the CUDA library); `Python` frames are reserved for the
-/// interpreter's frames, which a later collector can interleave.
+/// the call site inside the CUDA library); `Python` frames are the
+/// interpreter's frames, put where the interpreter's evaluation loop ran them
+/// among the native frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
 pub enum Frame {
     Native(u64),
-    /// Code object (interned file+function string) and line.
+    /// A Python function (its `PyCode` record) and the line it was at.
     Python {
-        code: StringId,
+        code: PyCodeId,
         line: u32,
     },
+}
+
+/// A Python function whose frames appear in stacks: where it is defined.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct PyCode {
+    pub id: PyCodeId,
+    /// `co_filename`, as the interpreter has it (usually absolute).
+    pub file: String,
+    /// `co_qualname` (`Class.method`; `co_name` before Python 3.11).
+    pub function: String,
+    /// `co_firstlineno`.
+    pub first_line: u32,
+}
+
+/// Framework allocators whose inside the collector sees (`AllocatorEvent`).
+pub mod allocator {
+    /// PyTorch's CUDA caching allocator (the default `native` backend).
+    pub const TORCH_CACHING: u8 = 1;
+
+    pub fn name(id: u8) -> &'static str {
+        match id {
+            TORCH_CACHING => "PyTorch caching allocator",
+            _ => "unknown allocator",
+        }
+    }
+}
+
+/// What happened inside a framework allocator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(Serialize), serde(transparent))]
+pub struct AllocatorAction(pub u8);
+
+impl AllocatorAction {
+    /// A block (a tensor's memory) handed out; `bytes` is the size asked for.
+    pub const ALLOC: AllocatorAction = AllocatorAction(1);
+    /// The program let go of a block (`memory_allocated` drops here).
+    pub const FREE_REQUESTED: AllocatorAction = AllocatorAction(2);
+    /// The block is back in the cache (after the streams that used it are
+    /// done with it); its space is free inside its segment from here.
+    pub const FREE_COMPLETED: AllocatorAction = AllocatorAction(3);
+    /// A segment obtained from the driver (`cudaMalloc`).
+    pub const SEGMENT_ALLOC: AllocatorAction = AllocatorAction(4);
+    /// A segment given back to the driver (`empty_cache`, or freeing the
+    /// cache to retry after an out-of-memory).
+    pub const SEGMENT_FREE: AllocatorAction = AllocatorAction(5);
+    /// Pages mapped into an expandable segment.
+    pub const SEGMENT_MAP: AllocatorAction = AllocatorAction(6);
+    /// Pages unmapped from an expandable segment.
+    pub const SEGMENT_UNMAP: AllocatorAction = AllocatorAction(7);
+    /// The allocator raised an out-of-memory error: `bytes` is the request
+    /// (rounded as the allocator rounds it), `device_free` what the driver
+    /// said was free.
+    pub const OOM: AllocatorAction = AllocatorAction(8);
+    /// The allocator's report of that error (its OOM observers): `bytes` is
+    /// what it tried to obtain from the driver, `limit` what it may hold
+    /// (the memory fraction's bytes when one is set, else the device's
+    /// total), `device_free` as in `OOM`.
+    pub const OOM_REPORT: AllocatorAction = AllocatorAction(9);
+    /// The program took a snapshot of the allocator
+    /// (`torch.cuda.memory._snapshot()`): the state at this instant is the
+    /// one the snapshot shows.
+    pub const SNAPSHOT: AllocatorAction = AllocatorAction(10);
+
+    const NAMES: &'static [(AllocatorAction, &'static str)] = &[
+        (Self::ALLOC, "alloc"),
+        (Self::FREE_REQUESTED, "free_requested"),
+        (Self::FREE_COMPLETED, "free_completed"),
+        (Self::SEGMENT_ALLOC, "segment_alloc"),
+        (Self::SEGMENT_FREE, "segment_free"),
+        (Self::SEGMENT_MAP, "segment_map"),
+        (Self::SEGMENT_UNMAP, "segment_unmap"),
+        (Self::OOM, "oom"),
+        (Self::OOM_REPORT, "oom_report"),
+        (Self::SNAPSHOT, "snapshot"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(a, _)| *a == self)
+            .map_or("unknown", |(_, n)| n)
+    }
+
+    fn has_oom_fields(self) -> bool {
+        self == Self::OOM || self == Self::OOM_REPORT
+    }
+}
+
+/// One event inside a framework allocator, seen on the thread that caused
+/// it (PyTorch calls the collector's trace tracker with its allocator lock
+/// held). Addresses are device addresses, as in `Memory` records: segments
+/// match the driver allocations (or VMM mappings) that back them.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct AllocatorEvent {
+    pub time: Nanos,
+    /// `allocator::*`.
+    pub allocator: u8,
+    pub action: AllocatorAction,
+    pub device: u32,
+    pub address: u64,
+    pub bytes: Bytes,
+    /// The CUDA stream the block or segment belongs to.
+    pub stream: u64,
+    /// Private memory pool (CUDA graphs, `torch.cuda.MemPool`); 0 = the
+    /// default pools.
+    pub pool: u64,
+    pub tid: u32,
+    /// Allocations, segment allocations and maps, and OOMs carry the stack;
+    /// frees carry 0.
+    pub stack: StackId,
+    /// `OOM` and `OOM_REPORT` only: free device memory the driver reported.
+    pub device_free: u64,
+    /// `OOM_REPORT` only: bytes the allocator may hold.
+    pub limit: u64,
+}
+
+/// A framework allocator in the process, and whether the collector sees
+/// inside it.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct AllocatorInfo {
+    pub time: Nanos,
+    /// `allocator::*`.
+    pub allocator: u8,
+    /// The library that holds it (e.g. `.../torch/lib/libc10_cuda.so`).
+    pub library: String,
+    /// Its settings as the program set them (`PYTORCH_CUDA_ALLOC_CONF`).
+    pub settings: String,
+    /// Whether its events are recorded from here on.
+    pub attached: bool,
+    /// Why not, or what was attached.
+    pub detail: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -550,6 +697,32 @@ pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError>
     })
 }
 
+/// Decodes the body of an `ALLOCATOR_EVENT` record.
+#[inline]
+pub fn decode_allocator_event(
+    d: &mut impl Fields,
+    base: u64,
+) -> Result<AllocatorEvent, DecodeError> {
+    let mut a = AllocatorEvent {
+        time: get_time(d, base)?,
+        allocator: d.u8()?,
+        action: AllocatorAction(d.u8()?),
+        device: d.var32()?,
+        address: d.var()?,
+        bytes: Bytes(d.var()?),
+        stream: d.var()?,
+        pool: d.var()?,
+        tid: d.var32()?,
+        stack: StackId(d.var32()?),
+        ..Default::default()
+    };
+    if a.action.has_oom_fields() {
+        a.device_free = d.var()?;
+        a.limit = d.var()?;
+    }
+    Ok(a)
+}
+
 /// Decodes the body of a `PROCESS_END` record.
 #[inline]
 pub fn decode_process_end(d: &mut impl Fields, base: u64) -> Result<ProcessEnd, DecodeError> {
@@ -580,6 +753,9 @@ impl Record {
             Record::ProcessEnd(_) => tag::PROCESS_END,
             Record::Symbol(_) => tag::SYMBOL,
             Record::Trailer(_) => tag::TRAILER,
+            Record::PyCode(_) => tag::PY_CODE,
+            Record::AllocatorEvent(_) => tag::ALLOCATOR_EVENT,
+            Record::Allocator(_) => tag::ALLOCATOR,
             Record::Unknown { tag, .. } => *tag,
         }
     }
@@ -749,6 +925,36 @@ impl Record {
                 e.var(t.chunks);
                 e.var(t.records);
             }
+            Record::PyCode(c) => {
+                e.var(c.id.0.into());
+                e.str(&c.file);
+                e.str(&c.function);
+                e.var(c.first_line.into());
+            }
+            Record::AllocatorEvent(a) => {
+                put_time(e, a.time, base);
+                e.u8(a.allocator);
+                e.u8(a.action.0);
+                e.var(a.device.into());
+                e.var(a.address);
+                e.var(a.bytes.0);
+                e.var(a.stream);
+                e.var(a.pool);
+                e.var(a.tid.into());
+                e.var(a.stack.0.into());
+                if a.action.has_oom_fields() {
+                    e.var(a.device_free);
+                    e.var(a.limit);
+                }
+            }
+            Record::Allocator(a) => {
+                put_time(e, a.time, base);
+                e.u8(a.allocator);
+                e.str(&a.library);
+                e.str(&a.settings);
+                e.bool(a.attached);
+                e.str(&a.detail);
+            }
             Record::Unknown { .. } => {}
         }
     }
@@ -828,7 +1034,7 @@ impl Record {
                             Frame::Native(prev)
                         }
                         1 => Frame::Python {
-                            code: StringId(d.var32()?),
+                            code: PyCodeId(d.var32()?),
                             line: d.var32()?,
                         },
                         k => return Err(DecodeError::BadValue("frame kind", k.into())),
@@ -879,6 +1085,21 @@ impl Record {
             tag::TRAILER => Record::Trailer(Trailer {
                 chunks: d.var()?,
                 records: d.var()?,
+            }),
+            tag::PY_CODE => Record::PyCode(PyCode {
+                id: PyCodeId(d.var32()?),
+                file: d.string()?,
+                function: d.string()?,
+                first_line: d.var32()?,
+            }),
+            tag::ALLOCATOR_EVENT => Record::AllocatorEvent(decode_allocator_event(d, base)?),
+            tag::ALLOCATOR => Record::Allocator(AllocatorInfo {
+                time: get_time(d, base)?,
+                allocator: d.u8()?,
+                library: d.string()?,
+                settings: d.string()?,
+                attached: d.bool()?,
+                detail: d.string()?,
             }),
             _ => Record::Unknown {
                 tag,

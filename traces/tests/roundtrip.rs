@@ -79,7 +79,7 @@ fn record() -> impl Strategy<Value = Record> {
                 prop_oneof![
                     any::<u64>().prop_map(Frame::Native),
                     (any::<u32>(), any::<u32>()).prop_map(|(c, l)| Frame::Python {
-                        code: StringId(c),
+                        code: PyCodeId(c),
                         line: l
                     }),
                 ],
@@ -216,6 +216,57 @@ fn record() -> impl Strategy<Value = Record> {
                     })
                     .collect(),
             })),
+        (any::<u32>(), s(), s(), any::<u32>()).prop_map(|(id, file, function, first_line)| {
+            Record::PyCode(PyCode {
+                id: PyCodeId(id),
+                file,
+                function,
+                first_line,
+            })
+        }),
+        (
+            any::<u64>(),
+            any::<u8>(),
+            1u8..12,
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(t, allocator, action, addr, bytes, free, tid)| {
+                let action = AllocatorAction(action);
+                let oom = action == AllocatorAction::OOM || action == AllocatorAction::OOM_REPORT;
+                Record::AllocatorEvent(AllocatorEvent {
+                    time: Nanos(t),
+                    allocator,
+                    action,
+                    device: tid % 8,
+                    address: addr,
+                    bytes: Bytes(bytes),
+                    stream: addr / 3,
+                    pool: bytes / 5,
+                    tid,
+                    stack: StackId(tid / 2),
+                    device_free: if oom { free } else { 0 },
+                    limit: if action == AllocatorAction::OOM_REPORT {
+                        free / 2
+                    } else {
+                        0
+                    },
+                })
+            }),
+        (any::<u64>(), any::<u8>(), s(), s(), any::<bool>(), s()).prop_map(
+            |(t, allocator, library, settings, attached, detail)| Record::Allocator(
+                AllocatorInfo {
+                    time: Nanos(t),
+                    allocator,
+                    library,
+                    settings,
+                    attached,
+                    detail,
+                }
+            )
+        ),
     ]
 }
 
