@@ -2,71 +2,22 @@
 //! pointers (libtorch, libcudart), using the DWARF CFI (`.eh_frame`) every
 //! x86-64 ELF module carries, via framehop with a per-thread rule cache.
 //!
-//! The module list comes from `dl_iterate_phdr`. framehop reads each module's
-//! `.eh_frame_hdr`/`.eh_frame` directly from the mapped image (no copies).
-//! When a captured address falls outside every known module, the list is
-//! refreshed (if the loader reports a change) and the capture repeated once.
+//! The modules come from `modules.rs`, which follows the loader; framehop
+//! reads each module's `.eh_frame_hdr`/`.eh_frame` directly from the mapped
+//! image (no copies). Before each walk the loader is asked whether modules
+//! came or went (one cheap call), so no walk ever reads the unwind tables of
+//! a module the program unloaded.
 
 use std::cell::RefCell;
-use std::ffi::{c_int, c_void, CStr};
-use std::ops::{Deref, Range};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::{FrameAddress, Unwinder};
 
-/// Bytes of a module image mapped in this process.
-#[derive(Clone, Copy)]
-pub struct Mapped {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: Mapped points into a read-only, never-written segment of a loaded
-// module; sharing the pointer between threads is as safe as the mapping.
-unsafe impl Send for Mapped {}
-// SAFETY: as above.
-unsafe impl Sync for Mapped {}
-
-impl Default for Mapped {
-    fn default() -> Self {
-        Mapped {
-            ptr: std::ptr::NonNull::dangling().as_ptr(),
-            len: 0,
-        }
-    }
-}
-
-impl Deref for Mapped {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: ptr/len describe a range inside a loaded module's segment,
-        // checked when the module was registered.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-/// What the trace records of a module.
-#[derive(Clone, Debug)]
-pub struct ModuleDesc {
-    pub id: u32,
-    pub path: String,
-    pub bias: u64,
-    pub range: Range<u64>,
-    pub build_id: Vec<u8>,
-}
-
-struct Registry {
-    unwinder: UnwinderX86_64<Mapped>,
-    /// Sorted by start address.
-    modules: Vec<ModuleDesc>,
-    /// Address ranges whose frames are ours or CUPTI's (skipped at the top).
-    skip: Vec<Range<u64>>,
-    /// `dlpi_adds + dlpi_subs` when the list was last read.
-    loader_changes: u64,
-    next_id: u32,
-}
+pub use crate::modules::ModuleDesc;
+use crate::modules::{self, Registry};
 
 pub struct Stacks {
     registry: RwLock<Registry>,
@@ -100,8 +51,7 @@ impl Counters {
 /// the outer frames of the thread's earlier walks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackStats {
-    /// Stack walks (a walk that met an unknown module and is repeated after
-    /// re-reading the module list counts twice).
+    /// Stack walks.
     pub captures: u64,
     /// Frames unwound by evaluating unwind rules (framehop).
     pub unwound: u64,
@@ -153,7 +103,7 @@ struct Walk {
 /// in turn (a training step's layers): the walk before this one is often
 /// from another path, but one of the last few is from this one, and reusing
 /// its outer frames spares unwinding most of the stack.
-const HISTORY: usize = 8;
+const HISTORY: usize = 16;
 
 /// Per-thread unwinding state: framehop's rule caches, the walk in progress
 /// and the last `HISTORY` walks.
@@ -231,13 +181,7 @@ impl Stacks {
     /// where the collector's code lives in the test executable).
     pub fn new(depth: usize, skip_self: bool) -> Stacks {
         let s = Stacks {
-            registry: RwLock::new(Registry {
-                unwinder: UnwinderX86_64::new(),
-                modules: Vec::new(),
-                skip: Vec::new(),
-                loader_changes: u64::MAX,
-                next_id: 1,
-            }),
+            registry: RwLock::new(Registry::new()),
             generation: AtomicU64::new(0),
             depth,
             skip_self,
@@ -280,12 +224,13 @@ impl Stacks {
         let started = std::time::Instant::now();
         let out_len = out.len().min(self.depth);
         let out = &mut out[..out_len];
-        let (mut n, mut truncated, unknown) = self.capture_once(out);
+        // Modules the program unloaded must be gone from the unwinder before
+        // it reads anything (their tables are unmapped), and ones it loaded
+        // since the last walk may be on this stack.
+        self.refresh(false);
+        let (n, truncated, unknown) = self.capture_once(out);
         if unknown {
             Counters::add(&self.counters.unknown, 1);
-            if self.refresh(false) {
-                (n, truncated, _) = self.capture_once(out);
-            }
         }
         Counters::add(&self.counters.nanos, started.elapsed().as_nanos() as u64);
         (n, truncated)
@@ -406,7 +351,7 @@ impl Stacks {
             let n = walked - k;
             // framehop stops at the first address outside its modules, so
             // only the outermost frame can be one the module list lacks.
-            let unknown = n > 0 && find_module(&reg.modules, t.frames[walked - 1].0).is_none();
+            let unknown = n > 0 && reg.find(t.frames[walked - 1].0).is_none();
             for (o, f) in out.iter_mut().zip(&t.frames[k..walked]) {
                 *o = f.0;
             }
@@ -431,68 +376,26 @@ impl Stacks {
     }
 
     /// Re-reads the loaded modules if the loader reports a change (or if
-    /// `force`). Returns true when modules were added.
-    fn refresh(&self, force: bool) -> bool {
-        let changes = loader_changes();
+    /// `force`): drops the ones unloaded, adds the new ones.
+    fn refresh(&self, force: bool) {
+        let changes = modules::loader_changes();
         if !force {
             match self.registry.read() {
-                Ok(r) if r.loader_changes == changes => return false,
+                Ok(r) if r.loader_changes == changes => return,
                 Ok(_) => {}
-                Err(_) => return false,
+                Err(_) => return,
             }
         }
-        let found = list_modules();
+        let found = modules::list_modules();
         let Ok(mut reg) = self.registry.write() else {
-            return false;
+            return;
         };
-        reg.loader_changes = changes;
-        let self_addr = capture_marker as *const () as u64;
-        let mut added = false;
-        for m in found {
-            if reg
-                .modules
-                .iter()
-                .any(|k| k.range == m.range && k.path == m.path)
-            {
-                continue;
-            }
-            let is_ours =
-                (self.skip_self && m.range.contains(&self_addr)) || m.path.contains("libcupti");
-            if is_ours {
-                reg.skip.push(m.range.clone());
-            }
-            let id = reg.next_id;
-            reg.next_id += 1;
-            if let Some(info) = m.unwind_info {
-                reg.unwinder
-                    .add_module(Module::new(m.path.clone(), m.range.clone(), m.bias, info));
-            }
-            reg.modules.push(ModuleDesc {
-                id,
-                path: m.path,
-                bias: m.bias,
-                range: m.range,
-                build_id: m.build_id,
-            });
-            added = true;
-        }
-        reg.modules.sort_by_key(|m| m.range.start);
-        if added {
+        let update = reg.update(found, changes, self.skip_self);
+        if update.added > 0 {
             self.generation.fetch_add(1, Ordering::Release);
         }
-        added
     }
 }
-
-fn find_module(mods: &[ModuleDesc], addr: u64) -> Option<&ModuleDesc> {
-    let i = mods.partition_point(|m| m.range.start <= addr);
-    let m = mods.get(i.checked_sub(1)?)?;
-    m.range.contains(&addr).then_some(m)
-}
-
-/// A function whose address tells which module is the collector.
-#[inline(never)]
-fn capture_marker() {}
 
 #[inline(always)]
 fn current_regs() -> (u64, u64, u64) {
@@ -544,188 +447,10 @@ fn query_stack_end() -> u64 {
     }
 }
 
-struct FoundModule {
-    path: String,
-    bias: u64,
-    range: Range<u64>,
-    build_id: Vec<u8>,
-    unwind_info: Option<ExplicitModuleSectionInfo<Mapped>>,
-}
-
-/// Count of loader additions and removals so far (cheap: stops at the first
-/// module).
-fn loader_changes() -> u64 {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the loader passes a valid info; data is our &mut u64.
-        unsafe {
-            let info = &*info;
-            *(data as *mut u64) = info.dlpi_adds.wrapping_add(info.dlpi_subs);
-        }
-        1
-    }
-    let mut n = 0u64;
-    // SAFETY: the callback matches dl_iterate_phdr's contract and only writes
-    // through `data`, which points to n for the duration of the call.
-    unsafe { libc::dl_iterate_phdr(Some(first), (&mut n as *mut u64).cast()) };
-    n
-}
-
-fn list_modules() -> Vec<FoundModule> {
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the loader passes a valid info whose program headers stay
-        // valid for this call; data is our &mut Vec.
-        unsafe {
-            let out = &mut *(data as *mut Vec<FoundModule>);
-            if let Some(m) = describe(&*info) {
-                out.push(m);
-            }
-        }
-        0
-    }
-    let mut v: Vec<FoundModule> = Vec::new();
-    // SAFETY: as in loader_changes.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut v as *mut Vec<FoundModule>).cast()) };
-    v
-}
-
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
-const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
-const PF_X: u32 = 1;
-
-/// # Safety
-/// `info` must come from dl_iterate_phdr, during the callback.
-unsafe fn describe(info: &libc::dl_phdr_info) -> Option<FoundModule> {
-    let bias = info.dlpi_addr;
-    // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
-    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let mut lo = u64::MAX;
-    let mut hi = 0u64;
-    let mut text: Option<Range<u64>> = None;
-    let mut loads: Vec<Range<u64>> = Vec::new();
-    for p in phdrs.iter().filter(|p| p.p_type == PT_LOAD) {
-        let r = p.p_vaddr..p.p_vaddr + p.p_filesz;
-        lo = lo.min(p.p_vaddr);
-        hi = hi.max(p.p_vaddr + p.p_memsz);
-        if p.p_flags & PF_X != 0 && text.is_none() {
-            text = Some(r.clone());
-        }
-        loads.push(r);
-    }
-    if lo >= hi {
-        return None;
-    }
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: dlpi_name is NUL-terminated.
-        unsafe { CStr::from_ptr(info.dlpi_name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let path = if name.is_empty() {
-        std::fs::read_link("/proc/self/exe")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    } else {
-        name
-    };
-    let mut build_id = Vec::new();
-    let mut unwind_info = None;
-    for p in phdrs {
-        if p.p_type == PT_NOTE {
-            // SAFETY: PT_NOTE lies inside a loaded segment (mapped).
-            if let Some(id) = unsafe { gnu_build_id(bias + p.p_vaddr, p.p_filesz, p.p_align) } {
-                build_id = id;
-            }
-        }
-        if p.p_type == PT_GNU_EH_FRAME {
-            // SAFETY: PT_GNU_EH_FRAME lies inside a loaded segment.
-            unwind_info =
-                unsafe { eh_frame_info(bias, p.p_vaddr, p.p_filesz, &loads, text.clone()) };
-        }
-    }
-    Some(FoundModule {
-        path,
-        bias,
-        range: bias + lo..bias + hi,
-        build_id,
-        unwind_info,
-    })
-}
-
-/// # Safety
-/// `addr..addr+len` must be mapped and readable.
-unsafe fn gnu_build_id(addr: u64, len: u64, align: u64) -> Option<Vec<u8>> {
-    // SAFETY: guaranteed by the caller.
-    let notes = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
-    gmem_prof_traces::build_id::find_in_notes(notes, align).map(<[u8]>::to_vec)
-}
-
-/// Builds framehop's view of a module's unwind sections from its mapped
-/// `.eh_frame_hdr` (found through PT_GNU_EH_FRAME).
-///
-/// # Safety
-/// The header range and the module's load segments must be mapped.
-unsafe fn eh_frame_info(
-    bias: u64,
-    hdr_svma: u64,
-    hdr_len: u64,
-    loads: &[Range<u64>],
-    text: Option<Range<u64>>,
-) -> Option<ExplicitModuleSectionInfo<Mapped>> {
-    if hdr_len < 8 {
-        return None;
-    }
-    let hdr = (bias + hdr_svma) as *const u8;
-    // SAFETY: the header is at least 8 bytes long (checked) and mapped.
-    let (version, enc) = unsafe { (*hdr, *hdr.add(1)) };
-    if version != 1 {
-        return None;
-    }
-    // SAFETY: bytes 4..8 are inside the header.
-    let raw = unsafe { std::ptr::read_unaligned(hdr.add(4) as *const i32) } as i64;
-    let raw_u = raw as u32 as u64;
-    // eh_frame_ptr: DW_EH_PE_* encodings seen in practice.
-    let eh_svma = match enc {
-        0x1b => (hdr_svma as i64 + 4 + raw) as u64, // pcrel | sdata4
-        0x3b => (hdr_svma as i64 + raw) as u64,     // datarel | sdata4
-        0x03 => raw_u.wrapping_sub(bias),           // udata4, absolute
-        0x0b => (raw as u64).wrapping_sub(bias),    // sdata4, absolute
-        _ => return None,
-    };
-    // .eh_frame's own length is not recorded; it runs at most to the end of
-    // the load segment holding it.
-    let seg = loads.iter().find(|r| r.contains(&eh_svma))?;
-    let eh_len = seg.end - eh_svma;
-    Some(ExplicitModuleSectionInfo {
-        base_svma: 0,
-        text_svma: text,
-        eh_frame_hdr_svma: Some(hdr_svma..hdr_svma + hdr_len),
-        eh_frame_hdr: Some(Mapped {
-            ptr: hdr,
-            len: hdr_len as usize,
-        }),
-        eh_frame_svma: Some(eh_svma..eh_svma + eh_len),
-        eh_frame: Some(Mapped {
-            ptr: (bias + eh_svma) as *const u8,
-            len: eh_len as usize,
-        }),
-        ..Default::default()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::c_int;
 
     #[inline(never)]
     fn level3(s: &Stacks, out: &mut [u64]) -> usize {
@@ -762,10 +487,7 @@ mod tests {
         );
         let reg = s.registry.read().unwrap();
         for a in frames {
-            assert!(
-                find_module(&reg.modules, *a).is_some(),
-                "{a:#x} in no module"
-            );
+            assert!(reg.find(*a).is_some(), "{a:#x} in no module");
         }
     }
 
@@ -796,11 +518,7 @@ mod tests {
         sort_with_libc();
         let frames = QSORT_STACK.lock().unwrap().clone();
         let reg = QSORT_STACKS.get().unwrap().registry.read().unwrap();
-        let module = |a: u64| {
-            find_module(&reg.modules, a)
-                .map(|m| m.path.clone())
-                .unwrap_or_default()
-        };
+        let module = |a: u64| reg.find(a).map(|m| m.path.clone()).unwrap_or_default();
         let libc_at = frames.iter().position(|a| module(*a).contains("libc.so"));
         let caller_at = frames
             .iter()
