@@ -140,6 +140,15 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             "GMEM_PROF_FREE_STACKS",
             if a.free_stacks { "1" } else { "0" },
         )
+        .env(
+            "GMEM_PROF_FRAMEWORKS",
+            if a.no_frameworks { "0" } else { "1" },
+        )
+        .env("GMEM_PROF_PYTHON", if a.no_python { "0" } else { "1" })
+        .env(
+            "GMEM_PROF_TENSOR_NATIVE_STACKS",
+            if a.tensor_native_stacks { "1" } else { "0" },
+        )
         .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");

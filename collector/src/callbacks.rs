@@ -460,14 +460,14 @@ impl Collector {
             if !corr_data.is_null() {
                 // SAFETY: CUPTI gives each call an 8-byte slot that it hands
                 // back at exit; we keep the entry time there.
-                unsafe { *corr_data = self.cupti.timestamp() };
+                unsafe { *corr_data = self.clock.now() };
             }
             return;
         }
         if site != SITE_EXIT {
             return;
         }
-        let now = self.cupti.timestamp();
+        let now = self.clock.now();
         let entered = if corr_data.is_null() {
             now
         } else {
@@ -503,13 +503,15 @@ impl Collector {
             internal: crate::session::on_collector_thread(),
         };
         let wants_stack = func.allocates() || result != 0 || self.config.free_stacks;
-        match (&self.stacks, wants_stack) {
-            (Some(stacks), true) => {
-                let mut frames = [0u64; crate::config::MAX_STACK_DEPTH];
-                let (n, truncated) = stacks.capture(&mut frames);
-                self.sink.push_api(call, &frames[..n], truncated);
-            }
-            _ => self.sink.push_api(call, &[], false),
+        if wants_stack {
+            let mut frames = [0u64; crate::stack::MAX_FRAMES];
+            let (n, truncated) = self.capture_stack(&mut frames);
+            self.sink.push_api(call, &frames[..n], truncated);
+        } else {
+            self.sink.push_api(call, &[], false);
+        }
+        if func.allocates() {
+            self.torch.poll(self);
         }
     }
 }

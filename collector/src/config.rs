@@ -20,6 +20,14 @@ pub const ENV_FREE_STACKS: &str = "GMEM_PROF_FREE_STACKS";
 pub const ENV_FLUSH_MS: &str = "GMEM_PROF_FLUSH_MS";
 /// "1" accepts a libcupti whose API version differs from the bindings.
 pub const ENV_ANY_CUPTI: &str = "GMEM_PROF_ALLOW_ANY_CUPTI";
+/// "0": do not look inside framework allocators (PyTorch's caching
+/// allocator): only what CUDA sees is recorded.
+pub const ENV_FRAMEWORKS: &str = "GMEM_PROF_FRAMEWORKS";
+/// "0": stacks hold native frames only, no Python frames.
+pub const ENV_PYTHON: &str = "GMEM_PROF_PYTHON";
+/// "1": events inside framework allocators take native frames too on
+/// threads running Python (see stack.rs).
+pub const ENV_TENSOR_NATIVE_STACKS: &str = "GMEM_PROF_TENSOR_NATIVE_STACKS";
 /// "1" makes the collector do nothing in this process.
 pub const ENV_DISABLE: &str = "GMEM_PROF_DISABLE";
 /// Set by `gmem-prof record`: the collector then leaves messages to the CLI
@@ -36,6 +44,9 @@ pub struct Config {
     pub kernels: bool,
     pub stack_depth: usize,
     pub free_stacks: bool,
+    pub frameworks: bool,
+    pub python: bool,
+    pub tensor_native_stacks: bool,
     pub flush_ms: u64,
     pub allow_any_cupti: bool,
     pub disabled: bool,
@@ -68,6 +79,9 @@ impl Config {
             stack_depth: (number(ENV_STACK_DEPTH, DEFAULT_STACK_DEPTH as u64) as usize)
                 .min(MAX_STACK_DEPTH),
             free_stacks: flag(ENV_FREE_STACKS, false),
+            frameworks: flag(ENV_FRAMEWORKS, true),
+            python: flag(ENV_PYTHON, true),
+            tensor_native_stacks: flag(ENV_TENSOR_NATIVE_STACKS, false),
             flush_ms: number(ENV_FLUSH_MS, 200).clamp(10, 10_000),
             allow_any_cupti: flag(ENV_ANY_CUPTI, false),
             disabled: flag(ENV_DISABLE, false),

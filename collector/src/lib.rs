@@ -13,15 +13,24 @@
 //!   program goes on. No CUDA calls from callbacks or from InitializeInjection.
 //! - App threads do the minimum: copy parameters and return addresses into a
 //!   bounded queue. Encoding and I/O happen on the collector's writer thread.
+//! - Python programs: stacks carry the interpreter's frames (`python.rs`),
+//!   and PyTorch's caching allocator reports its tensors and segments
+//!   (`torch_allocator.rs`), both with no change to the program.
 //! - Bounded loss: data reaches the file every `GMEM_PROF_FLUSH_MS` (200 ms),
 //!   so a SIGKILL loses well under a second; drops are counted in the trace.
 
 mod activity;
 mod callbacks;
+mod clock;
 pub mod config;
 mod cupti;
+mod elf;
+mod modules;
+pub mod python;
 mod session;
 mod sink;
+mod stack;
+mod torch_allocator;
 mod unwind;
 
 /// Called by the CUDA driver during `cuInit` in every process that has

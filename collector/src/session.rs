@@ -14,16 +14,26 @@ use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
 use crate::callbacks::{self, current_tid, WATCHED};
+use crate::clock::Clock;
 use crate::config::{self, Config};
 use crate::cupti::{self, Cupti};
+use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
+use crate::torch_allocator::TorchHook;
 use crate::unwind::Stacks;
 
 pub struct Collector {
     pub config: Config,
     pub cupti: Cupti,
+    /// Timestamps on CUPTI's clock, cheaply.
+    pub clock: Clock,
     pub sink: Sink,
     pub stacks: Option<Stacks>,
+    /// The interpreter, when the process runs Python we can read.
+    pub python: Option<Python>,
+    pub torch: TorchHook,
+    /// Whether PyTorch's trace entries carry the private pool id (2.11+).
+    torch_pool_ids: AtomicBool,
     pub kernel_names: Mutex<Names>,
     pid: u32,
     /// Callbacks record only while this is set (cleared at exit, in a fork
@@ -120,13 +130,24 @@ fn start_with(config: Config) -> Result<(), String> {
     let version = cupti.version()?;
     let file = open_trace_file(&config.dir)?;
     let stacks = (config.stack_depth > 0).then(|| Stacks::new(config.stack_depth, true));
+    let wants_python = stacks.is_some() && config.python;
+    let (python, python_problem) = match wants_python.then(Python::detect) {
+        Some(Ok(p)) => (p, None),
+        Some(Err(e)) => (None, Some(e.0)),
+        None => (None, None),
+    };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
+    let clock = Clock::calibrate(&cupti);
     let collector = Collector {
         config,
         cupti,
+        clock,
         sink: Sink::new(),
         stacks,
+        python,
+        torch: TorchHook::default(),
+        torch_pool_ids: AtomicBool::new(false),
         kernel_names: Mutex::new(Names::default()),
         pid,
         enabled: AtomicBool::new(false),
@@ -154,6 +175,9 @@ fn start_with(config: Config) -> Result<(), String> {
                 format!("the program had already loaded {loaded}; using it instead of {asked} (one libcupti per process)"),
             );
         }
+    }
+    if let Some(problem) = python_problem {
+        c.report(1, problem);
     }
     // From here on a failure is reported in the trace and the app goes on.
     let api_ok = version / 100 == cupti::BINDINGS_API_VERSION / 100 || c.config.allow_any_cupti;
@@ -225,6 +249,9 @@ unsafe extern "C" fn on_api(
         {
             // Activity records of a context must be taken before it goes.
             c.flush_activity(0);
+        } else if domain == cupti::DOMAIN_RESOURCE && cbid == cupti::CBID_RESOURCE_CONTEXT_CREATED {
+            // PyTorch initializes its allocator before the first context.
+            c.torch.poll(c);
         }
     });
 }
@@ -251,7 +278,7 @@ struct Env<'a>(&'a Collector);
 
 impl WriterEnv for Env<'_> {
     fn now(&self) -> u64 {
-        self.0.cupti.timestamp()
+        self.0.clock.now()
     }
     fn new_modules(&self, generation: &mut u64, after: u32) -> Vec<ModuleInfo> {
         let Some(s) = &self.0.stacks else {
@@ -298,11 +325,13 @@ impl Collector {
             self.cupti
                 .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
         }
-        self.cupti.enable_callback(
-            sub,
-            cupti::DOMAIN_RESOURCE,
+        for cbid in [
             cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-        )?;
+            cupti::CBID_RESOURCE_CONTEXT_CREATED,
+        ] {
+            self.cupti
+                .enable_callback(sub, cupti::DOMAIN_RESOURCE, cbid)?;
+        }
         self.cupti
             .register_buffers(activity::buffer_requested, activity::buffer_completed)?;
         self.cupti.activity_enable(cupti::KIND_MEMORY2)?;
@@ -335,7 +364,7 @@ impl Collector {
             pid: self.pid,
             // SAFETY: getppid has no preconditions.
             ppid: unsafe { libc::getppid() } as u32,
-            start: Nanos(self.cupti.timestamp()),
+            start: Nanos(self.clock.now()),
             hostname: hostname(),
             exe: std::fs::read_link("/proc/self/exe")
                 .map(|p| p.to_string_lossy().into_owned())
@@ -354,13 +383,43 @@ impl Collector {
         }
     }
 
+    /// Whether events are being recorded (off at exit, in a fork child, and
+    /// when CUPTI could not be set up).
+    pub fn recording(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    pub fn torch_pool_ids(&self) -> bool {
+        self.torch_pool_ids.load(Ordering::Relaxed)
+    }
+
+    pub fn set_torch_pool_ids(&self, yes: bool) {
+        self.torch_pool_ids.store(yes, Ordering::Relaxed);
+    }
+
+    /// A framework allocator's event, with the calling thread's stack when
+    /// `with_stack`.
+    pub fn push_allocator_event(
+        &self,
+        event: gmem_prof_traces::record::AllocatorEvent,
+        with_stack: bool,
+    ) {
+        if with_stack {
+            let mut frames = [0u64; crate::stack::MAX_FRAMES];
+            let (n, truncated) = self.capture_framework_stack(&mut frames);
+            self.sink.push_allocator(event, &frames[..n], truncated);
+        } else {
+            self.sink.push_allocator(event, &[], false);
+        }
+    }
+
     /// A message for the trace (and for stderr when no CLI will show it).
     pub fn report(&self, level: u8, text: String) {
         if !self.config.under_cli && level >= 1 {
             say(&text);
         }
         self.sink.push(Record::Message(Message {
-            time: Nanos(self.cupti.timestamp()),
+            time: Nanos(self.clock.now()),
             level,
             text,
         }));
@@ -443,6 +502,26 @@ impl Collector {
             self.flush_activity(cupti::FLUSH_FORCED);
             self.note_cupti_drops();
         }
+        let events = self.torch.events.load(Ordering::Relaxed);
+        if events > 0 {
+            let nanos = self.torch.nanos.load(Ordering::Relaxed);
+            self.report(
+                0,
+                format!(
+                    "PyTorch allocator: {events} events recorded, {:.2} µs per event (stack \
+                     included)",
+                    nanos as f64 / events as f64 / 1000.0
+                ),
+            );
+        }
+        self.report(
+            0,
+            format!(
+                "clock: CUPTI's timestamps are CLOCK_REALTIME {:+} ns; a cuptiGetTimestamp call \
+                 took {} ns",
+                self.clock.offset, self.clock.cupti_call_ns
+            ),
+        );
         if let Some(stats) = self.stacks.as_ref().map(Stacks::stats) {
             if stats.captures > 0 {
                 let per = |n: u64| n as f64 / stats.captures as f64;

@@ -16,9 +16,12 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gmem_prof_traces::record::{
-    ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd, StackDef, StackId,
+    AllocatorEvent, ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd, PyCodeId, StackDef,
+    StackId,
 };
 use gmem_prof_traces::{file_header, ChunkEncoder, Record};
+
+use crate::python;
 
 /// Items waiting for the writer before new ones are dropped. An item is 200
 /// bytes, so a stalled writer costs the program at most ~200 MiB; at 100,000
@@ -28,13 +31,21 @@ pub const MAX_PENDING: usize = 1 << 20;
 const CHUNK_BYTES: usize = 512 << 10;
 
 enum Item {
-    Api {
-        call: ApiCall,
+    /// A record whose stack the writer interns; its frames are
+    /// `Pending::frames[frames_at..frames_at + frames_len]`.
+    WithStack {
+        record: Stacked,
         frames_at: usize,
         frames_len: usize,
         truncated: bool,
     },
     Record(Record),
+}
+
+/// The records that carry a stack.
+enum Stacked {
+    Api(ApiCall),
+    Allocator(AllocatorEvent),
 }
 
 #[derive(Default)]
@@ -65,6 +76,14 @@ impl Sink {
     }
 
     pub fn push_api(&self, call: ApiCall, frames: &[u64], truncated: bool) {
+        self.push_with_stack(Stacked::Api(call), frames, truncated);
+    }
+
+    pub fn push_allocator(&self, event: AllocatorEvent, frames: &[u64], truncated: bool) {
+        self.push_with_stack(Stacked::Allocator(event), frames, truncated);
+    }
+
+    fn push_with_stack(&self, record: Stacked, frames: &[u64], truncated: bool) {
         let Ok(mut p) = self.pending.lock() else {
             return;
         };
@@ -74,8 +93,8 @@ impl Sink {
         }
         let frames_at = p.frames.len();
         p.frames.extend_from_slice(frames);
-        p.items.push(Item::Api {
-            call,
+        p.items.push(Item::WithStack {
+            record,
             frames_at,
             frames_len: frames.len(),
             truncated,
@@ -198,7 +217,16 @@ impl Writer {
         self.stacks.insert(self.key.clone(), id);
         let def = StackDef {
             id,
-            frames: frames.iter().map(|a| Frame::Native(*a)).collect(),
+            frames: frames
+                .iter()
+                .map(|&v| match python::decode_frame(v) {
+                    Some((code, line)) => Frame::Python {
+                        code: PyCodeId(code),
+                        line,
+                    },
+                    None => Frame::Native(v),
+                })
+                .collect(),
             truncated,
         };
         self.emit(env, &Record::Stack(def));
@@ -209,15 +237,25 @@ impl Writer {
         for item in batch.items.drain(..) {
             match item {
                 Item::Record(r) => self.emit(env, &r),
-                Item::Api {
-                    mut call,
+                Item::WithStack {
+                    record,
                     frames_at,
                     frames_len,
                     truncated,
                 } => {
                     let frames = &batch.frames[frames_at..frames_at + frames_len];
-                    call.stack = self.stack_id(env, frames, truncated);
-                    self.emit(env, &Record::Api(call));
+                    let stack = self.stack_id(env, frames, truncated);
+                    let record = match record {
+                        Stacked::Api(mut call) => {
+                            call.stack = stack;
+                            Record::Api(call)
+                        }
+                        Stacked::Allocator(mut event) => {
+                            event.stack = stack;
+                            Record::AllocatorEvent(event)
+                        }
+                    };
+                    self.emit(env, &record);
                 }
             }
             if self.enc.len() >= CHUNK_BYTES {

@@ -1,0 +1,59 @@
+//! The collector's clock. Records carry CUPTI's timestamps (its activity
+//! records are stamped by CUPTI), which on Linux count nanoseconds of
+//! CLOCK_REALTIME. Reading that clock through the vDSO takes tens of
+//! nanoseconds; a `cuptiGetTimestamp` call takes longer, and the collector
+//! stamps several records per allocation. So the offset between the two is
+//! measured once at start (normally zero) and the collector reads
+//! CLOCK_REALTIME: every record stays on CUPTI's clock.
+
+use crate::cupti::Cupti;
+
+pub struct Clock {
+    /// CUPTI's clock minus CLOCK_REALTIME, in nanoseconds.
+    pub offset: i64,
+    /// What one `cuptiGetTimestamp` call took at start (the fastest of a
+    /// few), for the trace's notes.
+    pub cupti_call_ns: u64,
+}
+
+fn realtime() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out pointer; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+impl Clock {
+    /// Measures the offset: of several readings of CUPTI's clock between
+    /// two readings of CLOCK_REALTIME, the tightest one.
+    pub fn calibrate(cupti: &Cupti) -> Clock {
+        let mut best: Option<(u64, i64)> = None;
+        for _ in 0..16 {
+            let before = realtime();
+            let c = cupti.timestamp();
+            let after = realtime();
+            let span = after.saturating_sub(before);
+            let mid = before + span / 2;
+            let offset = c.wrapping_sub(mid) as i64;
+            if best.is_none_or(|(s, _)| span < s) {
+                best = Some((span, offset));
+            }
+        }
+        let (span, offset) = best.unwrap_or((0, 0));
+        Clock {
+            offset,
+            cupti_call_ns: span,
+        }
+    }
+
+    /// Now, on CUPTI's clock.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        realtime().wrapping_add_signed(self.offset)
+    }
+}

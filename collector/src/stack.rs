@@ -1,0 +1,78 @@
+//! The stack recorded with an event: the native return addresses
+//! (`unwind.rs`) with the Python frames (`python.rs`) put where the
+//! interpreter ran them.
+//!
+//! Events inside a framework allocator come by the thousand per training
+//! step, and unwinding the native part of their stacks (PyTorch's
+//! dispatcher: a different path per operator and module depth, so the
+//! earlier walks a thread keeps rarely match) cost 1-3 µs each on the H200,
+//! against 0.2 µs for the Python part. So those events take only the
+//! Python frames when the thread runs Python (what
+//! `torch.cuda.memory._record_memory_history(stacks="python")` records too),
+//! and the native stack otherwise (PyTorch's autograd threads run no
+//! Python). `GMEM_PROF_TENSOR_NATIVE_STACKS=1` (`record
+//! --tensor-native-stacks`) takes both, interleaved, for every event.
+
+use std::cell::RefCell;
+
+use gmem_prof_traces::Record;
+
+use crate::config::MAX_STACK_DEPTH;
+use crate::python::{interleave, PyFrame, MAX_PYTHON_FRAMES};
+use crate::session::Collector;
+
+/// Values a recorded stack holds at most: native frames and Python ones.
+pub const MAX_FRAMES: usize = MAX_STACK_DEPTH + MAX_PYTHON_FRAMES;
+
+thread_local! {
+    static PYTHON_FRAMES: RefCell<Vec<PyFrame>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Collector {
+    /// The calling thread's stack into `out`, innermost first: returns how
+    /// many values it holds and whether a depth limit cut it. Python frames
+    /// are tagged values (`python::encode_frame`); the `PyCode` records they
+    /// name go to the sink first.
+    pub fn capture_stack(&self, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
+        let Some(stacks) = &self.stacks else {
+            return (0, false);
+        };
+        let mut native = [0u64; MAX_STACK_DEPTH];
+        let (n, native_cut) = stacks.capture(&mut native);
+        let Some(python) = &self.python else {
+            out[..n].copy_from_slice(&native[..n]);
+            return (n, native_cut);
+        };
+        PYTHON_FRAMES.with(|frames| {
+            let Ok(mut frames) = frames.try_borrow_mut() else {
+                out[..n].copy_from_slice(&native[..n]);
+                return (n, native_cut);
+            };
+            let python_cut = python.walk(&mut frames, |code| self.sink.push(Record::PyCode(code)));
+            let total = interleave(&native[..n], |pc| python.is_eval_loop(pc), &frames, out);
+            (total, native_cut || python_cut)
+        })
+    }
+
+    /// The stack of an event inside a framework allocator: the Python
+    /// frames alone when the thread runs Python (see the module's docs),
+    /// else `capture_stack`'s.
+    pub fn capture_framework_stack(&self, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
+        let (Some(python), false) = (&self.python, self.config.tensor_native_stacks) else {
+            return self.capture_stack(out);
+        };
+        if self.stacks.is_none() {
+            return (0, false);
+        }
+        let python_only = PYTHON_FRAMES.with(|frames| {
+            let mut frames = frames.try_borrow_mut().ok()?;
+            let cut = python.walk(&mut frames, |code| self.sink.push(Record::PyCode(code)));
+            if frames.is_empty() {
+                return None;
+            }
+            let n = interleave(&[], |_| false, &frames, out);
+            Some((n, cut))
+        });
+        python_only.unwrap_or_else(|| self.capture_stack(out))
+    }
+}

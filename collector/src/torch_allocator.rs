@@ -1,0 +1,503 @@
+//! PyTorch's CUDA caching allocator, from the inside.
+//!
+//! With its default (`native`) backend PyTorch obtains segments from CUDA
+//! (the driver calls the rest of the collector sees) and hands out tensors
+//! from inside them, which CUDA never sees. The allocator itself reports
+//! every step to "trace trackers" (`attachAllocatorTraceTracker`, the hook
+//! NCCL's memory registration uses) and every out-of-memory error to "OOM
+//! observers", synchronously, on the thread that caused it. The collector
+//! attaches one of each, with no change to the program and no Python code.
+//!
+//! Those methods are C++ virtual functions of `NativeCachingAllocator`,
+//! which libc10_cuda.so does not export; its symbol table (`.symtab`, in the
+//! file) names them. Before calling anything the collector checks, from
+//! that table: that the allocator object in use (`CUDACachingAllocator::
+//! allocator`) is a `NativeCachingAllocator` (its vtable pointer), that the
+//! vtable holds the functions found, and, from their mangled names, that
+//! they take `std::function`s of the signatures used here. Anything else
+//! (the cudaMallocAsync backend, a custom allocator, an unknown build)
+//! leaves the allocator alone and says why in the trace.
+//!
+//! The `std::function` values are built by hand in libstdc++'s layout (two
+//! words of storage, a manager and an invoker), the ABI of every GCC since
+//! 4.x, and torch's `TraceEntry` is read at the offsets of its leading
+//! fields, which have not moved since torch 2.1 (action, device, address,
+//! stream, size). Trackers are called with the allocator's lock held: the
+//! tracker takes no Python lock and makes no CUDA call.
+
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use gmem_prof_traces::record::{
+    allocator, AllocatorAction, AllocatorEvent, AllocatorInfo, Bytes, Nanos,
+};
+use gmem_prof_traces::Record;
+
+use crate::callbacks::current_tid;
+use crate::elf::{self, FileSymbol};
+use crate::modules;
+use crate::session::{self, Collector};
+
+const LIBRARY: &str = "libc10_cuda.so";
+
+/// Where attaching stands in this process.
+const WAITING: u8 = 0;
+const ATTACHED: u8 = 1;
+const DONE: u8 = 2;
+
+/// Attaching, tried at CUDA events until it succeeds or cannot.
+pub struct TorchHook {
+    state: AtomicU8,
+    /// The loader's change count when libc10_cuda was last looked for and
+    /// missing: no need to look again until it changes.
+    looked_at: AtomicU64,
+    /// Events recorded, and the time spent recording them (stacks
+    /// included), for the trace's notes.
+    pub events: AtomicU64,
+    pub nanos: AtomicU64,
+}
+
+impl Default for TorchHook {
+    fn default() -> Self {
+        TorchHook {
+            state: AtomicU8::new(WAITING),
+            looked_at: AtomicU64::new(u64::MAX),
+            events: AtomicU64::new(0),
+            nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+impl TorchHook {
+    fn count(&self, started: u64, now: u64) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(now.saturating_sub(started), Ordering::Relaxed);
+    }
+}
+
+/// The symbols the hook needs, by slot.
+const SYM_ALLOCATOR: usize = 0;
+const SYM_VTABLE: usize = 1;
+const SYM_TRACKER: usize = 2;
+const SYM_OOM: usize = 3;
+const SYM_INITIALIZED: usize = 4;
+const SYMBOLS: usize = 5;
+
+const CLASS: &[u8] = b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator";
+
+fn pick(name: &[u8]) -> Option<usize> {
+    if name == b"_ZN3c104cuda20CUDACachingAllocator9allocatorE" {
+        return Some(SYM_ALLOCATOR);
+    }
+    if name == b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE" {
+        return Some(SYM_VTABLE);
+    }
+    let method = name.strip_prefix(CLASS)?;
+    // void(const TraceEntry&): the entry's namespace moved over versions.
+    if let Some(args) = method.strip_prefix(b"27attachAllocatorTraceTrackerESt8functionIFvRK") {
+        return args.ends_with(b"10TraceEntryEEE").then_some(SYM_TRACKER);
+    }
+    // void(long device, size_t alloc_size, size_t limit, size_t free)
+    if method == b"25attachOutOfMemoryObserverESt8functionIFvlmmmEE" {
+        return Some(SYM_OOM);
+    }
+    (method == b"11initializedEv").then_some(SYM_INITIALIZED)
+}
+
+/// libstdc++'s `std::function<R(Args...)>`: storage for a small functor,
+/// then the manager (copy, destroy, type queries) and the invoker.
+#[repr(C)]
+struct StdFunction {
+    storage: [usize; 2],
+    manager: Option<Manager>,
+    invoker: usize,
+}
+
+type Manager =
+    unsafe extern "C" fn(dest: *mut [usize; 2], src: *const [usize; 2], op: c_int) -> bool;
+
+/// `_M_manager` for a functor that is plain data (we store nothing): copies
+/// the storage when asked to clone it; type queries get null (as libstdc++
+/// built without RTTI answers).
+unsafe extern "C" fn manager(dest: *mut [usize; 2], src: *const [usize; 2], op: c_int) -> bool {
+    const GET_TYPE_INFO: c_int = 0;
+    const GET_FUNCTOR_PTR: c_int = 1;
+    const CLONE: c_int = 2;
+    // SAFETY: libstdc++ passes two valid `_Any_data` (16-byte) locations.
+    unsafe {
+        match op {
+            GET_TYPE_INFO => (*dest)[0] = 0,
+            GET_FUNCTOR_PTR => (*dest)[0] = src as usize,
+            CLONE => *dest = *src,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Invoker of the trace tracker: `void(const TraceEntry&)`.
+unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u8) {
+    session::guarded((), || {
+        let Some(c) = session::get() else { return };
+        if !c.recording() || entry.is_null() {
+            return;
+        }
+        // SAFETY: torch passes its TraceEntry; these leading fields sit at
+        // the same offsets in every version we attach to (see the module
+        // docs): action (int) at 0, device (int8 or int) at 4, address at 8,
+        // stream at 32, size at 40, and (2.11) the pool id pair at 48.
+        let (action, device, address, stream, size, pool) = unsafe {
+            let field = |off: usize| std::ptr::read_unaligned(entry.add(off) as *const u64);
+            (
+                std::ptr::read_unaligned(entry as *const i32),
+                std::ptr::read(entry.add(4) as *const i8),
+                field(8),
+                field(32),
+                field(40),
+                if c.torch_pool_ids() {
+                    field(48) | field(56)
+                } else {
+                    0
+                },
+            )
+        };
+        // torch's TraceEntry::Action, in order.
+        let (action, stack) = match action {
+            0 => (AllocatorAction::ALLOC, true),
+            1 => (AllocatorAction::FREE_REQUESTED, false),
+            2 => (AllocatorAction::FREE_COMPLETED, false),
+            3 => (AllocatorAction::SEGMENT_ALLOC, true),
+            4 => (AllocatorAction::SEGMENT_FREE, true),
+            5 => (AllocatorAction::SEGMENT_MAP, true),
+            6 => (AllocatorAction::SEGMENT_UNMAP, true),
+            7 => (AllocatorAction::SNAPSHOT, false),
+            8 => (AllocatorAction::OOM, true),
+            _ => return,
+        };
+        let oom = action == AllocatorAction::OOM;
+        let started = c.clock.now();
+        let event = AllocatorEvent {
+            time: Nanos(started),
+            allocator: allocator::TORCH_CACHING,
+            action,
+            device: device.max(0) as u32,
+            // An OOM entry's address field holds the device's free bytes.
+            address: if oom { 0 } else { address },
+            bytes: Bytes(size),
+            stream,
+            pool,
+            tid: current_tid(),
+            stack: Default::default(),
+            device_free: if oom { address } else { 0 },
+            limit: 0,
+        };
+        c.push_allocator_event(event, stack);
+        c.torch.count(started, c.clock.now());
+    });
+}
+
+/// Invoker of the OOM observer: `void(long, size_t, size_t, size_t)`,
+/// arguments passed by reference (`std::function` forwards them).
+unsafe extern "C" fn on_oom(
+    _functor: *const [usize; 2],
+    device: *const i64,
+    alloc_size: *const u64,
+    limit: *const u64,
+    free: *const u64,
+) {
+    session::guarded((), || {
+        let Some(c) = session::get() else { return };
+        if !c.recording()
+            || device.is_null()
+            || alloc_size.is_null()
+            || limit.is_null()
+            || free.is_null()
+        {
+            return;
+        }
+        // SAFETY: four valid references, as std::function passes them.
+        let (device, alloc_size, limit, free) = unsafe { (*device, *alloc_size, *limit, *free) };
+        let event = AllocatorEvent {
+            time: Nanos(c.clock.now()),
+            allocator: allocator::TORCH_CACHING,
+            action: AllocatorAction::OOM_REPORT,
+            device: device.max(0) as u32,
+            address: 0,
+            bytes: Bytes(alloc_size),
+            stream: 0,
+            pool: 0,
+            tid: current_tid(),
+            stack: Default::default(),
+            device_free: free,
+            limit,
+        };
+        c.push_allocator_event(event, true);
+    });
+}
+
+/// torch's version from `torch/version.py` beside the library
+/// (`.../torch/lib/libc10_cuda.so`): "2.11.0+cu130" → (2, 11).
+fn torch_version(library: &str) -> Option<(u32, u32, String)> {
+    let dir = Path::new(library).parent()?.parent()?;
+    let text = std::fs::read_to_string(dir.join("version.py")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("__version__"))?;
+    let v = line.split(['\'', '"']).nth(1)?.to_string();
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor, v))
+}
+
+/// What an attempt came to.
+enum Attempt {
+    /// Not yet possible (library not loaded, allocator not initialized).
+    Later,
+    Attached {
+        detail: String,
+        pool_ids: bool,
+    },
+    /// Never in this process; why.
+    No(String),
+}
+
+impl TorchHook {
+    /// Tries to attach if that has not been settled yet. Cheap once settled,
+    /// and while libc10_cuda is not loaded (one loader query).
+    pub fn poll(&self, c: &Collector) {
+        if self.state.load(Ordering::Acquire) != WAITING {
+            return;
+        }
+        if !c.config.frameworks {
+            self.state.store(DONE, Ordering::Release);
+            return;
+        }
+        let changes = modules::loader_changes();
+        if self.looked_at.load(Ordering::Relaxed) == changes {
+            return;
+        }
+        let Some((library, bias)) = modules::find_loaded(LIBRARY) else {
+            self.looked_at.store(changes, Ordering::Relaxed);
+            return;
+        };
+        // One thread attaches; the others go on.
+        if self
+            .state
+            .compare_exchange(WAITING, DONE, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let settings = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
+        let info = |attached: bool, detail: String| AllocatorInfo {
+            time: Nanos(c.clock.now()),
+            allocator: allocator::TORCH_CACHING,
+            library: library.clone(),
+            settings: settings.clone(),
+            attached,
+            detail,
+        };
+        match attach(&library, bias) {
+            Attempt::Later => {
+                // Try again at the next event (the allocator is initialized
+                // lazily, at the first CUDA use).
+                self.state.store(WAITING, Ordering::Release);
+            }
+            Attempt::Attached { detail, pool_ids } => {
+                c.set_torch_pool_ids(pool_ids);
+                self.state.store(ATTACHED, Ordering::Release);
+                c.sink.push(Record::Allocator(info(true, detail)));
+            }
+            Attempt::No(why) => {
+                c.sink.push(Record::Allocator(info(false, why.clone())));
+                c.report(1, format!("PyTorch's caching allocator: {why}"));
+            }
+        }
+    }
+}
+
+fn attach(library: &str, bias: u64) -> Attempt {
+    let file = match std::fs::read(library) {
+        Ok(f) => f,
+        Err(e) => {
+            return Attempt::No(format!(
+                "cannot read {library}: {e}; tensors are not seen, only segments"
+            ))
+        }
+    };
+    let found = match elf::find_symbols(&file, SYMBOLS, pick) {
+        Ok(f) => f,
+        Err(e) => {
+            return Attempt::No(format!(
+                "{library}: {e}; tensors are not seen, only segments"
+            ))
+        }
+    };
+    drop(file);
+    let at = |slot: usize| found[slot].map(|s: FileSymbol| bias.wrapping_add(s.value));
+    let (Some(global), Some(vtable), Some(tracker)) =
+        (at(SYM_ALLOCATOR), at(SYM_VTABLE), at(SYM_TRACKER))
+    else {
+        return Attempt::No(format!(
+            "{library} does not have the symbols this gmem-prof attaches to (a PyTorch build \
+             it does not know); tensors are not seen, only segments"
+        ));
+    };
+    let version = torch_version(library);
+    if version
+        .as_ref()
+        .is_some_and(|(major, minor, _)| (*major, *minor) < (2, 1))
+    {
+        return Attempt::No(
+            "PyTorch before 2.1 is not supported; tensors are not seen, only segments".into(),
+        );
+    }
+    // SAFETY: `allocator` is a `std::atomic<CUDAAllocator*>` (8 bytes; on
+    // x86-64 an atomic load is a plain load).
+    let object = unsafe { std::ptr::read_volatile(global as *const usize) };
+    if object == 0 {
+        return Attempt::Later;
+    }
+    // SAFETY: a live C++ object starts with its vtable pointer.
+    let vptr = unsafe { std::ptr::read(object as *const usize) } as u64;
+    // Itanium ABI: the vtable pointer skips offset-to-top and RTTI.
+    if vptr != vtable + 16 {
+        return Attempt::No(
+            "the allocator in use is not the native caching allocator (the cudaMallocAsync \
+             backend, where every tensor is a CUDA allocation the trace sees directly, or a \
+             custom allocator)"
+                .into(),
+        );
+    }
+    // The vtable's entries follow the two words the vtable pointer skips;
+    // its symbol's size bounds them.
+    let entries = (found[SYM_VTABLE].map_or(0, |s| s.size) / 8).saturating_sub(2) as usize;
+    let in_vtable = |f: u64| {
+        (0..entries.min(512)).any(|i| {
+            // SAFETY: inside the vtable, which lies in the library's mapped
+            // data.
+            unsafe { std::ptr::read((vptr as *const u64).add(i)) == f }
+        })
+    };
+    if !in_vtable(tracker) {
+        return Attempt::No(format!(
+            "{library}'s allocator vtable does not hold the trace-tracker method found; \
+             tensors are not seen, only segments"
+        ));
+    }
+    if let Some(initialized) = at(SYM_INITIALIZED).filter(|f| in_vtable(*f)) {
+        // SAFETY: `bool NativeCachingAllocator::initialized()`, a method of
+        // this object's class (checked above), taking only `this`.
+        let ready = unsafe {
+            let f: unsafe extern "C" fn(usize) -> bool = std::mem::transmute(initialized as usize);
+            f(object)
+        };
+        if !ready {
+            return Attempt::Later;
+        }
+    }
+    let tracker_fn = StdFunction {
+        storage: [0; 2],
+        manager: Some(manager),
+        invoker: on_trace_entry as *const () as usize,
+    };
+    // SAFETY: `void attachAllocatorTraceTracker(std::function<void(const
+    // TraceEntry&)>)` of this object's class (mangled name and vtable
+    // checked); a by-value std::function is passed by reference to a
+    // temporary the caller owns (Itanium ABI), and ours needs no
+    // destruction.
+    unsafe {
+        let f: unsafe extern "C" fn(usize, *const StdFunction) =
+            std::mem::transmute(tracker as usize);
+        f(object, &tracker_fn);
+    }
+    let mut detail = String::from("trace tracker");
+    if let Some(oom) = at(SYM_OOM).filter(|f| in_vtable(*f)) {
+        let oom_fn = StdFunction {
+            storage: [0; 2],
+            manager: Some(manager),
+            invoker: on_oom as *const () as usize,
+        };
+        // SAFETY: as above, for `attachOutOfMemoryObserver(std::function<
+        // void(long, size_t, size_t, size_t)>)`.
+        unsafe {
+            let f: unsafe extern "C" fn(usize, *const StdFunction) =
+                std::mem::transmute(oom as usize);
+            f(object, &oom_fn);
+        }
+        detail.push_str(" and OOM observer");
+    }
+    let pool_ids = version
+        .as_ref()
+        .is_some_and(|(major, minor, _)| (*major, *minor) >= (2, 11));
+    if let Some((_, _, v)) = version {
+        detail.push_str(&format!(" attached to PyTorch {v}"));
+    }
+    Attempt::Attached { detail, pool_ids }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_symbols_of_pytorch_2_11_and_older_builds() {
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator9allocatorE"),
+            Some(SYM_ALLOCATOR)
+        );
+        assert_eq!(
+            pick(b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"),
+            Some(SYM_VTABLE)
+        );
+        // torch 2.11 (nm of its libc10_cuda.so).
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator27attachAllocatorTraceTrackerESt8functionIFvRKNS_22CachingDeviceAllocator10TraceEntryEEE"),
+            Some(SYM_TRACKER)
+        );
+        // Before TraceEntry moved to c10::CachingDeviceAllocator.
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator27attachAllocatorTraceTrackerESt8functionIFvRKNS0_10TraceEntryEEE"),
+            Some(SYM_TRACKER)
+        );
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator25attachOutOfMemoryObserverESt8functionIFvlmmmEE"),
+            Some(SYM_OOM)
+        );
+        assert_eq!(
+            pick(
+                b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator11initializedEv"
+            ),
+            Some(SYM_INITIALIZED)
+        );
+        // The cudaMallocAsync backend's methods, and other signatures, are
+        // not taken.
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync24CudaMallocAsyncAllocator27attachAllocatorTraceTrackerESt8functionIFvRKNS_22CachingDeviceAllocator10TraceEntryEEE"),
+            None
+        );
+        assert_eq!(
+            pick(b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator25attachOutOfMemoryObserverESt8functionIFvlmmEE"),
+            None
+        );
+    }
+
+    #[test]
+    fn reads_the_version_beside_the_library() {
+        let dir = std::env::temp_dir().join(format!("gmem-torch-version-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("torch/lib")).unwrap();
+        std::fs::write(
+            dir.join("torch/version.py"),
+            "from typing import Optional\n__version__ = '2.11.0+cu130'\ndebug = False\n",
+        )
+        .unwrap();
+        let lib = dir.join("torch/lib/libc10_cuda.so");
+        assert_eq!(
+            torch_version(lib.to_str().unwrap()),
+            Some((2, 11, "2.11.0+cu130".to_string()))
+        );
+        assert_eq!(torch_version("/nowhere/lib/libc10_cuda.so"), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
