@@ -3,14 +3,17 @@
 //!
 //! A site's key is its category and its frames' function names (module and
 //! offset for unresolved frames); line numbers are left out so that an edit
-//! elsewhere in a file does not unmatch a site. Sites of one run that share
-//! a key are added together.
+//! elsewhere in a file does not unmatch a site. A stack with Python frames
+//! is keyed by those alone (function and file): the native frames under a
+//! Python line change with the operators it runs. Tensor sites (inside a
+//! framework's allocator) are compared the same way, apart from CUDA
+//! allocation sites. Sites of one run that share a key are added together.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::{Analysis, FrameText, Site};
+use crate::model::{Analysis, FrameText, Site, TensorSite};
 
 /// Version of the diff's JSON form.
 pub const DIFF_SCHEMA_VERSION: u32 = 1;
@@ -26,6 +29,10 @@ pub struct Diff {
     /// Every site of either run, largest change of bytes live at the peak
     /// first.
     pub sites: Vec<SiteDiff>,
+    /// Every tensor site of either run (`live_at_peak`: bytes at the
+    /// allocated peak; `leaked_bytes`: live at exit), largest change first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tensor_sites: Vec<SiteDiff>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -39,6 +46,9 @@ pub struct RunTotals {
     pub allocations: u64,
     pub ooms_reached_program: u64,
     pub growing_sites: u64,
+    /// The highest tensor bytes any framework allocator held at once.
+    pub allocated_peak_bytes: u64,
+    pub growing_tensor_sites: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -89,12 +99,26 @@ pub struct SiteDiff {
 
 /// The stack-based identity of a site across runs.
 pub fn site_key(s: &Site) -> String {
-    let mut key = s.category.clone();
-    if s.frames.is_empty() {
+    frames_key(&s.category, &s.label, &s.frames)
+}
+
+fn frames_key(category: &str, label: &str, frames: &[FrameText]) -> String {
+    let mut key = category.to_string();
+    if frames.is_empty() {
         key.push('|');
-        key.push_str(&s.label);
+        key.push_str(label);
     }
-    for f in &s.frames {
+    if frames.iter().any(|f| f.python) {
+        for f in frames.iter().filter(|f| f.python) {
+            let file = f
+                .location
+                .rsplit_once(':')
+                .map_or(f.location.as_str(), |(file, _)| file);
+            key.push_str(&format!("|py:{}@{file}", f.function));
+        }
+        return key;
+    }
+    for f in frames {
         key.push('|');
         if f.resolved {
             key.push_str(&f.function);
@@ -119,7 +143,97 @@ fn totals(a: &Analysis) -> RunTotals {
         allocations: a.sites.iter().map(|s| s.count).sum(),
         ooms_reached_program: a.ooms_reached_program(),
         growing_sites: a.growth.len() as u64,
+        allocated_peak_bytes: a
+            .frameworks
+            .iter()
+            .map(|v| v.allocated_peak)
+            .max()
+            .unwrap_or(0),
+        growing_tensor_sites: a.tensor_growth.len() as u64,
     }
+}
+
+/// A tensor site of the base run and of the new one, with their figures.
+type TensorEntry<'a> = (
+    Option<&'a TensorSite>,
+    Option<&'a TensorSite>,
+    SiteFigures,
+    SiteFigures,
+);
+
+/// Tensor sites of both runs, matched by their Python frames (or their
+/// label when they have none), largest change first.
+fn tensor_site_diffs(base: &Analysis, new: &Analysis) -> Vec<SiteDiff> {
+    let mut by_key: BTreeMap<String, TensorEntry> = BTreeMap::new();
+    for (side, a) in [(0, base), (1, new)] {
+        for s in &a.tensor_sites {
+            let key = if s.frames.iter().any(|f| f.python) {
+                frames_key("tensor", &s.label, &s.frames)
+            } else {
+                format!("tensor|{}", s.label)
+            };
+            let e = by_key.entry(key).or_default();
+            let f = SiteFigures {
+                live_at_peak: s.at_peak_bytes,
+                total_bytes: s.total_bytes,
+                count: s.count,
+                leaked_bytes: s.live_at_exit_bytes,
+                max_live: s.max_live,
+            };
+            let (site, figures) = if side == 0 {
+                (&mut e.0, &mut e.2)
+            } else {
+                (&mut e.1, &mut e.3)
+            };
+            site.get_or_insert(s);
+            figures.live_at_peak += f.live_at_peak;
+            figures.total_bytes += f.total_bytes;
+            figures.count += f.count;
+            figures.leaked_bytes += f.leaked_bytes;
+            figures.max_live = figures.max_live.max(f.max_live);
+        }
+    }
+    let mut out: Vec<(String, SiteDiff)> = by_key
+        .into_iter()
+        .map(|(k, (b, n, bf, nf))| {
+            let shown = n.or(b).expect("an entry has a site");
+            let d = SiteDiff {
+                id: 0,
+                label: shown.label.clone(),
+                category: "tensor".into(),
+                frames: shown.frames.clone(),
+                presence: match (b, n) {
+                    (Some(_), Some(_)) => "both",
+                    (Some(_), None) => "base only",
+                    _ => "new only",
+                },
+                delta_live_at_peak: delta(bf.live_at_peak, nf.live_at_peak),
+                delta_total_bytes: delta(bf.total_bytes, nf.total_bytes),
+                delta_leaked_bytes: delta(bf.leaked_bytes, nf.leaked_bytes),
+                base: bf,
+                new: nf,
+            };
+            (k, d)
+        })
+        .collect();
+    out.sort_by(|(ka, a), (kb, b)| {
+        b.delta_live_at_peak
+            .unsigned_abs()
+            .cmp(&a.delta_live_at_peak.unsigned_abs())
+            .then(
+                b.delta_total_bytes
+                    .unsigned_abs()
+                    .cmp(&a.delta_total_bytes.unsigned_abs()),
+            )
+            .then(ka.cmp(kb))
+    });
+    out.into_iter()
+        .enumerate()
+        .map(|(i, (_, mut d))| {
+            d.id = i as u32;
+            d
+        })
+        .collect()
 }
 
 fn add(f: &mut SiteFigures, s: &Site) {
@@ -273,6 +387,7 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
         new: totals(new),
         devices,
         sites: sites.into_iter().map(|(_, s)| s).collect(),
+        tensor_sites: tensor_site_diffs(base, new),
     }
 }
 

@@ -8,7 +8,8 @@ use gmem_prof_traces::record::{memory_kind, ApiFunc};
 use gmem_prof_traces::Record;
 
 use crate::events::{EventKind, EventRow};
-use crate::input::{ApiEv, Event, MemoryEv, TimedEvent};
+use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
+use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent};
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Curve, Samples};
@@ -54,6 +55,19 @@ fn prefetch_passing<T>(p: *const T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// The driver allocations live in one process, for matching a framework's
+/// segments with them.
+struct LiveMemory<'a> {
+    live: &'a FastMap<(u32, u64), Live>,
+    stream: u32,
+}
+
+impl DriverMemory for LiveMemory<'_> {
+    fn live_at(&self, address: u64) -> Option<u64> {
+        self.live.get(&(self.stream, address)).map(|l| l.bytes)
+    }
 }
 
 /// Why memory has no ordinary allocation call behind it.
@@ -430,6 +444,8 @@ pub struct StreamState {
     /// Failed allocations not yet known to be recovered: (tid, bytes, index
     /// into `Engine::ooms`).
     open_failures: Vec<(u32, u64, usize)>,
+    /// The inside of a framework allocator, when the trace holds its events.
+    pub framework: Option<Box<FrameworkState>>,
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -472,6 +488,7 @@ impl StreamState {
             last_time: 0,
             ended: None,
             open_failures: Vec::new(),
+            framework: None,
         }
     }
 
@@ -767,8 +784,31 @@ impl Engine {
                     );
                 }
             }
+            Event::Allocator(a) => self.allocator_event(stream, t, a),
             Event::End => self.process_end(stream, t),
         }
+    }
+
+    /// An event inside a framework allocator (rare next to driver events:
+    /// kept out of the sweep's loop).
+    #[inline(never)]
+    fn allocator_event(&mut self, stream: u32, t: u64, a: &AllocatorEv) {
+        let axis = self.axis.as_ref().expect("axis set before events");
+        let st = &mut self.streams[stream as usize];
+        let fw = st.framework.get_or_insert_with(|| {
+            let settings = st
+                .defs
+                .allocators
+                .iter()
+                .find(|i| i.allocator == a.allocator)
+                .map_or("", |i| i.settings.as_str());
+            Box::new(FrameworkState::new(AllocConfig::parse(settings)))
+        });
+        let driver = LiveMemory {
+            live: &self.live,
+            stream,
+        };
+        fw.apply(t, axis, a, &driver);
     }
 
     fn pool_id(&mut self, stream: u32, device: u32, address: u64) -> PoolId {
@@ -1114,7 +1154,11 @@ impl Engine {
     /// The process ended: what it still holds is accounted to its sites as
     /// "at exit" and leaves the device's live set (the driver frees it).
     fn process_end(&mut self, stream: u32, t: u64) {
-        self.streams[stream as usize].ended = Some(t);
+        let st = &mut self.streams[stream as usize];
+        st.ended = Some(t);
+        if let (Some(fw), Some(axis)) = (&mut st.framework, &self.axis) {
+            fw.finish(axis, t);
+        }
         self.settle_exit(stream, Some(t));
     }
 
@@ -1154,6 +1198,11 @@ impl Engine {
     fn sample_fragmentation(&mut self) {
         let Some(axis) = &self.axis else { return };
         let now = self.now;
+        for st in &mut self.streams {
+            if let (Some(fw), None) = (&mut st.framework, st.ended) {
+                fw.sample(axis, now);
+            }
+        }
         for (&d, &i) in &self.devices.by_id {
             let dev = &mut self.devices.states[i];
             if !dev.frag_dirty {
@@ -1191,6 +1240,12 @@ impl Engine {
         }
         for s in 0..self.streams.len() as u32 {
             if self.streams[s as usize].ended.is_none() {
+                let now = self.now;
+                if let (Some(fw), Some(axis)) =
+                    (&mut self.streams[s as usize].framework, &self.axis)
+                {
+                    fw.finish(axis, now);
+                }
                 self.settle_exit(s, None);
             }
         }

@@ -11,7 +11,7 @@
 use std::sync::Mutex;
 
 use gmem_prof_traces::file::RawChunk;
-use gmem_prof_traces::record::{self, tag, ApiFunc};
+use gmem_prof_traces::record::{self, tag, AllocatorAction, ApiFunc};
 #[cfg(target_arch = "x86_64")]
 use gmem_prof_traces::WINDOW;
 use gmem_prof_traces::{
@@ -74,9 +74,46 @@ pub struct ApiEv {
     pub internal: bool,
 }
 
+/// An event inside a framework allocator (`record::AllocatorEvent`).
+#[derive(Clone, Copy, Debug)]
+pub struct AllocatorEv {
+    pub allocator: u8,
+    pub action: AllocatorAction,
+    pub device: u32,
+    pub stack: u32,
+    /// The private pool's id, cut to 32 bits (ids count up from 1).
+    pub pool: u32,
+    /// For `OOM` and `OOM_REPORT`: the device's free bytes.
+    pub address: u64,
+    pub bytes: u64,
+    /// For `OOM_REPORT`: the limit.
+    pub stream: u64,
+}
+
+impl AllocatorEv {
+    fn from_record(a: &record::AllocatorEvent) -> AllocatorEv {
+        let oom = a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT;
+        AllocatorEv {
+            allocator: a.allocator,
+            action: a.action,
+            device: a.device,
+            stack: a.stack.0,
+            pool: a.pool as u32,
+            address: if oom { a.device_free } else { a.address },
+            bytes: a.bytes.0,
+            stream: if a.action == AllocatorAction::OOM_REPORT {
+                a.limit
+            } else {
+                a.stream
+            },
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum Event {
     Memory(MemoryEv),
+    Allocator(AllocatorEv),
     Api(ApiEv),
     Pool {
         op: u8,
@@ -304,6 +341,15 @@ fn push_event(
         }
         tag::KERNEL => {
             push_kernel(out, seq, &record::decode_kernel_span(d, base)?);
+            true
+        }
+        tag::ALLOCATOR_EVENT => {
+            let a = record::decode_allocator_event(d, base)?;
+            out.push(TimedEvent {
+                time: a.time.0,
+                seq,
+                event: Event::Allocator(AllocatorEv::from_record(&a)),
+            });
             true
         }
         tag::PROCESS_END => {

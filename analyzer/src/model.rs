@@ -25,6 +25,20 @@ pub struct Analysis {
     pub growth: Vec<Growth>,
     /// Every failed allocation, in time order.
     pub ooms: Vec<Oom>,
+    /// The inside of framework allocators (PyTorch's caching allocator),
+    /// per process and device, when the trace saw inside one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub frameworks: Vec<FrameworkView>,
+    /// Where the tensors of those allocators were allocated, grouped by the
+    /// innermost frame of the program's own code; sorted by bytes at the
+    /// allocated peak, then total bytes. `FrameworkView`'s and
+    /// `tensor_growth`'s site ids index this list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tensor_sites: Vec<TensorSite>,
+    /// Tensor sites whose live bytes keep rising after the warm-up (the
+    /// leak of a Python program), largest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tensor_growth: Vec<Growth>,
 }
 
 impl Analysis {
@@ -52,10 +66,24 @@ impl Analysis {
         self.processes.iter().map(|p| p.at_exit.cached_bytes).sum()
     }
 
-    /// Failed allocations that reached the program (not recovered by a
-    /// retry).
+    /// Out-of-memory errors the program saw: failed allocations not
+    /// recovered by a retry, with those a framework raised as its own error
+    /// (PyTorch's `OutOfMemoryError`) counted once.
     pub fn ooms_reached_program(&self) -> u64 {
-        self.ooms.iter().filter(|o| o.reached_program()).count() as u64
+        let driver = self
+            .ooms
+            .iter()
+            .filter(|o| o.reached_program() && o.raised_as.is_none())
+            .count();
+        let framework: usize = self.frameworks.iter().map(|f| f.ooms.len()).sum();
+        (driver + framework) as u64
+    }
+
+    /// A tensor site's label by id.
+    pub fn tensor_site_label(&self, id: u32) -> String {
+        self.tensor_sites
+            .get(id as usize)
+            .map_or_else(|| format!("tensor site {id}"), |s| s.label.clone())
     }
 }
 
@@ -273,6 +301,10 @@ pub struct FrameText {
     pub module: String,
     pub offset: u64,
     pub resolved: bool,
+    /// A Python frame (`function` is its qualified name, `location` the
+    /// `.py` file and line).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub python: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -309,6 +341,10 @@ pub struct Oom {
     pub largest_free_extent: Option<u64>,
     /// What was live on the device at that instant, by site, largest first.
     pub live_by_site: Vec<SiteBytes>,
+    /// The error the program saw when a framework turned this failure into
+    /// its own (its entry in `FrameworkView::ooms` has the details).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raised_as: Option<String>,
 }
 
 impl Oom {
@@ -316,4 +352,169 @@ impl Oom {
     pub fn reached_program(&self) -> bool {
         self.outcome == "reached program"
     }
+}
+
+/// What a framework allocator did inside the memory it holds from the
+/// driver, in one process on one device: tensors (blocks) inside segments.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameworkView {
+    /// "PyTorch caching allocator".
+    pub allocator: String,
+    pub pid: u32,
+    pub device: u32,
+    /// The allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`).
+    pub settings: String,
+    /// Bytes of live tensors (PyTorch's `memory_allocated`): blocks from
+    /// their allocation until the program frees them.
+    pub allocated: Vec<Point>,
+    /// Bytes of the allocator's segments (PyTorch's `memory_reserved`).
+    pub reserved: Vec<Point>,
+    pub allocated_peak: u64,
+    pub allocated_peak_time_ns: u64,
+    pub reserved_at_allocated_peak: u64,
+    pub reserved_peak: u64,
+    /// What was allocated at the allocated peak, by tensor site.
+    pub peak_sites: Vec<SiteBytes>,
+    pub tensors_allocated: u64,
+    pub tensors_freed: u64,
+    pub segments_allocated: u64,
+    pub segments_freed: u64,
+    /// Pages mapped into and unmapped from expandable segments.
+    pub pages_mapped: u64,
+    pub pages_unmapped: u64,
+    pub at_exit: FrameworkAtExit,
+    /// Fragmentation inside the segments, per pool.
+    pub pools: Vec<PoolFragmentation>,
+    /// The worst pool's F at the end of each bucket (per mille), `None`
+    /// while no pool held free space.
+    pub fragmentation: Vec<Option<u16>>,
+    /// The largest free block of any pool at the end of each bucket.
+    pub largest_free: Vec<u64>,
+    /// The worst pool at its worst moment.
+    pub worst_fragmentation: Option<PoolFragmentationAt>,
+    pub segments: SegmentCheck,
+    /// Each pool as it was when the program took a snapshot of the
+    /// allocator (`torch.cuda.memory._snapshot()`): the same figures the
+    /// snapshot's blocks give.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<PoolsAt>,
+    /// Out-of-memory errors the allocator raised, in time order.
+    pub ooms: Vec<FrameworkOom>,
+    /// What the figures rest on that the reader should know.
+    pub notes: Vec<String>,
+}
+
+/// When the process ended (or the trace did).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FrameworkAtExit {
+    /// Tensors still allocated: the program's live objects (model,
+    /// optimizer state), not leaks; a Python program's leak is what grows.
+    pub live_tensor_bytes: u64,
+    pub live_tensors: u64,
+    /// Segments still held.
+    pub reserved_bytes: u64,
+    /// Held by the allocator with no tensor in it: its cache.
+    pub cached_bytes: u64,
+}
+
+/// One pool of the allocator: blocks of one pool never come from another
+/// pool's segments, so free space is only usable within its pool.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolFragmentation {
+    /// "large blocks, stream 0x0", "small blocks, stream 0x7f..",
+    /// "private pool 3 (large blocks)".
+    pub pool: String,
+    pub small: bool,
+    pub stream: u64,
+    pub private_pool: u64,
+    pub reserved_peak: u64,
+    /// F = 1 − largest free block / free bytes, at the end of each bucket
+    /// (per mille).
+    pub curve: Vec<Option<u16>>,
+    pub largest_free: Vec<u64>,
+    pub worst: Option<FragmentationAt>,
+}
+
+/// Every pool's free space at one instant.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolsAt {
+    pub time_ns: u64,
+    pub pools: Vec<PoolExtentAt>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolExtentAt {
+    pub pool: String,
+    pub reserved_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+    pub fragmentation: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolFragmentationAt {
+    pub pool: String,
+    pub at: FragmentationAt,
+}
+
+/// Whether the driver saw each segment the allocator says it holds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SegmentCheck {
+    /// Segment allocations and expandable-segment maps the allocator
+    /// reported.
+    pub reported: u64,
+    /// Those backed by a driver allocation (or VMM mappings) of the same
+    /// address and size in the trace.
+    pub matched: u64,
+    /// (address, bytes) of the others (at most 16).
+    pub unmatched: Vec<(u64, u64)>,
+}
+
+/// An out-of-memory error raised by a framework's allocator.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameworkOom {
+    pub time_ns: u64,
+    pub pid: u32,
+    pub device: u32,
+    /// The request, rounded as the allocator rounds it.
+    pub requested_bytes: u64,
+    /// What the allocator tried to obtain from the driver for it.
+    pub tried_bytes: Option<u64>,
+    /// "memory fraction" (set_per_process_memory_fraction), "device full",
+    /// or "unknown" (the allocator's report was not seen).
+    pub limit: String,
+    pub limit_bytes: Option<u64>,
+    pub device_free_bytes: u64,
+    pub device_total_bytes: u64,
+    /// The allocator's figures at that instant.
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub free_in_segments: u64,
+    /// The largest free block of the pools the request could come from
+    /// (small or large blocks).
+    pub largest_free_block: u64,
+    /// The tensor site of the request.
+    pub site: Option<u32>,
+    /// What was allocated then, by tensor site, largest first.
+    pub live_by_site: Vec<SiteBytes>,
+}
+
+/// Where tensors were allocated: one innermost frame of the program's own
+/// code (the full stack of its first allocation is kept).
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorSite {
+    pub id: u32,
+    pub label: String,
+    pub frames: Vec<FrameText>,
+    pub truncated: bool,
+    pub pids: Vec<u32>,
+    pub count: u64,
+    pub total_bytes: u64,
+    /// Bytes it held at each view's allocated peak, summed.
+    pub at_peak_bytes: u64,
+    pub max_live: u64,
+    pub live_at_exit_bytes: u64,
+    pub live_at_exit_count: u64,
+    /// Freed before any other tensor was allocated.
+    pub temporaries: u64,
 }

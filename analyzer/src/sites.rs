@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gmem_prof_traces::record::{DeviceInfo, Frame, ModuleInfo, ProcessInfo, StackDef, SymbolInfo};
+use gmem_prof_traces::record::{
+    AllocatorInfo, DeviceInfo, Frame, ModuleInfo, ProcessInfo, PyCode, StackDef, SymbolInfo,
+};
 use gmem_prof_traces::Record;
 use polars::prelude::*;
 
@@ -24,6 +26,9 @@ pub struct StreamDefs {
     pub stacks: FastMap<u32, StackDef>,
     pub modules: Vec<ModuleInfo>,
     pub symbols: FastMap<u64, SymbolInfo>,
+    pub py_codes: FastMap<u32, PyCode>,
+    /// Framework allocators and whether the collector saw inside them.
+    pub allocators: Vec<AllocatorInfo>,
     pub messages: Vec<(u8, String)>,
     /// Cumulative lost records (CUPTI, collector): the last report holds.
     pub dropped: (u64, u64),
@@ -48,6 +53,10 @@ impl StreamDefs {
                 self.symbols.insert(s.address, s);
             }
             Record::Message(m) => self.messages.push((m.level, m.text)),
+            Record::PyCode(c) => {
+                self.py_codes.insert(c.id.0, c);
+            }
+            Record::Allocator(a) => self.allocators.push(a),
             Record::Dropped(d) => self.dropped = (d.cupti, d.collector),
             Record::Unknown { .. } => self.unknown_records += 1,
             _ => {}
@@ -69,6 +78,7 @@ impl StreamDefs {
                     let module = self.module_name(sym.module);
                     for fr in &sym.frames {
                         out.push(FrameText {
+                            python: false,
                             function: fr.function.clone(),
                             location: if fr.file.is_empty() {
                                 String::new()
@@ -93,27 +103,39 @@ impl StreamDefs {
                     });
                 }
             },
-            Frame::Python { code, line } => out.push(FrameText {
-                function: self
-                    .strings
-                    .get(&code.0)
-                    .cloned()
-                    .unwrap_or_else(|| "<python>".into()),
-                location: format!("line {line}"),
-                module: "python".into(),
-                offset: 0,
-                resolved: true,
+            Frame::Python { code, line } => out.push(match self.py_codes.get(&code.0) {
+                Some(c) => FrameText {
+                    function: c.function.clone(),
+                    location: format!("{}:{line}", c.file),
+                    module: file_name(&c.file),
+                    offset: 0,
+                    resolved: true,
+                    python: true,
+                },
+                None => FrameText {
+                    function: "<python>".into(),
+                    location: format!("line {line}"),
+                    module: String::new(),
+                    offset: 0,
+                    resolved: true,
+                    python: true,
+                },
             }),
         }
     }
 
     /// The frames of a stack, innermost first, inlined frames expanded.
+    /// With Python frames in it, the interpreter's own native frames are
+    /// left out: the Python frames stand for them.
     pub fn stack_frames(&self, stack: u32) -> (Vec<FrameText>, bool) {
         let mut out = Vec::new();
         match self.stacks.get(&stack) {
             Some(s) => {
                 for f in &s.frames {
                     self.frame_texts(f, &mut out);
+                }
+                if out.iter().any(|f| f.python) {
+                    out.retain(|f| f.python || !is_interpreter(f));
                 }
                 (out, s.truncated)
             }
@@ -129,7 +151,14 @@ fn unresolved(module: String, offset: u64) -> FrameText {
         module,
         offset,
         resolved: false,
+        python: false,
     }
+}
+
+/// A native frame of the Python interpreter (`python3.12`, `libpython3.12.so`).
+fn is_interpreter(f: &FrameText) -> bool {
+    let m = f.module.as_str();
+    (m.starts_with("python3") || m.starts_with("libpython3")) && !f.python
 }
 
 fn file_name(path: &str) -> String {
@@ -197,13 +226,78 @@ pub fn category(class: SiteClass, frames: &[FrameText]) -> &'static str {
     }
 }
 
-/// The frame a person means by "who allocated this".
-pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText]) -> String {
+/// How frames are told apart into the program's own code and library code
+/// (site labels name the innermost frame of the program's own code).
+///
+/// A Python frame is library code when its file lies in `site-packages`,
+/// `dist-packages` or the standard library (`.../lib/python3.X/`), or is
+/// frozen (`<frozen ...>`); everything else is the program's. Paths
+/// containing one of `user` are the program's even there (a package being
+/// developed), and paths containing one of `library` are library code even
+/// outside (a vendored framework).
+#[derive(Clone, Debug, Default)]
+pub struct CodeRules {
+    pub user: Vec<String>,
+    pub library: Vec<String>,
+}
+
+impl CodeRules {
+    pub fn is_library_file(&self, file: &str) -> bool {
+        if self.user.iter().any(|p| file.contains(p.as_str())) {
+            return false;
+        }
+        if self.library.iter().any(|p| file.contains(p.as_str())) {
+            return true;
+        }
+        file.contains("/site-packages/")
+            || file.contains("/dist-packages/")
+            || file.starts_with('<')
+            || is_standard_library(file)
+    }
+
+    /// The innermost Python frame of the program's own code; else the
+    /// innermost Python frame; `None` for a stack with no Python frame.
+    pub fn user_python_frame<'f>(&self, frames: &'f [FrameText]) -> Option<&'f FrameText> {
+        let file = |f: &FrameText| {
+            f.location
+                .rsplit_once(':')
+                .map_or(f.location.as_str(), |(file, _)| file)
+                .to_string()
+        };
+        frames
+            .iter()
+            .filter(|f| f.python)
+            .find(|f| !self.is_library_file(&file(f)))
+            .or_else(|| frames.iter().find(|f| f.python))
+    }
+}
+
+/// `/usr/lib/python3.12/threading.py`, not `/home/me/lib/python3/x.py`.
+fn is_standard_library(file: &str) -> bool {
+    file.split('/').collect::<Vec<_>>().windows(2).any(|w| {
+        w[0] == "lib"
+            && w[1]
+                .strip_prefix("python3.")
+                .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+/// The frame a person means by "who allocated this": for a stack holding
+/// Python frames, the innermost one of the program's own code
+/// (`CodeRules`); otherwise the first native frame outside CUDA and the
+/// allocators between the program and CUDA.
+pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText], rules: &CodeRules) -> String {
     match class {
         SiteClass::Static => return "module globals (__device__ / __managed__ variables)".into(),
         SiteClass::GraphPool => return "CUDA graph memory pool".into(),
         SiteClass::NoCall => return "no allocation call seen".into(),
         _ => {}
+    }
+    if let Some(f) = rules.user_python_frame(frames) {
+        return frame_label(f);
+    }
+    if let Some(op) = torch_operator(frames) {
+        return op;
     }
     let outside_cuda = frames.iter().position(|f| !is_cuda_plumbing(f));
     let Some(first) = outside_cuda else {
@@ -218,6 +312,39 @@ pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText]) -> String 
         .find(|f| !is_allocator_plumbing(f) && f.resolved)
         .unwrap_or(&frames[first]);
     frame_label(user)
+}
+
+/// For a stack inside PyTorch with no Python frame (its autograd threads
+/// run none): the backward node or the operator that allocated, which is
+/// what a person can find in the model ("AddmmBackward0 (autograd)",
+/// "aten::mm").
+fn torch_operator(frames: &[FrameText]) -> Option<String> {
+    let in_torch =
+        |f: &FrameText| f.module.starts_with("libtorch") || f.module.starts_with("libc10");
+    if !frames.iter().any(in_torch) {
+        return None;
+    }
+    let between = |name: &str, start: &str, end: &str| -> Option<String> {
+        let rest = &name[name.find(start)? + start.len()..];
+        let op = &rest[..rest.find(end)?];
+        (!op.is_empty() && op.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            .then(|| op.to_string())
+    };
+    let node = frames
+        .iter()
+        .find_map(|f| between(&f.function, "torch::autograd::generated::", "::apply("));
+    let backward = frames
+        .iter()
+        .any(|f| f.function.starts_with("torch::autograd::Engine::"));
+    let op = frames
+        .iter()
+        .find_map(|f| between(&f.function, "at::_ops::", "::call("));
+    match (node, op) {
+        (Some(node), _) => Some(format!("{node} (autograd)")),
+        (None, Some(op)) if backward => Some(format!("aten::{op} (autograd)")),
+        (None, Some(op)) => Some(format!("aten::{op}")),
+        (None, None) => None,
+    }
 }
 
 pub fn frame_label(f: &FrameText) -> String {
@@ -261,7 +388,16 @@ pub struct MergedSite {
 
 /// Groups raw sites by (class, category, frames). Returns the merged sites
 /// in a deterministic order and, per raw site, its merged index.
-pub fn merge_sites(sites: &[SiteStats], defs: &[&StreamDefs]) -> (Vec<MergedSite>, Vec<usize>) {
+///
+/// Stacks with Python frames are grouped by their label (the innermost
+/// frame of the program's own code): the native frames under one Python
+/// line differ with the operators it runs, and a person asks about the
+/// line. The frames kept are the first stack's.
+pub fn merge_sites(
+    sites: &[SiteStats],
+    defs: &[&StreamDefs],
+    rules: &CodeRules,
+) -> (Vec<MergedSite>, Vec<usize>) {
     let mut groups: BTreeMap<String, (MergedSite, Vec<usize>)> = BTreeMap::new();
     for (i, s) in sites.iter().enumerate() {
         let d = defs[s.stream as usize];
@@ -277,20 +413,25 @@ pub fn merge_sites(sites: &[SiteStats], defs: &[&StreamDefs]) -> (Vec<MergedSite
             s.class,
             if s.stack == 0 { func_name } else { "" }
         );
-        for f in &frames {
-            key.push_str(&format!(
-                "\n{}|{}|{}|{}",
-                f.function,
-                f.location,
-                f.module,
-                if f.resolved { 0 } else { f.offset }
-            ));
+        match rules.user_python_frame(&frames) {
+            Some(f) => key.push_str(&format!("\npy|{}|{}", f.function, f.location)),
+            None => {
+                for f in &frames {
+                    key.push_str(&format!(
+                        "\n{}|{}|{}|{}",
+                        f.function,
+                        f.location,
+                        f.module,
+                        if f.resolved { 0 } else { f.offset }
+                    ));
+                }
+            }
         }
         let pid = d.process.as_ref().map_or(0, |p| p.pid);
         let entry = groups.entry(key).or_insert_with(|| {
             (
                 MergedSite {
-                    label: label(s.class, func_name, &frames),
+                    label: label(s.class, func_name, &frames, rules),
                     category: cat,
                     frames,
                     truncated,

@@ -1,0 +1,509 @@
+//! Assembling the analysis model from a finished sweep: sites merged and
+//! ranked, devices, growth, failed allocations, processes, and the framework
+//! allocators' views (`framework_view`).
+
+use crate::engine::{self, Engine, SiteClass, KINDS};
+use crate::events::{self, SiteIds};
+use crate::model::*;
+use crate::{framework_view, input, sites, timeline, AnalyzeError, Options};
+use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
+
+/// Whether a site's live bytes keep rising after the warm-up: judged
+/// against its process's allocation count (`count_curve` over
+/// `count_axis`, `allocations` in all), not time, since programs spend
+/// their start-up allocating little and a loop's leak shows as a rise per
+/// allocation. With `share` (the site's allocations, the process's), the
+/// site must also make at most half of the allocations: a leak in a loop
+/// keeps one allocation of each step among the step's others, while memory
+/// filled in one go (and freed or not later) is a peak, not growth.
+/// Returns (bytes at the end of the warm-up, bytes near the end, the site's
+/// curve over time) for a growing site.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_growth(
+    curve: &mut timeline::Curve,
+    count_curve: &mut timeline::Curve,
+    max_live: u64,
+    count_axis: &timeline::Axis,
+    allocations: u64,
+    axis: &timeline::Axis,
+    buckets: usize,
+    share: Option<(u64, u64)>,
+) -> Option<(u64, u64, Vec<u64>)> {
+    if max_live < GROWTH_MIN_BYTES || allocations == 0 {
+        return None;
+    }
+    if share.is_some_and(|(site, all)| site * 2 > all) {
+        return None;
+    }
+    let count_buckets = count_axis.buckets();
+    let by_count: Vec<u64> = count_curve
+        .finish(count_axis, count_buckets)
+        .iter()
+        .map(|p| p.last)
+        .collect();
+    let bucket_at = |share: f64| {
+        let c = (allocations as f64 * share) as u64;
+        (c / count_axis.width).min(count_buckets as u64 - 1) as usize
+    };
+    let marks: Vec<u64> = (0..=4)
+        .map(|q| by_count[bucket_at(WARM_UP + (JUDGED_UNTIL - WARM_UP) * f64::from(q) / 4.0)])
+        .collect();
+    let rising = marks.windows(2).all(|w| w[1] >= w[0])
+        && marks.windows(2).filter(|w| w[1] > w[0]).count() >= 3;
+    let (from, to) = (marks[0], marks[4]);
+    if !(rising && to >= from + GROWTH_MIN_BYTES) {
+        return None;
+    }
+    let curve = curve.finish(axis, buckets).iter().map(|p| p.last).collect();
+    Some((from, to, curve))
+}
+
+/// (raw site, bytes, count) rows summed by final site id, largest first.
+pub fn site_bytes(rows: &[(u32, u64, u64)], id: impl Fn(u32) -> u32) -> Vec<SiteBytes> {
+    let mut acc: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
+    for &(raw, b, c) in rows {
+        let e = acc.entry(id(raw)).or_default();
+        e.0 += b;
+        e.1 += c;
+    }
+    let mut v: Vec<SiteBytes> = acc
+        .into_iter()
+        .map(|(site, (bytes, count))| SiteBytes { site, bytes, count })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    v
+}
+
+fn kinds_of(mask: u8) -> Vec<String> {
+    (0..KINDS)
+        .filter(|k| mask & (1 << k) != 0)
+        .map(|k| events::kind_name(k as u8).to_string())
+        .collect()
+}
+
+/// Assembles the model from the finished sweep; also returns the final id
+/// of every raw site.
+pub fn build(
+    mut engine: Engine,
+    mut summary: InputSummary,
+    opts: &Options,
+) -> Result<(Analysis, SiteIds), AnalyzeError> {
+    let Some(axis) = engine.axis.clone() else {
+        summary.warnings.push("the trace holds no events".into());
+        let analysis = Analysis {
+            schema_version: SCHEMA_VERSION,
+            input: summary,
+            timeline: Timeline::default(),
+            devices: Vec::new(),
+            processes: process_reports(&mut engine, None, &[], 0),
+            sites: Vec::new(),
+            growth: Vec::new(),
+            ooms: Vec::new(),
+            frameworks: Vec::new(),
+            tensor_sites: Vec::new(),
+            tensor_growth: Vec::new(),
+        };
+        return Ok((analysis, SiteIds::default()));
+    };
+    let buckets = axis.buckets();
+    let start = axis.start;
+    let rel = |t: u64| t.saturating_sub(start);
+    let defs: Vec<&sites::StreamDefs> = engine.streams.iter().map(|s| &s.defs).collect();
+    let (merged, of_raw) = sites::merge_sites(&engine.sites, &defs, &opts.code);
+    let categories: Vec<&str> = of_raw.iter().map(|&m| merged[m].category).collect();
+    let leaked: Vec<bool> = categories
+        .iter()
+        .map(|c| matches!(*c, "program" | "unknown"))
+        .collect();
+    let cached: Vec<bool> = categories.iter().map(|c| *c == "allocator cache").collect();
+    let ranked = sites::rank(&engine.sites, &of_raw, merged.len(), &leaked, &cached)
+        .map_err(|e| AnalyzeError::Internal(e.to_string()))?;
+    // Final site id = rank position.
+    let mut id_of_merged = vec![0u32; merged.len()];
+    for (rank, &m) in ranked.order.iter().enumerate() {
+        id_of_merged[m] = rank as u32;
+    }
+    let site_id = |raw: u32| id_of_merged[of_raw[raw as usize]];
+    let column = |name: &str, rank: usize| ranked.columns[name][rank];
+    let mut site_list: Vec<Site> = Vec::with_capacity(merged.len());
+    for (rank, &m) in ranked.order.iter().enumerate() {
+        let ms = &merged[m];
+        site_list.push(Site {
+            id: rank as u32,
+            label: ms.label.clone(),
+            category: ms.category.to_string(),
+            frames: ms.frames.clone(),
+            truncated: ms.truncated,
+            pids: ms.pids.clone(),
+            kinds: kinds_of(ms.kinds),
+            count: column("count", rank),
+            total_bytes: column("total_bytes", rank),
+            live_at_peak: column("live_at_peak", rank),
+            max_live: column("max_live", rank),
+            leaked_bytes: column("leaked_bytes", rank),
+            leaked_count: column("leaked_count", rank),
+            cached_at_exit_bytes: column("cached_at_exit_bytes", rank),
+            temporaries: column("temporaries", rank),
+            failed: column("failed", rank),
+        });
+    }
+
+    let kernel_ref = |k: &engine::KernelSnap, streams: &[engine::StreamState]| {
+        let st = &streams[k.stream_of_process as usize];
+        KernelRef {
+            name: st
+                .defs
+                .strings
+                .get(&k.name)
+                .cloned()
+                .unwrap_or_else(|| format!("kernel#{}", k.name)),
+            pid: st.pid(),
+            start_ns: rel(k.start),
+            end_ns: rel(k.end),
+            stream: k.cuda_stream,
+        }
+    };
+    let by_site = |list: &[(u32, u64, u64)]| site_bytes(list, site_id);
+
+    let mut devices = Vec::new();
+    let device_ids = engine.devices.ids();
+    for d in device_ids {
+        let info = engine
+            .streams
+            .iter()
+            .flat_map(|s| s.defs.devices.iter())
+            .find(|x| x.device == d)
+            .cloned();
+        let kernels_traced = engine
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                engine
+                    .sites
+                    .iter()
+                    .any(|x| x.stream as usize == *i && x.device == d)
+            })
+            .all(|(_, s)| s.defs.process.as_ref().is_some_and(|p| p.kernels_traced));
+        let has_cache_sites = engine
+            .sites
+            .iter()
+            .enumerate()
+            .any(|(i, s)| s.device == d && categories[i] == "allocator cache");
+        let regions: Vec<RegionSummary> = engine
+            .regions
+            .pools_sorted()
+            .into_iter()
+            .filter(|p| p.device == d)
+            .map(|p| RegionSummary {
+                kind: "pool".into(),
+                pid: p.pid,
+                address: p.address,
+                max_size: p.max_size,
+                estimated: true,
+            })
+            .chain(
+                engine
+                    .regions
+                    .reservations
+                    .values()
+                    .filter(|r| r.device == Some(d))
+                    .map(|r| RegionSummary {
+                        kind: "vmm reservation".into(),
+                        pid: r.pid,
+                        address: r.base,
+                        max_size: r.size,
+                        estimated: false,
+                    }),
+            )
+            .collect();
+        let streams = &engine.streams;
+        let dev = engine.devices.get_mut(d).expect("device listed");
+        let mut blind_spots = Vec::new();
+        if has_cache_sites {
+            blind_spots.push(
+                "A caching allocator (PyTorch's default, CuPy's pool or XLA's BFC) sub-allocates \
+                 inside blocks the trace sees whole: how fragmented those blocks are is not visible. \
+                 With PyTorch, record with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync to see \
+                 tensor-level allocations and pool fragmentation."
+                    .to_string(),
+            );
+        }
+        if regions.is_empty() {
+            blind_spots.push(
+                "No stream-ordered pool or VMM reservation was used on this device: there is no \
+                 reserved region whose inside the trace sees, so no fragmentation figure."
+                    .to_string(),
+            );
+        }
+        let worst = dev.frag_worst.map(|(t, f, free, largest)| FragmentationAt {
+            time_ns: rel(t),
+            fragmentation: f,
+            free_bytes: free,
+            largest_free_bytes: largest,
+        });
+        let live_by_kind: Vec<KindCurve> = (0..KINDS)
+            .filter(|&k| dev.kind_peaks[k] > 0)
+            .map(|k| KindCurve {
+                kind: events::kind_name(k as u8).to_string(),
+                points: dev.kind_curves[k].finish(&axis, buckets),
+                peak: dev.kind_peaks[k],
+            })
+            .collect();
+        devices.push(DeviceReport {
+            device: d,
+            name: info
+                .as_ref()
+                .map_or_else(|| format!("device {d}"), |i| i.name.clone()),
+            total_memory: info.as_ref().map_or(0, |i| i.total_memory.0),
+            peak_bytes: dev.peak,
+            peak_time_ns: rel(dev.peak_time),
+            peak_by_kind: (0..KINDS)
+                .filter(|&k| dev.peak_by_kind[k] > 0)
+                .map(|k| KindBytes {
+                    kind: events::kind_name(k as u8).to_string(),
+                    bytes: dev.peak_by_kind[k],
+                })
+                .collect(),
+            peak_sites: by_site(&dev.peak_sites),
+            kernels_at_peak: dev
+                .kernels_at_peak
+                .iter()
+                .map(|k| kernel_ref(k, streams))
+                .collect(),
+            next_kernel_after_peak: dev.next_kernel.as_ref().map(|k| kernel_ref(k, streams)),
+            kernels_traced,
+            live: dev.curve.finish(&axis, buckets),
+            live_by_kind,
+            reserved: dev.reserved_curve.finish(&axis, buckets),
+            reserved_peak: dev.reserved_peak,
+            fragmentation: Fragmentation {
+                regions,
+                curve: dev.frag.finish(&axis, buckets),
+                largest_free: dev
+                    .largest_free
+                    .finish(&axis, buckets)
+                    .into_iter()
+                    .map(|v| v.unwrap_or(0))
+                    .collect(),
+                worst,
+                blind_spots,
+            },
+        });
+    }
+
+    // Growth: per raw site of the program, judged after the warm-up.
+    let mut growth = Vec::new();
+    for (i, s) in engine.sites.iter_mut().enumerate() {
+        if s.class != SiteClass::Call || categories[i] == "allocator cache" {
+            continue;
+        }
+        let st = &engine.streams[s.stream as usize];
+        let judged = judge_growth(
+            &mut s.curve,
+            &mut s.count_curve,
+            s.max_live,
+            &st.count_axis,
+            st.allocations,
+            &axis,
+            buckets,
+            None,
+        );
+        if let Some((from, to, curve)) = judged {
+            growth.push(Growth {
+                site: site_id(i as u32),
+                pid: st.pid(),
+                from_bytes: from,
+                to_bytes: to,
+                growth_bytes: to - from,
+                curve,
+            });
+        }
+    }
+    growth.sort_by(|a, b| {
+        b.growth_bytes
+            .cmp(&a.growth_bytes)
+            .then(a.site.cmp(&b.site))
+    });
+
+    let device_total = |d: u32| {
+        devices
+            .iter()
+            .find(|x| x.device == d)
+            .map_or(0, |x| x.total_memory)
+    };
+    let mut ooms: Vec<Oom> = engine
+        .ooms
+        .iter()
+        .map(|o| {
+            let st = &engine.streams[o.stream as usize];
+            Oom {
+                time_ns: rel(o.time),
+                pid: st.pid(),
+                tid: o.tid,
+                device: o.device,
+                function: o.func.name().unwrap_or("?").to_string(),
+                requested_bytes: o.bytes,
+                result: o.result,
+                site: site_id(o.site),
+                outcome: o.outcome.to_string(),
+                device_live_bytes: o.device_live,
+                device_total_bytes: device_total(o.device),
+                largest_free_extent: o.largest_free,
+                live_by_site: by_site(&o.live_by_site).into_iter().take(10).collect(),
+                raised_as: None,
+            }
+        })
+        .collect();
+    let framework_view::Views {
+        frameworks,
+        tensor_sites,
+        tensor_growth,
+    } = framework_view::views(&mut engine, &axis, buckets, &opts.code, &mut ooms);
+
+    let processes = process_reports(&mut engine, Some(&axis), &categories, buckets);
+    summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();
+    if summary.dropped_records > 0 {
+        summary.warnings.push(format!(
+            "{} records were lost while recording (CUPTI or the collector could not keep up): \
+             figures may be incomplete",
+            summary.dropped_records
+        ));
+    }
+    if summary.late_events > 0 {
+        summary.warnings.push(format!(
+            "{} events arrived more than {} s out of order and were applied late",
+            summary.late_events,
+            input::WINDOW_NS / 1_000_000_000
+        ));
+    }
+    let unmatched: u64 = engine.streams.iter().map(|s| s.unmatched_frees).sum();
+    if unmatched > 0 {
+        summary.warnings.push(format!(
+            "{unmatched} frees had no matching allocation in the trace (allocated before recording \
+             started, or their allocation record was lost)"
+        ));
+    }
+    let unknown: u64 = engine.streams.iter().map(|s| s.defs.unknown_records).sum();
+    if unknown > 0 {
+        summary.warnings.push(format!(
+            "{unknown} records of a newer format version were skipped: use a newer gmem-prof to see them"
+        ));
+    }
+    let site_ids = SiteIds((0..engine.sites.len() as u32).map(site_id).collect());
+    let analysis = Analysis {
+        schema_version: SCHEMA_VERSION,
+        input: summary,
+        timeline: Timeline {
+            start_ns: start,
+            end_ns: engine.now.saturating_sub(start),
+            bucket_ns: axis.width,
+            buckets,
+        },
+        devices,
+        processes,
+        sites: site_list,
+        growth,
+        ooms,
+        frameworks,
+        tensor_sites,
+        tensor_growth,
+    };
+    Ok((analysis, site_ids))
+}
+
+fn process_reports(
+    engine: &mut Engine,
+    axis: Option<&timeline::Axis>,
+    categories: &[&str],
+    buckets: usize,
+) -> Vec<ProcessReport> {
+    let start = axis.map_or(0, |a| a.start);
+    let mut out = Vec::new();
+    for (si, st) in engine.streams.iter_mut().enumerate() {
+        let mut at_exit = AtExit::default();
+        let mut view = "direct";
+        let mut cache_sites = false;
+        for (i, s) in engine.sites.iter().enumerate() {
+            if s.stream as usize != si {
+                continue;
+            }
+            match categories.get(i).copied().unwrap_or("unknown") {
+                "allocator cache" => {
+                    cache_sites = true;
+                    at_exit.cached_bytes += s.at_exit;
+                    at_exit.cached_count += s.at_exit_count;
+                }
+                "runtime" => {
+                    at_exit.runtime_bytes += s.at_exit;
+                    at_exit.runtime_count += s.at_exit_count;
+                }
+                "profiler" => at_exit.profiler_bytes += s.at_exit,
+                _ => {
+                    at_exit.leaked_bytes += s.at_exit;
+                    at_exit.leaked_count += s.at_exit_count;
+                }
+            }
+        }
+        let per_tensor = || {
+            st.defs.symbols.values().any(|sym| {
+                sym.frames
+                    .iter()
+                    .any(|f| f.function.contains(sites::PER_TENSOR_ALLOCATOR))
+            })
+        };
+        if cache_sites {
+            view = "segments";
+        } else if per_tensor() {
+            view = "tensors";
+        }
+        let p = st.defs.process.clone().unwrap_or_default();
+        let live = match axis {
+            Some(a) => st.curve.finish(a, buckets),
+            None => Vec::new(),
+        };
+        let mut messages: Vec<String> = st
+            .defs
+            .messages
+            .iter()
+            .map(|(level, text)| {
+                let l = match level {
+                    0 => "info",
+                    1 => "warning",
+                    _ => "error",
+                };
+                format!("{l}: {text}")
+            })
+            .collect();
+        if st.ended.is_none() {
+            messages.push(
+                "warning: the process did not end cleanly (killed, crashed or still running): \
+                 what it held is shown as live when the trace ends"
+                    .into(),
+            );
+        }
+        out.push(ProcessReport {
+            pid: p.pid,
+            ppid: p.ppid,
+            exe: p.exe.clone(),
+            cmdline: p.cmdline.clone(),
+            hostname: p.hostname.clone(),
+            start_ns: st.first_time.unwrap_or(start).saturating_sub(start),
+            end_ns: st.ended.unwrap_or(st.last_time).saturating_sub(start),
+            clean_exit: st.ended.is_some(),
+            kernels_traced: p.kernels_traced,
+            stacks_captured: p.stacks_captured,
+            allocations: st.allocations,
+            frees: st.frees,
+            failed_allocations: st.failed_calls,
+            peak_bytes: st.peak,
+            peak_time_ns: st.peak_time.saturating_sub(start),
+            live,
+            at_exit,
+            allocator_view: view.into(),
+            dropped_records: st.defs.dropped.0 + st.defs.dropped.1,
+            messages,
+        });
+    }
+    out
+}

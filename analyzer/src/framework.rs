@@ -1,0 +1,994 @@
+//! The inside of framework allocators, from their own events
+//! (`AllocatorEvent` records): PyTorch's caching allocator, per process and
+//! device. It keeps the segments the allocator holds from the driver and the
+//! blocks (tensors) it hands out inside them, and from those: allocated and
+//! reserved over time, the peak of allocated by site, what is live at exit,
+//! fragmentation per pool, the out-of-memory errors the allocator raised,
+//! and whether each segment is a driver allocation of the same address and
+//! size.
+//!
+//! The allocator reports the size asked for, not the block it hands out.
+//! Block sizes are worked out the way the allocator makes them: the request
+//! rounded (`AllocConfig::round_size`), or the whole free block it came from
+//! when the allocator does not split that block (`block_size`). Free blocks
+//! are the gaps between live blocks inside a segment: the allocator merges
+//! free neighbours, so each gap is one free block.
+
+use std::collections::BTreeMap;
+
+use gmem_prof_traces::record::AllocatorAction;
+
+use crate::engine::FastMap;
+use crate::input::AllocatorEv;
+use crate::timeline::{Axis, Curve, Samples};
+
+const MIB: u64 = 1 << 20;
+/// The allocator's smallest block and rounding unit (`kMinBlockSize`).
+const MIN_BLOCK: u64 = 512;
+/// Largest request served from the small pool (`kSmallSize`).
+const SMALL_SIZE: u64 = MIB;
+/// Size of a small-pool segment (`kSmallBuffer`).
+const SMALL_SEGMENT: u64 = 2 * MIB;
+
+/// The allocator's settings that shape its blocks, from
+/// `PYTORCH_CUDA_ALLOC_CONF`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocConfig {
+    /// Blocks at least this large are never split (`max_split_size_mb`).
+    pub max_split_size: u64,
+    /// `roundup_power2_divisions` when given as one number.
+    pub roundup_divisions: u64,
+    /// Settings this analysis cannot follow (per-size division lists), in
+    /// words: block sizes may then differ from the allocator's.
+    pub unsupported: Vec<String>,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        AllocConfig {
+            max_split_size: u64::MAX,
+            roundup_divisions: 0,
+            unsupported: Vec::new(),
+        }
+    }
+}
+
+impl AllocConfig {
+    /// Parses `key:value,key:value` as PyTorch does for the settings that
+    /// matter here; others are ignored.
+    pub fn parse(settings: &str) -> AllocConfig {
+        let mut c = AllocConfig::default();
+        let mut rest = settings;
+        while !rest.is_empty() {
+            // A value may be a bracketed list holding commas.
+            let (item, tail) = match (rest.find(','), rest.find('[')) {
+                (Some(comma), Some(open)) if open < comma => match rest.find(']') {
+                    Some(close) => {
+                        let after = &rest[close + 1..];
+                        (&rest[..close + 1], after.strip_prefix(',').unwrap_or(after))
+                    }
+                    None => (rest, ""),
+                },
+                (Some(comma), _) => (&rest[..comma], &rest[comma + 1..]),
+                (None, _) => (rest, ""),
+            };
+            rest = tail;
+            let Some((key, value)) = item.split_once(':') else {
+                continue;
+            };
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "max_split_size_mb" => {
+                    if let Ok(mb) = value.parse::<u64>() {
+                        c.max_split_size = mb.saturating_mul(MIB);
+                    }
+                }
+                "roundup_power2_divisions" => match value.parse::<u64>() {
+                    Ok(n) => c.roundup_divisions = n,
+                    Err(_) => c.unsupported.push(format!(
+                        "roundup_power2_divisions:{value} (per-size divisions): block sizes are \
+                         taken as multiples of 512 bytes"
+                    )),
+                },
+                _ => {}
+            }
+        }
+        c
+    }
+
+    /// The block size the allocator makes for a request (`round_size`).
+    pub fn round_size(&self, size: u64) -> u64 {
+        if size < MIN_BLOCK {
+            return MIN_BLOCK;
+        }
+        let divisions = self.roundup_divisions;
+        if divisions > 1 && size > MIN_BLOCK * divisions {
+            return roundup_power2_next_division(size, divisions);
+        }
+        size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+}
+
+/// PyTorch's `roundup_power2_next_division`: the next of `divisions` equal
+/// steps between the powers of two around `size`.
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << size.ilog2();
+    let step = floor >> divisions.ilog2();
+    if step == 0 {
+        return floor << 1;
+    }
+    let rounded = size & !(step - 1);
+    if rounded == size {
+        size
+    } else {
+        rounded + step
+    }
+}
+
+/// Which of the allocator's pools a segment or block belongs to: blocks of
+/// one pool never come from another pool's segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PoolKey {
+    /// The CUDA stream (blocks are reused only on their stream).
+    pub stream: u64,
+    /// Private pool (CUDA graphs, `MemPool`); 0 for the default pools.
+    pub private: u32,
+    /// The small-block pool (requests up to 1 MiB in 2 MiB segments).
+    pub small: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    end: u64,
+    pool: Option<PoolKey>,
+    stream: u64,
+    private: u32,
+    /// Mapped pages of an expandable segment (touching maps join).
+    expandable: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: u64,
+    site: u32,
+    /// Still allocated (not yet freed by the program).
+    allocated: bool,
+    /// Allocations of the process before this one.
+    seq: u64,
+}
+
+/// Figures of one site of tensors: one stack on one device.
+#[derive(Clone, Debug)]
+pub struct TensorSiteStats {
+    pub stack: u32,
+    pub count: u64,
+    pub total_bytes: u64,
+    pub live: u64,
+    pub live_count: u64,
+    pub max_live: u64,
+    pub at_peak: u64,
+    pub at_peak_count: u64,
+    pub at_exit: u64,
+    pub at_exit_count: u64,
+    /// Freed before any other tensor was allocated (memray's meaning).
+    pub temporaries: u64,
+    pub curve: Curve,
+    /// Live bytes against the process's tensor allocation count.
+    pub count_curve: Curve,
+}
+
+/// One pool's fragmentation at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolExtent {
+    pub reserved: u64,
+    pub free: u64,
+    pub largest: u64,
+}
+
+impl PoolExtent {
+    pub fn fragmentation(&self) -> f64 {
+        if self.free == 0 {
+            0.0
+        } else {
+            1.0 - self.largest as f64 / self.free as f64
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PoolState {
+    pub frag: Samples<u16>,
+    pub largest: Samples<u64>,
+    /// (time, extent) at its worst fragmentation.
+    pub worst: Option<(u64, PoolExtent)>,
+    pub reserved_peak: u64,
+}
+
+/// An out-of-memory error the allocator raised.
+#[derive(Clone, Debug)]
+pub struct FrameworkOomRaw {
+    pub time: u64,
+    pub device: u32,
+    pub requested: u64,
+    /// What it tried to obtain from the driver, and the limit it held
+    /// against (from its OOM report; `None` without one).
+    pub tried: Option<u64>,
+    pub limit: Option<u64>,
+    pub device_free: u64,
+    pub site: Option<u32>,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// Free bytes inside the segments, and the largest free block, in the
+    /// pool the request would have come from and over all pools.
+    pub pool_free: Option<PoolExtent>,
+    pub free_in_segments: u64,
+    pub largest_free: u64,
+    pub live_by_site: Vec<(u32, u64, u64)>,
+}
+
+/// The allocator of one process on one device.
+#[derive(Debug)]
+pub struct DeviceView {
+    pub allocator: u8,
+    segments: BTreeMap<u64, Segment>,
+    blocks: BTreeMap<u64, Block>,
+    pub allocated: u64,
+    pub reserved: u64,
+    pub allocated_curve: Curve,
+    pub reserved_curve: Curve,
+    pub allocated_peak: u64,
+    pub allocated_peak_time: u64,
+    pub reserved_at_allocated_peak: u64,
+    pub reserved_peak: u64,
+    peak_dirty: bool,
+    /// (site, bytes, count) at the allocated peak.
+    pub peak_sites: Vec<(u32, u64, u64)>,
+    /// Sites that allocated on this device.
+    pub sites: Vec<u32>,
+    pub pools: BTreeMap<PoolKey, PoolState>,
+    frag_dirty: bool,
+    /// Worst pool's F and the largest free block of all pools, per bucket.
+    pub frag: Samples<u16>,
+    pub largest_free: Samples<u64>,
+    pub allocations: u64,
+    pub frees: u64,
+    pub segment_allocs: u64,
+    pub segment_frees: u64,
+    pub maps: u64,
+    pub unmaps: u64,
+    /// Segments (and maps) seen, and those a driver allocation (or VMM
+    /// mapping) of the same address and size backs.
+    pub segments_seen: u64,
+    pub segments_matched: u64,
+    /// (address, bytes) of segments with no such driver allocation.
+    pub unmatched_segments: Vec<(u64, u64)>,
+    /// Frees of blocks this view never saw allocated.
+    pub unknown_frees: u64,
+    /// Each pool's extent when the program took a snapshot of the
+    /// allocator (the first `MAX_SNAPSHOTS`).
+    pub snapshots: Vec<(u64, BTreeMap<PoolKey, PoolExtent>)>,
+}
+
+/// Snapshots whose pools are kept, at most.
+const MAX_SNAPSHOTS: usize = 64;
+
+impl DeviceView {
+    fn new(allocator: u8) -> DeviceView {
+        DeviceView {
+            allocator,
+            segments: BTreeMap::new(),
+            blocks: BTreeMap::new(),
+            allocated: 0,
+            reserved: 0,
+            allocated_curve: Curve::default(),
+            reserved_curve: Curve::default(),
+            allocated_peak: 0,
+            allocated_peak_time: 0,
+            reserved_at_allocated_peak: 0,
+            reserved_peak: 0,
+            peak_dirty: false,
+            peak_sites: Vec::new(),
+            sites: Vec::new(),
+            pools: BTreeMap::new(),
+            frag_dirty: false,
+            frag: Samples::default(),
+            largest_free: Samples::default(),
+            allocations: 0,
+            frees: 0,
+            segment_allocs: 0,
+            segment_frees: 0,
+            maps: 0,
+            unmaps: 0,
+            segments_seen: 0,
+            segments_matched: 0,
+            unmatched_segments: Vec::new(),
+            unknown_frees: 0,
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// The segment holding `addr`.
+    fn segment_of(&self, addr: u64) -> Option<(u64, &Segment)> {
+        let (&start, seg) = self.segments.range(..=addr).next_back()?;
+        (addr < seg.end).then_some((start, seg))
+    }
+
+    /// The size of the block the allocator hands out at `addr` for a block
+    /// of `rounded` bytes: the whole free block when it does not split it.
+    fn block_size(&self, addr: u64, rounded: u64, config: &AllocConfig) -> u64 {
+        let Some((_, seg)) = self.segment_of(addr) else {
+            return rounded;
+        };
+        let next_block = self
+            .blocks
+            .range(addr + 1..)
+            .next()
+            .map_or(seg.end, |(&a, _)| a);
+        let gap = next_block.min(seg.end).saturating_sub(addr);
+        if gap <= rounded {
+            return rounded;
+        }
+        let remaining = gap - rounded;
+        // The allocator's `should_split`.
+        let small = rounded <= SMALL_SIZE;
+        let split = if small || seg.expandable {
+            remaining >= MIN_BLOCK
+        } else {
+            rounded < config.max_split_size && remaining > SMALL_SIZE
+        };
+        if split {
+            rounded
+        } else {
+            gap
+        }
+    }
+
+    /// Free bytes and the largest free block of each pool now.
+    pub fn extents(&self) -> BTreeMap<PoolKey, PoolExtent> {
+        let mut out: BTreeMap<PoolKey, PoolExtent> = BTreeMap::new();
+        for (&start, seg) in &self.segments {
+            let key = seg.pool.unwrap_or(PoolKey {
+                stream: seg.stream,
+                private: seg.private,
+                small: false,
+            });
+            let e = out.entry(key).or_default();
+            e.reserved += seg.end - start;
+            let mut at = start;
+            let gap = |from: u64, to: u64, e: &mut PoolExtent| {
+                if to > from {
+                    e.free += to - from;
+                    e.largest = e.largest.max(to - from);
+                }
+            };
+            for (&a, b) in self.blocks.range(start..seg.end) {
+                gap(at, a, e);
+                at = at.max(a + b.size);
+            }
+            gap(at, seg.end, e);
+        }
+        out
+    }
+
+    fn sample(&mut self, axis: &Axis, now: u64) {
+        if !self.frag_dirty {
+            return;
+        }
+        self.frag_dirty = false;
+        let extents = self.extents();
+        let mut worst: Option<f64> = None;
+        let mut largest = 0u64;
+        for (key, e) in &extents {
+            let p = self.pools.entry(*key).or_default();
+            p.reserved_peak = p.reserved_peak.max(e.reserved);
+            let f = (e.free > 0).then(|| e.fragmentation());
+            p.frag
+                .put(axis, axis.current, f.map(|f| (f * 1000.0).round() as u16));
+            p.largest.put(axis, axis.current, Some(e.largest));
+            if let Some(f) = f {
+                if p.worst.is_none_or(|(_, w)| f > w.fragmentation()) {
+                    p.worst = Some((now, *e));
+                }
+                worst = Some(worst.map_or(f, |w: f64| w.max(f)));
+            }
+            largest = largest.max(e.largest);
+        }
+        // Pools that are gone: no free space there now.
+        for (key, p) in self.pools.iter_mut() {
+            if !extents.contains_key(key) {
+                p.frag.put(axis, axis.current, None);
+                p.largest.put(axis, axis.current, Some(0));
+            }
+        }
+        self.frag.put(
+            axis,
+            axis.current,
+            worst.map(|f| (f * 1000.0).round() as u16),
+        );
+        self.largest_free.put(axis, axis.current, Some(largest));
+    }
+}
+
+/// What the driver side of the trace says about an address, for matching
+/// segments with driver allocations.
+pub trait DriverMemory {
+    /// Bytes of the live driver allocation (or VMM mapping) at `address`.
+    fn live_at(&self, address: u64) -> Option<u64>;
+}
+
+/// Everything seen inside framework allocators in one process.
+#[derive(Debug)]
+pub struct FrameworkState {
+    pub devices: BTreeMap<u32, DeviceView>,
+    pub sites: Vec<TensorSiteStats>,
+    site_index: FastMap<(u32, u32), u32>,
+    pub ooms: Vec<FrameworkOomRaw>,
+    pub config: AllocConfig,
+    /// Tensors allocated so far in the process (the axis growth is judged
+    /// on).
+    pub allocations: u64,
+    pub count_axis: Axis,
+    /// The last block freed, with the allocation count when it was made:
+    /// freed before another allocation, it was a temporary.
+    last_alloc: Option<(u64, u32, u64)>,
+}
+
+impl FrameworkState {
+    pub fn new(config: AllocConfig) -> FrameworkState {
+        FrameworkState {
+            devices: BTreeMap::new(),
+            sites: Vec::new(),
+            site_index: FastMap::default(),
+            ooms: Vec::new(),
+            config,
+            allocations: 0,
+            count_axis: Axis::with_width(0, 1),
+            last_alloc: None,
+        }
+    }
+
+    fn site(&mut self, stack: u32, device: u32) -> u32 {
+        if let Some(&i) = self.site_index.get(&(stack, device)) {
+            return i;
+        }
+        let i = self.sites.len() as u32;
+        self.sites.push(TensorSiteStats {
+            stack,
+            count: 0,
+            total_bytes: 0,
+            live: 0,
+            live_count: 0,
+            max_live: 0,
+            at_peak: 0,
+            at_peak_count: 0,
+            at_exit: 0,
+            at_exit_count: 0,
+            temporaries: 0,
+            curve: Curve::default(),
+            count_curve: Curve::default(),
+        });
+        self.site_index.insert((stack, device), i);
+        self.devices
+            .entry(device)
+            .or_insert_with(|| DeviceView::new(0))
+            .sites
+            .push(i);
+        i
+    }
+
+    /// Applies one event at time `t`.
+    pub fn apply(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv, driver: &dyn DriverMemory) {
+        let site = match ev.action {
+            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device)),
+            _ => None,
+        };
+        let dev = self
+            .devices
+            .entry(ev.device)
+            .or_insert_with(|| DeviceView::new(ev.allocator));
+        dev.allocator = ev.allocator;
+        match ev.action {
+            AllocatorAction::ALLOC => {
+                let site = site.unwrap_or(0);
+                let rounded = self.config.round_size(ev.bytes);
+                let size = dev.block_size(ev.address, rounded, &self.config);
+                let key = PoolKey {
+                    stream: ev.stream,
+                    private: ev.pool,
+                    small: rounded <= SMALL_SIZE,
+                };
+                if let Some((start, seg)) = dev.segment_of(ev.address) {
+                    if seg.pool.is_none() {
+                        if let Some(s) = dev.segments.get_mut(&start) {
+                            s.pool = Some(key);
+                        }
+                    }
+                }
+                self.allocations += 1;
+                self.count_axis.advance(self.allocations);
+                if let Some(old) = dev.blocks.insert(
+                    ev.address,
+                    Block {
+                        size,
+                        site,
+                        allocated: true,
+                        seq: self.allocations,
+                    },
+                ) {
+                    // A free we never saw: take the old block out.
+                    if old.allocated {
+                        dev.allocated = dev.allocated.saturating_sub(old.size);
+                        release(
+                            &mut self.sites[old.site as usize],
+                            old.size,
+                            axis,
+                            &self.count_axis,
+                        );
+                    }
+                }
+                self.last_alloc = Some((ev.address, ev.device, self.allocations));
+                dev.allocations += 1;
+                dev.allocated += size;
+                dev.allocated_curve.set(axis, dev.allocated);
+                dev.frag_dirty = true;
+                let s = &mut self.sites[site as usize];
+                s.count += 1;
+                s.total_bytes += size;
+                s.live += size;
+                s.live_count += 1;
+                s.max_live = s.max_live.max(s.live);
+                s.curve.set(axis, s.live);
+                s.count_curve.set(&self.count_axis, s.live);
+                if dev.allocated > dev.allocated_peak {
+                    dev.allocated_peak = dev.allocated;
+                    dev.allocated_peak_time = t;
+                    dev.reserved_at_allocated_peak = dev.reserved;
+                    dev.peak_dirty = true;
+                }
+            }
+            AllocatorAction::FREE_REQUESTED => {
+                // Leaving a peak: what was live at it is settled now.
+                settle_peak(dev, &self.sites);
+                match dev.blocks.get_mut(&ev.address) {
+                    Some(b) if b.allocated => {
+                        b.allocated = false;
+                        let (size, site, seq) = (b.size, b.site, b.seq);
+                        dev.frees += 1;
+                        dev.allocated = dev.allocated.saturating_sub(size);
+                        dev.allocated_curve.set(axis, dev.allocated);
+                        let s = &mut self.sites[site as usize];
+                        release(s, size, axis, &self.count_axis);
+                        if self.last_alloc == Some((ev.address, ev.device, seq)) {
+                            s.temporaries += 1;
+                        }
+                    }
+                    Some(_) => {}
+                    None => dev.unknown_frees += 1,
+                }
+            }
+            AllocatorAction::FREE_COMPLETED => {
+                if let Some(b) = dev.blocks.remove(&ev.address) {
+                    if b.allocated {
+                        // Completed without a request seen: both at once.
+                        settle_peak(dev, &self.sites);
+                        dev.frees += 1;
+                        dev.allocated = dev.allocated.saturating_sub(b.size);
+                        dev.allocated_curve.set(axis, dev.allocated);
+                        release(
+                            &mut self.sites[b.site as usize],
+                            b.size,
+                            axis,
+                            &self.count_axis,
+                        );
+                    }
+                    dev.frag_dirty = true;
+                }
+            }
+            AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
+                let expandable = ev.action == AllocatorAction::SEGMENT_MAP;
+                let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
+                if expandable {
+                    dev.maps += 1;
+                } else {
+                    dev.segment_allocs += 1;
+                }
+                dev.segments_seen += 1;
+                if backed_by_driver(driver, start, ev.bytes) {
+                    dev.segments_matched += 1;
+                } else if dev.unmatched_segments.len() < 16 {
+                    dev.unmatched_segments.push((start, ev.bytes));
+                }
+                let small = !expandable && ev.bytes == SMALL_SEGMENT;
+                let mut seg = Segment {
+                    end,
+                    pool: (!expandable).then_some(PoolKey {
+                        stream: ev.stream,
+                        private: ev.pool,
+                        small,
+                    }),
+                    stream: ev.stream,
+                    private: ev.pool,
+                    expandable,
+                };
+                let mut seg_start = start;
+                if expandable {
+                    // Pages mapped next to mapped pages of the same segment
+                    // make one range: free blocks span them.
+                    if let Some((&s, prev)) = dev.segments.range(..start).next_back() {
+                        if prev.expandable && prev.end == start {
+                            seg_start = s;
+                            seg.pool = prev.pool;
+                        }
+                    }
+                    if let Some(next) = dev.segments.get(&end).cloned() {
+                        if next.expandable {
+                            dev.segments.remove(&end);
+                            seg.end = next.end;
+                            seg.pool = seg.pool.or(next.pool);
+                        }
+                    }
+                }
+                dev.segments.insert(seg_start, seg);
+                dev.reserved += ev.bytes;
+                dev.reserved_peak = dev.reserved_peak.max(dev.reserved);
+                dev.reserved_curve.set(axis, dev.reserved);
+                dev.frag_dirty = true;
+            }
+            AllocatorAction::SEGMENT_FREE | AllocatorAction::SEGMENT_UNMAP => {
+                let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
+                if ev.action == AllocatorAction::SEGMENT_UNMAP {
+                    dev.unmaps += 1;
+                    // Cut [start, end) out of the mapped range holding it.
+                    if let Some((s, seg)) = dev.segment_of(start).map(|(s, g)| (s, g.clone())) {
+                        dev.segments.remove(&s);
+                        if s < start {
+                            dev.segments.insert(
+                                s,
+                                Segment {
+                                    end: start,
+                                    ..seg.clone()
+                                },
+                            );
+                        }
+                        if end < seg.end {
+                            dev.segments.insert(end, seg);
+                        }
+                    }
+                } else {
+                    dev.segment_frees += 1;
+                    dev.segments.remove(&start);
+                }
+                dev.reserved = dev.reserved.saturating_sub(ev.bytes);
+                dev.reserved_curve.set(axis, dev.reserved);
+                dev.frag_dirty = true;
+            }
+            AllocatorAction::OOM => {
+                let rounded = self.config.round_size(ev.bytes);
+                let extents = dev.extents();
+                let pool = PoolKey {
+                    stream: 0,
+                    private: 0,
+                    small: rounded <= SMALL_SIZE,
+                };
+                let pool_free = extents
+                    .iter()
+                    .filter(|(k, _)| k.small == pool.small && k.private == 0)
+                    .map(|(_, e)| *e)
+                    .reduce(|a, b| PoolExtent {
+                        reserved: a.reserved + b.reserved,
+                        free: a.free + b.free,
+                        largest: a.largest.max(b.largest),
+                    });
+                let live_by_site = dev
+                    .sites
+                    .iter()
+                    .map(|&i| {
+                        (
+                            i,
+                            self.sites[i as usize].live,
+                            self.sites[i as usize].live_count,
+                        )
+                    })
+                    .filter(|&(_, b, _)| b > 0)
+                    .collect();
+                self.ooms.push(FrameworkOomRaw {
+                    time: t,
+                    device: ev.device,
+                    requested: ev.bytes,
+                    tried: None,
+                    limit: None,
+                    device_free: ev.address,
+                    site,
+                    allocated: dev.allocated,
+                    reserved: dev.reserved,
+                    pool_free,
+                    free_in_segments: extents.values().map(|e| e.free).sum(),
+                    largest_free: extents.values().map(|e| e.largest).max().unwrap_or(0),
+                    live_by_site,
+                });
+            }
+            AllocatorAction::SNAPSHOT if dev.snapshots.len() < MAX_SNAPSHOTS => {
+                let extents = dev.extents();
+                dev.snapshots.push((t, extents));
+            }
+            AllocatorAction::OOM_REPORT => {
+                // The report of the error just raised on this device.
+                let last = self
+                    .ooms
+                    .iter_mut()
+                    .rev()
+                    .find(|o| o.device == ev.device && o.tried.is_none());
+                match last {
+                    Some(o) => {
+                        o.tried = Some(ev.bytes);
+                        o.limit = Some(ev.stream);
+                        o.device_free = ev.address;
+                    }
+                    None => self.ooms.push(FrameworkOomRaw {
+                        time: t,
+                        device: ev.device,
+                        requested: ev.bytes,
+                        tried: Some(ev.bytes),
+                        limit: Some(ev.stream),
+                        device_free: ev.address,
+                        site: None,
+                        allocated: dev.allocated,
+                        reserved: dev.reserved,
+                        pool_free: None,
+                        free_in_segments: 0,
+                        largest_free: 0,
+                        live_by_site: Vec::new(),
+                    }),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Records fragmentation at the end of the current bucket.
+    pub fn sample(&mut self, axis: &Axis, now: u64) {
+        for dev in self.devices.values_mut() {
+            dev.sample(axis, now);
+        }
+    }
+
+    /// At the end of the process (or of the trace): settles the peaks and
+    /// what is live.
+    pub fn finish(&mut self, axis: &Axis, now: u64) {
+        for dev in self.devices.values_mut() {
+            dev.frag_dirty = true;
+            dev.sample(axis, now);
+            settle_peak(dev, &self.sites);
+            for &(site, bytes, count) in &dev.peak_sites {
+                let s = &mut self.sites[site as usize];
+                s.at_peak += bytes;
+                s.at_peak_count += count;
+            }
+        }
+        for s in &mut self.sites {
+            s.at_exit = s.live;
+            s.at_exit_count = s.live_count;
+        }
+    }
+}
+
+fn release(s: &mut TensorSiteStats, size: u64, axis: &Axis, count_axis: &Axis) {
+    s.live = s.live.saturating_sub(size);
+    s.live_count = s.live_count.saturating_sub(1);
+    s.curve.set(axis, s.live);
+    s.count_curve.set(count_axis, s.live);
+}
+
+/// Copies the live sites into the peak's breakdown if a new peak was
+/// reached since it was last copied.
+fn settle_peak(dev: &mut DeviceView, sites: &[TensorSiteStats]) {
+    if !dev.peak_dirty {
+        return;
+    }
+    dev.peak_dirty = false;
+    dev.peak_sites.clear();
+    dev.peak_sites.extend(
+        dev.sites
+            .iter()
+            .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
+            .filter(|&(_, b, _)| b > 0),
+    );
+}
+
+/// Whether driver allocations (or VMM mappings, page by page) back
+/// `[start, start + bytes)` exactly.
+fn backed_by_driver(driver: &dyn DriverMemory, start: u64, bytes: u64) -> bool {
+    let end = start.saturating_add(bytes);
+    let mut at = start;
+    // A segment is one allocation; an expandable segment's map may be
+    // several mappings of one page size.
+    for _ in 0..4096 {
+        match driver.live_at(at) {
+            Some(b) if b > 0 => at = at.saturating_add(b),
+            _ => return false,
+        }
+        if at >= end {
+            return at == end;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoDriver;
+    impl DriverMemory for NoDriver {
+        fn live_at(&self, _: u64) -> Option<u64> {
+            None
+        }
+    }
+
+    struct Driver(BTreeMap<u64, u64>);
+    impl DriverMemory for Driver {
+        fn live_at(&self, a: u64) -> Option<u64> {
+            self.0.get(&a).copied()
+        }
+    }
+
+    fn ev(action: AllocatorAction, address: u64, bytes: u64) -> AllocatorEv {
+        AllocatorEv {
+            allocator: 1,
+            action,
+            device: 0,
+            stack: 1,
+            pool: 0,
+            address,
+            bytes,
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn rounds_requests_as_pytorch_does() {
+        let c = AllocConfig::default();
+        assert_eq!(c.round_size(1), 512);
+        assert_eq!(c.round_size(512), 512);
+        assert_eq!(c.round_size(513), 1024);
+        assert_eq!(c.round_size(3 * MIB / 2), 3 * MIB / 2);
+        let c = AllocConfig::parse("roundup_power2_divisions:4");
+        // 1.2 MiB lies between 1 and 2 MiB: steps of 256 KiB.
+        assert_eq!(c.round_size(MIB + MIB / 5), MIB + MIB / 4);
+        assert_eq!(c.round_size(2 * MIB), 2 * MIB);
+        assert_eq!(c.round_size(1000), 1024);
+        let c = AllocConfig::parse("expandable_segments:True,max_split_size_mb:128");
+        assert_eq!(c.max_split_size, 128 * MIB);
+        let c = AllocConfig::parse("roundup_power2_divisions:[256:1,512:2],max_split_size_mb:64");
+        assert_eq!(c.max_split_size, 64 * MIB);
+        assert_eq!(c.unsupported.len(), 1);
+    }
+
+    /// A 20 MiB segment cut as the allocator cuts it: a block is split off
+    /// the front of a free block unless what would remain is 1 MiB or less,
+    /// which then goes with the block.
+    #[test]
+    fn infers_unsplit_blocks_and_fragmentation() {
+        let axis = Axis::new(0);
+        let mut f = FrameworkState::new(AllocConfig::default());
+        let base = 0x7f00_0000_0000u64;
+        let driver = Driver([(base, 20 * MIB)].into_iter().collect());
+        f.apply(
+            1,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_ALLOC, base, 20 * MIB),
+            &driver,
+        );
+        for (i, size) in [3 * MIB, 5 * MIB, 7 * MIB].into_iter().enumerate() {
+            let at = base + [0, 3, 8][i] * MIB;
+            f.apply(2, &axis, &ev(AllocatorAction::ALLOC, at, size), &driver);
+        }
+        // 5 MiB left: a 4 MiB request leaves 1 MiB, too little to split off.
+        f.apply(
+            3,
+            &axis,
+            &ev(AllocatorAction::ALLOC, base + 15 * MIB, 4 * MIB),
+            &driver,
+        );
+        let dev = &f.devices[&0];
+        assert_eq!(dev.allocated, 20 * MIB);
+        assert_eq!(dev.segments_matched, 1);
+        // Free the 3 and 7 MiB blocks: two holes, the larger 7 MiB.
+        for at in [base, base + 8 * MIB] {
+            f.apply(
+                4,
+                &axis,
+                &ev(AllocatorAction::FREE_REQUESTED, at, 0),
+                &driver,
+            );
+            f.apply(
+                4,
+                &axis,
+                &ev(AllocatorAction::FREE_COMPLETED, at, 0),
+                &driver,
+            );
+        }
+        let dev = &f.devices[&0];
+        assert_eq!(dev.allocated, 10 * MIB);
+        let e = dev.extents();
+        let large = e.values().next().unwrap();
+        assert_eq!((large.free, large.largest), (10 * MIB, 7 * MIB));
+        assert!((large.fragmentation() - 0.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn segments_not_backed_by_the_driver_are_named() {
+        let axis = Axis::new(0);
+        let mut f = FrameworkState::new(AllocConfig::default());
+        f.apply(
+            1,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_ALLOC, 0x1000_0000, 2 * MIB),
+            &NoDriver,
+        );
+        let dev = &f.devices[&0];
+        assert_eq!((dev.segments_seen, dev.segments_matched), (1, 0));
+        assert_eq!(dev.unmatched_segments, vec![(0x1000_0000, 2 * MIB)]);
+        // Expandable segments: one map of two 20 MiB pages, mapped one by one.
+        let base = 0x2000_0000u64;
+        let driver = Driver(
+            [(base, 20 * MIB), (base + 20 * MIB, 20 * MIB)]
+                .into_iter()
+                .collect(),
+        );
+        f.apply(
+            2,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_MAP, base, 40 * MIB),
+            &driver,
+        );
+        assert_eq!(f.devices[&0].segments_matched, 1);
+    }
+
+    #[test]
+    fn expandable_maps_that_touch_form_one_range() {
+        let axis = Axis::new(0);
+        let mut f = FrameworkState::new(AllocConfig::default());
+        let base = 0x2000_0000u64;
+        f.apply(
+            1,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_MAP, base, 20 * MIB),
+            &NoDriver,
+        );
+        f.apply(
+            1,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_MAP, base + 20 * MIB, 20 * MIB),
+            &NoDriver,
+        );
+        f.apply(
+            2,
+            &axis,
+            &ev(AllocatorAction::ALLOC, base + 10 * MIB, 2 * MIB),
+            &NoDriver,
+        );
+        let e = f.devices[&0].extents();
+        let p = e.values().next().unwrap();
+        assert_eq!(
+            (p.reserved, p.free, p.largest),
+            (40 * MIB, 38 * MIB, 28 * MIB)
+        );
+        f.apply(
+            3,
+            &axis,
+            &ev(AllocatorAction::SEGMENT_UNMAP, base + 20 * MIB, 20 * MIB),
+            &NoDriver,
+        );
+        assert_eq!(f.devices[&0].reserved, 20 * MIB);
+        let e = f.devices[&0].extents();
+        let p = e.values().next().unwrap();
+        assert_eq!(
+            (p.reserved, p.free, p.largest),
+            (20 * MIB, 18 * MIB, 10 * MIB)
+        );
+    }
+}

@@ -1,0 +1,394 @@
+//! The framework allocators' part of the model (`FrameworkView`,
+//! `TensorSite`, tensor growth) from the sweep's `FrameworkState`s.
+
+use std::collections::BTreeMap;
+
+use gmem_prof_traces::record::allocator;
+
+use crate::build::{judge_growth, site_bytes};
+use crate::engine::{Engine, SiteClass};
+use crate::framework::{FrameworkOomRaw, PoolKey};
+use crate::model::*;
+use crate::sites::{self, CodeRules, StreamDefs};
+use crate::timeline::Axis;
+
+/// What `views` builds.
+pub struct Views {
+    pub frameworks: Vec<FrameworkView>,
+    pub tensor_sites: Vec<TensorSite>,
+    pub tensor_growth: Vec<Growth>,
+}
+
+/// A tensor site before ranking: its figures summed over the raw sites
+/// (one stack of one process on one device) that share its label.
+struct Merged {
+    label: String,
+    frames: Vec<FrameText>,
+    truncated: bool,
+    pids: Vec<u32>,
+    count: u64,
+    total_bytes: u64,
+    at_peak: u64,
+    max_live: u64,
+    at_exit: u64,
+    at_exit_count: u64,
+    temporaries: u64,
+}
+
+/// The grouping key of a tensor stack: its label (the innermost frame of
+/// the program's own code, or the operator or backward node inside
+/// PyTorch); every tensor stack runs through the framework, so the label
+/// is what tells them apart for a person.
+fn group_key(frames: &[FrameText], rules: &CodeRules) -> String {
+    if frames.is_empty() {
+        return String::new();
+    }
+    sites::label(SiteClass::Call, "tensor", frames, rules)
+}
+
+fn pool_name(k: &PoolKey) -> String {
+    let size = if k.small {
+        "small blocks"
+    } else {
+        "large blocks"
+    };
+    if k.private != 0 {
+        format!(
+            "private pool {} ({size}), stream {:#x}",
+            k.private, k.stream
+        )
+    } else {
+        format!("{size}, stream {:#x}", k.stream)
+    }
+}
+
+/// Builds the views; marks in `driver_ooms` the failures a framework
+/// raised as its own error. `rel` turns trace times into times since the
+/// trace's start.
+pub fn views(
+    engine: &mut Engine,
+    axis: &Axis,
+    buckets: usize,
+    rules: &CodeRules,
+    driver_ooms: &mut [Oom],
+) -> Views {
+    let start = axis.start;
+    let rel = |t: u64| t.saturating_sub(start);
+    // Tensor sites, merged across processes and devices by label.
+    let mut groups: BTreeMap<String, Merged> = BTreeMap::new();
+    let mut group_of: Vec<Vec<String>> = Vec::new();
+    for st in &engine.streams {
+        let Some(fw) = &st.framework else {
+            group_of.push(Vec::new());
+            continue;
+        };
+        let pid = st.pid();
+        let mut keys = Vec::with_capacity(fw.sites.len());
+        for s in &fw.sites {
+            let (frames, truncated) = if s.stack != 0 {
+                st.defs.stack_frames(s.stack)
+            } else {
+                (Vec::new(), false)
+            };
+            let key = group_key(&frames, rules);
+            let m = groups.entry(key.clone()).or_insert_with(|| Merged {
+                label: if frames.is_empty() {
+                    "tensors with no stack".into()
+                } else {
+                    sites::label(SiteClass::Call, "tensor", &frames, rules)
+                },
+                frames,
+                truncated,
+                pids: Vec::new(),
+                count: 0,
+                total_bytes: 0,
+                at_peak: 0,
+                max_live: 0,
+                at_exit: 0,
+                at_exit_count: 0,
+                temporaries: 0,
+            });
+            if !m.pids.contains(&pid) {
+                m.pids.push(pid);
+            }
+            m.count += s.count;
+            m.total_bytes += s.total_bytes;
+            m.at_peak += s.at_peak;
+            m.max_live = m.max_live.max(s.max_live);
+            m.at_exit += s.at_exit;
+            m.at_exit_count += s.at_exit_count;
+            m.temporaries += s.temporaries;
+            keys.push(key);
+        }
+        group_of.push(keys);
+    }
+    let mut order: Vec<(&String, &Merged)> = groups.iter().collect();
+    order.sort_by(|a, b| {
+        b.1.at_peak
+            .cmp(&a.1.at_peak)
+            .then(b.1.total_bytes.cmp(&a.1.total_bytes))
+            .then(b.1.count.cmp(&a.1.count))
+            .then(a.0.cmp(b.0))
+    });
+    let id_of: BTreeMap<&String, u32> = order
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, i as u32))
+        .collect();
+    let tensor_sites: Vec<TensorSite> = order
+        .iter()
+        .enumerate()
+        .map(|(i, (_, m))| {
+            let mut pids = m.pids.clone();
+            pids.sort_unstable();
+            TensorSite {
+                id: i as u32,
+                label: m.label.clone(),
+                frames: m.frames.clone(),
+                truncated: m.truncated,
+                pids,
+                count: m.count,
+                total_bytes: m.total_bytes,
+                at_peak_bytes: m.at_peak,
+                max_live: m.max_live,
+                live_at_exit_bytes: m.at_exit,
+                live_at_exit_count: m.at_exit_count,
+                temporaries: m.temporaries,
+            }
+        })
+        .collect();
+    // Raw site → final id, per stream.
+    let site_ids: Vec<Vec<u32>> = group_of
+        .iter()
+        .map(|keys| keys.iter().map(|k| id_of[k]).collect())
+        .collect();
+    let by_site = |raw: &[(u32, u64, u64)], ids: &[u32]| site_bytes(raw, |i| ids[i as usize]);
+
+    let mut frameworks = Vec::new();
+    let mut tensor_growth = Vec::new();
+    for (si, st) in engine.streams.iter_mut().enumerate() {
+        let pid = st.pid();
+        let defs: &StreamDefs = &st.defs;
+        let Some(fw) = st.framework.as_deref_mut() else {
+            continue;
+        };
+        let ids = &site_ids[si];
+        let settings = defs
+            .allocators
+            .iter()
+            .find(|a| a.allocator == allocator::TORCH_CACHING)
+            .map(|a| a.settings.clone())
+            .unwrap_or_default();
+        for (&device, dev) in &mut fw.devices {
+            let total = defs
+                .devices
+                .iter()
+                .find(|d| d.device == device)
+                .map_or(0, |d| d.total_memory.0);
+            let pools: Vec<PoolFragmentation> = dev
+                .pools
+                .iter_mut()
+                .map(|(k, p)| PoolFragmentation {
+                    pool: pool_name(k),
+                    small: k.small,
+                    stream: k.stream,
+                    private_pool: u64::from(k.private),
+                    reserved_peak: p.reserved_peak,
+                    curve: p.frag.finish(axis, buckets),
+                    largest_free: p
+                        .largest
+                        .finish(axis, buckets)
+                        .into_iter()
+                        .map(|v| v.unwrap_or(0))
+                        .collect(),
+                    worst: p.worst.map(|(t, e)| FragmentationAt {
+                        time_ns: rel(t),
+                        fragmentation: e.fragmentation(),
+                        free_bytes: e.free,
+                        largest_free_bytes: e.largest,
+                    }),
+                })
+                .collect();
+            let worst_fragmentation = pools
+                .iter()
+                .filter_map(|p| p.worst.clone().map(|at| (p.pool.clone(), at)))
+                .max_by(|a, b| {
+                    a.1.fragmentation
+                        .total_cmp(&b.1.fragmentation)
+                        .then(b.0.cmp(&a.0))
+                })
+                .map(|(pool, at)| PoolFragmentationAt { pool, at });
+            let ooms: Vec<FrameworkOom> = fw
+                .ooms
+                .iter()
+                .filter(|o| o.device == device)
+                .map(|o| framework_oom(o, pid, total, ids, rel, &by_site))
+                .collect();
+            let mut notes: Vec<String> = fw.config.unsupported.clone();
+            if dev.unknown_frees > 0 {
+                notes.push(format!(
+                    "{} frees of tensors allocated before the collector attached (or whose \
+                     allocation was lost) were not counted",
+                    dev.unknown_frees
+                ));
+            }
+            let live_at_exit: (u64, u64) = dev
+                .sites
+                .iter()
+                .map(|&i| {
+                    (
+                        fw.sites[i as usize].at_exit,
+                        fw.sites[i as usize].at_exit_count,
+                    )
+                })
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            frameworks.push(FrameworkView {
+                allocator: allocator::name(dev.allocator.max(1)).to_string(),
+                pid,
+                device,
+                settings: settings.clone(),
+                allocated: dev.allocated_curve.finish(axis, buckets),
+                reserved: dev.reserved_curve.finish(axis, buckets),
+                allocated_peak: dev.allocated_peak,
+                allocated_peak_time_ns: rel(dev.allocated_peak_time),
+                reserved_at_allocated_peak: dev.reserved_at_allocated_peak,
+                reserved_peak: dev.reserved_peak,
+                peak_sites: by_site(&dev.peak_sites, ids),
+                tensors_allocated: dev.allocations,
+                tensors_freed: dev.frees,
+                segments_allocated: dev.segment_allocs,
+                segments_freed: dev.segment_frees,
+                pages_mapped: dev.maps,
+                pages_unmapped: dev.unmaps,
+                at_exit: FrameworkAtExit {
+                    live_tensor_bytes: live_at_exit.0,
+                    live_tensors: live_at_exit.1,
+                    reserved_bytes: dev.reserved,
+                    cached_bytes: dev.reserved.saturating_sub(dev.allocated),
+                },
+                pools,
+                fragmentation: dev.frag.finish(axis, buckets),
+                largest_free: dev
+                    .largest_free
+                    .finish(axis, buckets)
+                    .into_iter()
+                    .map(|v| v.unwrap_or(0))
+                    .collect(),
+                worst_fragmentation,
+                snapshots: dev
+                    .snapshots
+                    .iter()
+                    .map(|(t, pools)| PoolsAt {
+                        time_ns: rel(*t),
+                        pools: pools
+                            .iter()
+                            .map(|(k, e)| PoolExtentAt {
+                                pool: pool_name(k),
+                                reserved_bytes: e.reserved,
+                                free_bytes: e.free,
+                                largest_free_bytes: e.largest,
+                                fragmentation: e.fragmentation(),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+                segments: SegmentCheck {
+                    reported: dev.segments_seen,
+                    matched: dev.segments_matched,
+                    unmatched: dev.unmatched_segments.clone(),
+                },
+                ooms,
+                notes,
+            });
+        }
+        // Growth of tensor sites, judged on this process's tensor count.
+        for (i, s) in fw.sites.iter_mut().enumerate() {
+            let judged = judge_growth(
+                &mut s.curve,
+                &mut s.count_curve,
+                s.max_live,
+                &fw.count_axis,
+                fw.allocations,
+                axis,
+                buckets,
+                Some((s.count, fw.allocations)),
+            );
+            if let Some((from, to, curve)) = judged {
+                tensor_growth.push(Growth {
+                    site: ids[i],
+                    pid,
+                    from_bytes: from,
+                    to_bytes: to,
+                    growth_bytes: to - from,
+                    curve,
+                });
+            }
+        }
+        // The driver failures behind the errors this allocator raised: the
+        // last one that reached the program on the same device, in the
+        // two seconds before.
+        for o in &fw.ooms {
+            let t = rel(o.time);
+            if let Some(d) = driver_ooms.iter_mut().rev().find(|d| {
+                d.pid == pid
+                    && d.device == o.device
+                    && d.reached_program()
+                    && d.raised_as.is_none()
+                    && d.time_ns <= t
+                    && t - d.time_ns <= 2_000_000_000
+            }) {
+                d.raised_as = Some("PyTorch OutOfMemoryError".into());
+            }
+        }
+    }
+    tensor_growth.sort_by(|a, b| {
+        b.growth_bytes
+            .cmp(&a.growth_bytes)
+            .then(a.site.cmp(&b.site))
+            .then(a.pid.cmp(&b.pid))
+    });
+    Views {
+        frameworks,
+        tensor_sites,
+        tensor_growth,
+    }
+}
+
+/// Raw (site, bytes, count) rows and the raw-to-final site ids → rows by
+/// final site.
+type BySite = dyn Fn(&[(u32, u64, u64)], &[u32]) -> Vec<SiteBytes>;
+
+fn framework_oom(
+    o: &FrameworkOomRaw,
+    pid: u32,
+    total: u64,
+    ids: &[u32],
+    rel: impl Fn(u64) -> u64,
+    by_site: &BySite,
+) -> FrameworkOom {
+    let limit = match o.limit {
+        None => "unknown",
+        // The allocator holds to the fraction's bytes when one is set, else
+        // to the device's total.
+        Some(l) if total > 0 && l < total - total / 1000 => "memory fraction",
+        Some(_) => "device full",
+    };
+    FrameworkOom {
+        time_ns: rel(o.time),
+        pid,
+        device: o.device,
+        requested_bytes: o.requested,
+        tried_bytes: o.tried,
+        limit: limit.into(),
+        limit_bytes: o.limit,
+        device_free_bytes: o.device_free,
+        device_total_bytes: total,
+        allocated_bytes: o.allocated,
+        reserved_bytes: o.reserved,
+        free_in_segments: o.free_in_segments,
+        // Only a free block of the pool the request goes to could serve it.
+        largest_free_block: o.pool_free.map_or(o.largest_free, |p| p.largest),
+        site: o.site.map(|s| ids[s as usize]),
+        live_by_site: by_site(&o.live_by_site, ids).into_iter().take(10).collect(),
+    }
+}
