@@ -79,6 +79,25 @@ pub struct RecordArgs {
     /// site, and watching frees costs about a microsecond per free.
     #[arg(long)]
     pub free_stacks: bool,
+    /// Do not look inside framework allocators. By default the collector
+    /// attaches to PyTorch's caching allocator (its trace tracker and OOM
+    /// observer) in every process that uses it, and records each tensor
+    /// allocated and freed inside the segments CUDA sees.
+    #[arg(long)]
+    pub no_frameworks: bool,
+    /// Leave Python frames out of stacks. By default a stack taken on a
+    /// thread running Python (CPython 3.10 to 3.13) holds the Python
+    /// functions and lines where the interpreter ran them.
+    #[arg(long)]
+    pub no_python: bool,
+    /// Give tensor events the native frames as well on threads running
+    /// Python. By default an event inside PyTorch's allocator carries the
+    /// Python frames alone there (as PyTorch's own memory history does):
+    /// unwinding the dispatcher's native frames costs 1-3 µs per event, and
+    /// a training step has thousands. Threads without Python (autograd's)
+    /// always give native frames.
+    #[arg(long)]
+    pub tensor_native_stacks: bool,
     /// The libcupti.so.13 to load (default: the CUDA toolkit's, from CUDA_HOME,
     /// /usr/local/cuda or the linker path, else pip's nvidia wheels).
     #[arg(long, value_name = "PATH", env = "GMEM_PROF_CUPTI")]
@@ -100,6 +119,31 @@ pub struct RecordArgs {
     pub program: Vec<std::ffi::OsString>,
 }
 
+/// How frames are told apart into the program's own code and library code,
+/// for site labels (each site is named by its innermost frame of the
+/// program's own code).
+#[derive(Args, Debug, Clone, Default)]
+pub struct CodeArgs {
+    /// Frames whose file (Python) or module path contains PATTERN are the
+    /// program's own code, even in site-packages (a package you develop);
+    /// repeatable.
+    #[arg(long = "user-code", value_name = "PATTERN")]
+    pub user_code: Vec<String>,
+    /// Frames whose file or module path contains PATTERN are library code
+    /// (a vendored framework); repeatable.
+    #[arg(long = "library-code", value_name = "PATTERN")]
+    pub library_code: Vec<String>,
+}
+
+impl CodeArgs {
+    pub fn rules(&self) -> gmem_prof_analyzer::CodeRules {
+        gmem_prof_analyzer::CodeRules {
+            user: self.user_code.clone(),
+            library: self.library_code.clone(),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     gmem-prof report trace.bin              # trace.html, trace.json, trace-*.svg here\n  \
@@ -108,8 +152,16 @@ pub struct RecordArgs {
     gmem-prof report rank0.bin rank1.bin    # several runs: a report each, and runs.html\n\n\
     The summary answers: peak per device and what was live then, leaks (apart from \
     memory an allocator cache holds at exit), sites that keep growing, fragmentation \
-    and out-of-memory failures. The HTML file needs no network. A damaged or cut-short \
-    trace gives a partial report with a warning; a file that is not a trace exits with 2.")]
+    and out-of-memory failures; with PyTorch's caching allocator, also its tensors: \
+    allocated and reserved, the peak by Python line, fragmentation per pool, the errors it \
+    raised. The HTML file needs no network. A damaged or cut-short trace gives a partial \
+    report with a warning; a file that is not a trace exits with 2.\n\n\
+    Sites are named by their innermost frame of the program's own code: for a stack with \
+    Python frames, the innermost Python frame whose file is not in site-packages, \
+    dist-packages or the standard library (lib/pythonX.Y); for tensors made on threads that \
+    run no Python (PyTorch's autograd), the backward node or operator; otherwise the first \
+    native frame outside CUDA and the allocators. --user-code and --library-code change \
+    which files count as the program's.")]
 pub struct ReportArgs {
     /// Traces, one per run: a trace file, or a directory of the per-process
     /// files of one run. With several, each run gets its own report and
@@ -122,6 +174,8 @@ pub struct ReportArgs {
     /// Print nothing (no summary, no progress).
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub code: CodeArgs,
 }
 
 #[derive(Args, Debug)]
@@ -130,7 +184,8 @@ pub struct ReportArgs {
     gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n  \
     gmem-prof check trace.bin --budget gmem-budget.toml --markdown summary.md --junit junit.xml\n\n\
     A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
-    of max_peak, max_leaked, max_growth, max_fragmentation and max_ooms (docs/ci.md). \
+    of max_peak, max_allocated, max_leaked, max_tensors_at_exit, max_growth, \
+    max_fragmentation and max_ooms (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
     its figure and the sites responsible), 2 bad input or no budget given.")]
@@ -155,19 +210,34 @@ pub struct CheckArgs {
     /// Highest live bytes allowed on any device.
     #[arg(long, value_name = "SIZE")]
     pub max_peak: Option<crate::check::budget::ByteSize>,
+    /// Highest bytes of tensors a framework allocator (PyTorch's) may have
+    /// allocated at once on any device (its `max_memory_allocated`).
+    #[arg(long, value_name = "SIZE")]
+    pub max_allocated: Option<crate::check::budget::ByteSize>,
+    /// Bytes of tensors allowed to stay allocated when a process ends (a
+    /// framework's live objects at exit; what its allocator caches is not
+    /// counted).
+    #[arg(long, value_name = "SIZE")]
+    pub max_tensors_at_exit: Option<crate::check::budget::ByteSize>,
     /// Bytes allowed to stay allocated at exit (memory an allocator cache
     /// holds is not counted).
     #[arg(long, value_name = "SIZE")]
     pub max_leaked: Option<crate::check::budget::ByteSize>,
-    /// Growth allowed for any one site after the warm-up.
+    /// Growth allowed for any one site after the warm-up (CUDA allocation
+    /// sites and tensor sites).
     #[arg(long, value_name = "SIZE")]
     pub max_growth: Option<crate::check::budget::ByteSize>,
-    /// Highest fragmentation allowed in pools and VMM reservations (0 to 1).
+    /// Highest fragmentation allowed in any one pool: stream-ordered pools,
+    /// VMM reservations and the pools of a framework allocator (0 to 1).
     #[arg(long, value_name = "F")]
     pub max_fragmentation: Option<f64>,
-    /// Out-of-memory failures allowed to reach the program.
+    /// Out-of-memory errors allowed to reach the program (failed CUDA
+    /// allocations not recovered by a retry, and errors a framework's
+    /// allocator raised, counted once).
     #[arg(long, value_name = "N")]
     pub max_ooms: Option<u64>,
+    #[command(flatten)]
+    pub code: CodeArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -194,6 +264,8 @@ pub struct ExportArgs {
     /// Trace file, or a directory of per-process trace files of one run.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
+    #[command(flatten)]
+    pub code: CodeArgs,
     /// What to write.
     #[arg(short, long, value_enum)]
     pub format: ExportFormat,
@@ -218,6 +290,8 @@ pub struct DiffArgs {
     /// The reference run (a trace file, or a directory of per-process files).
     #[arg(value_name = "BASE")]
     pub base: PathBuf,
+    #[command(flatten)]
+    pub code: CodeArgs,
     /// The run to compare with it.
     #[arg(value_name = "NEW")]
     pub new: PathBuf,

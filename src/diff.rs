@@ -31,9 +31,13 @@ impl std::str::FromStr for Percent {
     }
 }
 
-fn load(path: &PathBuf) -> Result<(String, Analysis)> {
+fn load(path: &PathBuf, code: &crate::cli::CodeArgs) -> Result<(String, Analysis)> {
     let files = crate::inputs::expand(std::slice::from_ref(path))?;
-    let a = analyze_files(&files, &Options::default())?;
+    let opts = Options {
+        code: code.rules(),
+        ..Default::default()
+    };
+    let a = analyze_files(&files, &opts)?;
     for w in &a.input.warnings {
         eprintln!("gmem-prof: warning: {}: {w}", path.display());
     }
@@ -41,8 +45,8 @@ fn load(path: &PathBuf) -> Result<(String, Analysis)> {
 }
 
 pub fn run(a: DiffArgs) -> Result<i32> {
-    let (base_name, base) = load(&a.base)?;
-    let (mut new_name, new) = load(&a.new)?;
+    let (base_name, base) = load(&a.base, &a.code)?;
+    let (mut new_name, new) = load(&a.new, &a.code)?;
     if new_name == base_name {
         new_name = format!("{new_name} (new)");
     }

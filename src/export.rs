@@ -22,7 +22,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
         .unwrap_or_else(|| default_output(&files, a.format));
     let tmp = temp_path(&out);
     let file = File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    let result = write(&files, a.format, file);
+    let result = write(&files, a.format, file, &a.code);
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
@@ -38,8 +38,16 @@ pub fn run(a: ExportArgs) -> Result<()> {
     Ok(())
 }
 
-fn write(files: &[PathBuf], format: ExportFormat, file: File) -> Result<String> {
-    let opts = Options::default();
+fn write(
+    files: &[PathBuf],
+    format: ExportFormat,
+    file: File,
+    code: &crate::cli::CodeArgs,
+) -> Result<String> {
+    let opts = Options {
+        code: code.rules(),
+        ..Default::default()
+    };
     match format {
         ExportFormat::Json => {
             let analysis = analyze_files(files, &opts)?;

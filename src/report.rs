@@ -34,7 +34,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         } else {
             String::new()
         };
-        let analysis = analyze_with_progress(files, tty, &label)?;
+        let analysis = analyze_with_progress(files, tty, &label, &a.code)?;
         let written = write_report(&analysis, stem, &dir)?;
         if !a.quiet && !several {
             let stdout = std::io::stdout();
@@ -88,7 +88,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
     Ok(())
 }
 
-fn analyze_with_progress(files: &[PathBuf], tty: bool, label: &str) -> Result<Analysis> {
+fn analyze_with_progress(
+    files: &[PathBuf],
+    tty: bool,
+    label: &str,
+    code: &crate::cli::CodeArgs,
+) -> Result<Analysis> {
     let last_shown = AtomicU64::new(u64::MAX);
     let progress = move |done: u64, total: u64| {
         let pct = done * 100 / total.max(1);
@@ -101,6 +106,7 @@ fn analyze_with_progress(files: &[PathBuf], tty: bool, label: &str) -> Result<An
     };
     let opts = Options {
         progress: if tty { Some(&progress) } else { None },
+        code: code.rules(),
     };
     let analysis = analyze_files(files, &opts)?;
     if tty {

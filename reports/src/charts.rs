@@ -1,7 +1,7 @@
 //! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
 //! charts (no string from a trace), so nothing in them needs escaping.
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameworkView, Growth};
 use plotters::prelude::*;
 
 use crate::format::bytes;
@@ -168,9 +168,29 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
     )
 }
 
-/// Fragmentation F(t) (per mille) and the largest free block of a device.
+/// Fragmentation F(t) (per mille) of a device's regions.
 pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
-    if d.fragmentation.curve.iter().all(|v| v.is_none()) {
+    fraction_chart(
+        a,
+        format!("device{}-fragmentation.svg", d.device),
+        format!("Device {}: fragmentation", d.device),
+        format!(
+            "Device {}: fragmentation F = 1 − largest free / total free",
+            d.device
+        ),
+        &[("regions".into(), &d.fragmentation.curve)],
+    )
+}
+
+/// F(t) curves (per mille; `None` where undefined), one line each.
+fn fraction_chart(
+    a: &Analysis,
+    name: String,
+    title: String,
+    caption: String,
+    curves: &[(String, &Vec<Option<u16>>)],
+) -> Option<Chart> {
+    if curves.iter().all(|(_, c)| c.iter().all(|v| v.is_none())) {
         return None;
     }
     let mut svg = String::new();
@@ -179,13 +199,7 @@ pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "Device {}: fragmentation F = 1 − largest free / total free",
-                    d.device
-                ),
-                ("sans-serif", 20),
-            )
+            .caption(caption, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(60)
@@ -197,25 +211,42 @@ pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
             .y_desc("F")
             .draw()
             .map_err(|e| e.to_string())?;
-        // Draw each run of defined samples as its own line.
-        let mut run: Vec<(f64, f64)> = Vec::new();
-        let mut runs = Vec::new();
-        for (i, v) in d.fragmentation.curve.iter().enumerate() {
-            match v {
-                Some(f) => run.push((seconds(a, i), f64::from(*f) / 1000.0)),
-                None => {
-                    if !run.is_empty() {
-                        runs.push(std::mem::take(&mut run));
+        for (k, (label, curve)) in curves.iter().enumerate() {
+            let color = PALETTE[(k + 3) % PALETTE.len()];
+            // Draw each run of defined samples as its own line.
+            let mut run: Vec<(f64, f64)> = Vec::new();
+            let mut runs = Vec::new();
+            for (i, v) in curve.iter().enumerate() {
+                match v {
+                    Some(f) => run.push((seconds(a, i), f64::from(*f) / 1000.0)),
+                    None => {
+                        if !run.is_empty() {
+                            runs.push(std::mem::take(&mut run));
+                        }
                     }
                 }
             }
+            if !run.is_empty() {
+                runs.push(run);
+            }
+            for (j, r) in runs.into_iter().enumerate() {
+                let drawn = chart
+                    .draw_series(LineSeries::new(r, color.stroke_width(2)))
+                    .map_err(|e| e.to_string())?;
+                if j == 0 && curves.len() > 1 {
+                    drawn.label(label.clone()).legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+                    });
+                }
+            }
         }
-        if !run.is_empty() {
-            runs.push(run);
-        }
-        for r in runs {
+        if curves.len() > 1 {
             chart
-                .draw_series(LineSeries::new(r, PALETTE[3].stroke_width(2)))
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
                 .map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| e.to_string())
@@ -223,36 +254,118 @@ pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
     if drawn.is_err() {
         return None;
     }
-    Some(Chart {
-        name: format!("device{}-fragmentation.svg", d.device),
-        title: format!("Device {}: fragmentation", d.device),
-        svg,
-    })
+    Some(Chart { name, title, svg })
 }
 
-/// Live bytes of each growing site (at most five).
-pub fn growth(a: &Analysis) -> Option<Chart> {
-    if a.growth.is_empty() {
+/// File-name stem of a framework view's charts.
+pub fn framework_stem(v: &FrameworkView) -> String {
+    format!("pid{}-device{}-tensors", v.pid, v.device)
+}
+
+/// A framework allocator's allocated (tensors) and reserved (segments)
+/// bytes on one chart, the allocated peak marked.
+pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
+    let allocated: Vec<u64> = v.allocated.iter().map(|p| p.max).collect();
+    let reserved: Vec<u64> = v.reserved.iter().map(|p| p.max).collect();
+    let series = [
+        Series {
+            label: "allocated (tensors)".into(),
+            values: &allocated,
+            area: true,
+            step_s: step(a),
+        },
+        Series {
+            label: "reserved (segments)".into(),
+            values: &reserved,
+            area: false,
+            step_s: step(a),
+        },
+    ];
+    bytes_chart(
+        format!("{}-memory.svg", framework_stem(v)),
+        format!("pid {} device {}: tensors and segments", v.pid, v.device),
+        seconds(a, a.timeline.buckets.max(1)),
+        &series,
+        Some((v.allocated_peak_time_ns, v.allocated_peak)),
+    )
+}
+
+/// Fragmentation of each pool of a framework allocator.
+pub fn framework_fragmentation(a: &Analysis, v: &FrameworkView) -> Option<Chart> {
+    let curves: Vec<(String, &Vec<Option<u16>>)> = v
+        .pools
+        .iter()
+        .take(PALETTE.len())
+        .map(|p| (format!("pool {}", pool_short(&p.pool)), &p.curve))
+        .collect();
+    fraction_chart(
+        a,
+        format!("{}-fragmentation.svg", framework_stem(v)),
+        format!("pid {} device {}: fragmentation per pool", v.pid, v.device),
+        format!(
+            "pid {} device {}: fragmentation per pool, F = 1 − largest free block / free",
+            v.pid, v.device
+        ),
+        &curves,
+    )
+}
+
+/// A pool's name with no stream address (the legend has little room; the
+/// text comes from the analysis, not the trace).
+fn pool_short(pool: &str) -> String {
+    pool.split(", stream").next().unwrap_or(pool).to_string()
+}
+
+/// Live bytes of each tensor site that keeps growing (at most five).
+pub fn tensor_growth(a: &Analysis) -> Option<Chart> {
+    growth_chart(
+        a,
+        &a.tensor_growth,
+        "tensor-growth.svg",
+        "Tensor sites that keep growing: live bytes",
+        "tensor site",
+    )
+}
+
+/// Live bytes of each growing site of `growth` (at most five).
+fn growth_chart(
+    a: &Analysis,
+    growth: &[Growth],
+    name: &str,
+    title: &str,
+    what: &str,
+) -> Option<Chart> {
+    if growth.is_empty() {
         return None;
     }
-    let series: Vec<Series> = a
-        .growth
+    let series: Vec<Series> = growth
         .iter()
         .take(5)
         .map(|g| Series {
-            label: format!("site {} (pid {})", g.site, g.pid),
+            label: format!("{what} {} (pid {})", g.site, g.pid),
             values: &g.curve,
             area: false,
             step_s: step(a),
         })
         .collect();
     Some(bytes_chart(
-        "growth.svg".into(),
-        "Sites that keep growing: live bytes".into(),
+        name.into(),
+        title.into(),
         seconds(a, a.timeline.buckets.max(1)),
         &series,
         None,
     ))
+}
+
+/// Live bytes of each growing site (at most five).
+pub fn growth(a: &Analysis) -> Option<Chart> {
+    growth_chart(
+        a,
+        &a.growth,
+        "growth.svg",
+        "Sites that keep growing: live bytes",
+        "site",
+    )
 }
 
 /// Live bytes per process, when there are several.
@@ -292,7 +405,12 @@ pub fn all(a: &Analysis) -> Vec<Chart> {
         out.push(device_memory(a, d));
         out.extend(fragmentation(a, d));
     }
+    for v in &a.frameworks {
+        out.push(framework_memory(a, v));
+        out.extend(framework_fragmentation(a, v));
+    }
     out.extend(growth(a));
+    out.extend(tensor_growth(a));
     out.extend(processes(a));
     out
 }

@@ -69,30 +69,53 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
         "OOMs reaching the program: {} → {}; growing sites: {} → {}",
         b.ooms_reached_program, n.ooms_reached_program, b.growing_sites, n.growing_sites
     )?;
-    let moved: Vec<&SiteDiff> = d.sites.iter().filter(changed).take(SITES_SHOWN).collect();
-    if moved.is_empty() {
+    if !changed_sites(
+        w,
+        &d.sites,
+        "sites that changed most (live at peak, leaked, allocated in all):",
+    )? {
         writeln!(w, "no site changed")?;
-    } else {
+    }
+    if b.allocated_peak_bytes > 0 || n.allocated_peak_bytes > 0 {
         writeln!(
             w,
-            "sites that changed most (live at peak, leaked, allocated in all):"
+            "tensors (inside PyTorch's allocator): peak {} → {}; growing tensor sites: {} → {}",
+            bytes(b.allocated_peak_bytes),
+            bytes(n.allocated_peak_bytes),
+            b.growing_tensor_sites,
+            n.growing_tensor_sites
         )?;
-        for s in moved {
-            let tag = match s.presence {
-                "both" => String::new(),
-                p => format!(" [{p}]"),
-            };
-            writeln!(
-                w,
-                "  {:>11} {:>11} {:>11}  {}{tag}",
-                signed_bytes(s.delta_live_at_peak),
-                signed_bytes(s.delta_leaked_bytes),
-                signed_bytes(s.delta_total_bytes),
-                s.label
-            )?;
-        }
+        changed_sites(
+            w,
+            &d.tensor_sites,
+            "tensor sites that changed most (at the allocated peak, live at exit, allocated in all):",
+        )?;
     }
     Ok(())
+}
+
+/// The sites that changed most under `title`; false when none changed.
+fn changed_sites(w: &mut dyn Write, sites: &[SiteDiff], title: &str) -> io::Result<bool> {
+    let moved: Vec<&SiteDiff> = sites.iter().filter(changed).take(SITES_SHOWN).collect();
+    if moved.is_empty() {
+        return Ok(false);
+    }
+    writeln!(w, "{title}")?;
+    for s in moved {
+        let tag = match s.presence {
+            "both" => String::new(),
+            p => format!(" [{p}]"),
+        };
+        writeln!(
+            w,
+            "  {:>11} {:>11} {:>11}  {}{tag}",
+            signed_bytes(s.delta_live_at_peak),
+            signed_bytes(s.delta_leaked_bytes),
+            signed_bytes(s.delta_total_bytes),
+            s.label
+        )?;
+    }
+    Ok(true)
 }
 
 pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {

@@ -74,14 +74,29 @@ pub(crate) fn frames_details(label: &str, frames: &[FrameText], truncated: bool)
 }
 
 fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
-    let mut out = String::from(
-        "<table><tr><th>site</th><th class=\"n\">bytes</th><th class=\"n\">share</th><th class=\"n\">allocations</th></tr>",
+    bytes_table(("site", "allocations"), rows, whole, limit, |id| {
+        site_link(a, id)
+    })
+}
+
+/// A table of (site, bytes, count) rows: `columns` names the site and
+/// count columns, `link` renders a site.
+pub(crate) fn bytes_table(
+    columns: (&str, &str),
+    rows: &[SiteBytes],
+    whole: u64,
+    limit: usize,
+    link: impl Fn(u32) -> String,
+) -> String {
+    let mut out = format!(
+        "<table><tr><th>{}</th><th class=\"n\">bytes</th><th class=\"n\">share</th><th class=\"n\">{}</th></tr>",
+        columns.0, columns.1
     );
     for r in rows.iter().take(limit) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            site_link(a, r.site),
+            link(r.site),
             bytes(r.bytes),
             percent(r.bytes, whole),
             r.count
@@ -90,7 +105,7 @@ fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) 
     if rows.len() > limit {
         let _ = write!(
             out,
-            "<tr><td colspan=\"4\">… and {} more sites</td></tr>",
+            "<tr><td colspan=\"4\">… and {} more</td></tr>",
             rows.len() - limit
         );
     }
@@ -292,19 +307,29 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
 
 fn oom_section(a: &Analysis, out: &mut String) {
     out.push_str("<h2 id=\"oom\">Out of memory</h2>");
+    let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
+    if raised > 0 {
+        let _ = write!(
+            out,
+            "<p>{raised} out-of-memory error(s) raised by a framework's allocator: see <a href=\"#tensors\">inside the framework allocators</a>.</p>"
+        );
+    }
     if a.ooms.is_empty() {
-        out.push_str("<p>No allocation failed.</p>");
+        out.push_str("<p>No CUDA allocation failed.</p>");
         return;
     }
     out.push_str("<p class=\"meta\">\"recovered\": the same request succeeded on a retry (the allocator released its cache); \"retried\": it failed again on a retry; \"reached program\": the last attempt failed and the program saw the error.</p>");
     for (i, o) in a.ooms.iter().enumerate() {
         let _ = write!(
             out,
-            "<h3 id=\"oom-{i}\">{} of {} at {} — {}</h3><p>pid {}, thread {}, device {}, CUDA error {}. Live on the device then: {} of {}; largest free block in pools/VMM regions: {}.</p><p>Requested from: {}</p>",
+            "<h3 id=\"oom-{i}\">{} of {} at {} — {}{}</h3><p>pid {}, thread {}, device {}, CUDA error {}. Live on the device then: {} of {}; largest free block in pools/VMM regions: {}.</p><p>Requested from: {}</p>",
             escape(&o.function),
             bytes(o.requested_bytes),
             time(o.time_ns),
             escape(&o.outcome),
+            o.raised_as
+                .as_ref()
+                .map_or_else(String::new, |r| format!(" (as {})", escape(r))),
             o.pid,
             o.tid,
             o.device,
@@ -405,6 +430,41 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
             top
         );
     }
+    for v in &a.frameworks {
+        let top = v.peak_sites.first().map_or_else(String::new, |s| {
+            format!(
+                "; largest share {} from <a href=\"#tensor-site-{}\">{}</a>",
+                percent(s.bytes, v.allocated_peak),
+                s.site,
+                escape(&a.tensor_site_label(s.site))
+            )
+        });
+        let _ = write!(
+            out,
+            "<li><a href=\"#{}\">Tensors</a> of pid {} on device {}: peak <b>{}</b> allocated at {} in {} reserved{}.</li>",
+            crate::charts::framework_stem(v),
+            v.pid,
+            v.device,
+            bytes(v.allocated_peak),
+            time(v.allocated_peak_time_ns),
+            bytes(v.reserved_at_allocated_peak),
+            top
+        );
+    }
+    if !a.frameworks.is_empty() {
+        let _ = write!(
+            out,
+            "<li><a href=\"#tensor-growth\">Tensor growth</a>: {}.</li>",
+            match a.tensor_growth.first() {
+                None => "no tensor site keeps growing".to_string(),
+                Some(g) => format!(
+                    "<b>{}</b> keeps growing, +{} after the warm-up",
+                    escape(&a.tensor_site_label(g.site)),
+                    bytes(g.growth_bytes)
+                ),
+            }
+        );
+    }
     let (leaked, cached) = (a.leaked_bytes(), a.cached_bytes());
     let _ = write!(
         out,
@@ -412,12 +472,13 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         if leaked > 0 { format!("<b>{}</b> never freed", bytes(leaked)) } else { "none".into() },
         if cached > 0 { format!(" ({} cached by an allocator at exit, not leaked)", bytes(cached)) } else { String::new() },
         if a.growth.is_empty() { "no site keeps growing".into() } else { format!("{} site(s) keep growing, most by {}", a.growth.len(), bytes(a.growth[0].growth_bytes)) },
-        if a.ooms.is_empty() { "never".into() } else { format!("{} failed allocation(s), {} reached the program", a.ooms.len(), a.ooms_reached_program()) }
+        if a.ooms.is_empty() && a.ooms_reached_program() == 0 { "never".into() } else { format!("{} failed allocation(s), {} error(s) reached the program", a.ooms.len(), a.ooms_reached_program()) }
     );
     out.push_str("</ul>");
     for d in &a.devices {
         device_section(a, d, &charts, &mut out);
     }
+    crate::framework::html_section(a, &charts, &mut out);
     sites_section(a, &mut out);
     leaks_section(a, &charts, &mut out);
     oom_section(a, &mut out);

@@ -15,6 +15,7 @@
 mod charts;
 pub mod diff;
 pub mod format;
+mod framework;
 mod html;
 pub mod runs;
 mod text;
@@ -24,6 +25,7 @@ use std::io::{self, Write};
 use gmem_prof_analyzer::model::Analysis;
 
 pub use charts::Chart;
+pub use framework::oom_limit as framework_oom_limit;
 pub use html::html;
 pub use text::summary;
 

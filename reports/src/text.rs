@@ -2,12 +2,54 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_analyzer::model::{Analysis, Growth, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
 /// How many sites each list shows.
 const TOP: usize = 5;
+
+fn growth_lines(
+    w: &mut dyn Write,
+    growth: &[Growth],
+    label: impl Fn(u32) -> String,
+) -> io::Result<()> {
+    for g in growth.iter().take(TOP) {
+        writeln!(
+            w,
+            "  +{:>9} ({} → {}) pid {}: {}",
+            bytes(g.growth_bytes),
+            bytes(g.from_bytes),
+            bytes(g.to_bytes),
+            g.pid,
+            label(g.site)
+        )?;
+    }
+    Ok(())
+}
+
+/// What was live at a peak, by site: the largest `TOP` and how many more.
+pub(crate) fn peak_lines(
+    w: &mut dyn Write,
+    rows: &[SiteBytes],
+    whole: u64,
+    label: impl Fn(u32) -> String,
+) -> io::Result<()> {
+    for s in rows.iter().take(TOP) {
+        writeln!(
+            w,
+            "  {:>6} {:>10} in {:>5} × {}",
+            percent(s.bytes, whole),
+            bytes(s.bytes),
+            s.count,
+            label(s.site)
+        )?;
+    }
+    if rows.len() > TOP {
+        writeln!(w, "  … and {} more sites", rows.len() - TOP)?;
+    }
+    Ok(())
+}
 
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
@@ -48,19 +90,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(d.reserved_peak)
             )?;
         }
-        for s in d.peak_sites.iter().take(TOP) {
-            writeln!(
-                w,
-                "  {:>6} {:>10} in {:>5} × {}",
-                percent(s.bytes, d.peak_bytes),
-                bytes(s.bytes),
-                s.count,
-                a.site_label(s.site)
-            )?;
-        }
-        if d.peak_sites.len() > TOP {
-            writeln!(w, "  … and {} more sites", d.peak_sites.len() - TOP)?;
-        }
+        peak_lines(w, &d.peak_sites, d.peak_bytes, |s| a.site_label(s))?;
         match (d.kernels_at_peak.first(), &d.next_kernel_after_peak) {
             (Some(k), _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
             (None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
@@ -86,6 +116,8 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             )?;
         }
     }
+
+    crate::framework::summary(a, w)?;
 
     let leaked = a.leaked_bytes();
     let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();
@@ -124,24 +156,29 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             p.pid
         )?;
     }
-    if a.growth.is_empty() {
+    if !a.tensor_growth.is_empty() {
+        writeln!(w, "tensor growth after the warm-up:")?;
+        growth_lines(w, &a.tensor_growth, |s| a.tensor_site_label(s))?;
+    }
+    if a.growth.is_empty() && a.tensor_growth.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
+    } else if a.growth.is_empty() {
+        writeln!(w, "growth of CUDA allocations: none after the warm-up")?;
     } else {
         writeln!(w, "growth after the warm-up:")?;
-        for g in a.growth.iter().take(TOP) {
-            writeln!(
-                w,
-                "  +{:>9} ({} → {}) pid {}: {}",
-                bytes(g.growth_bytes),
-                bytes(g.from_bytes),
-                bytes(g.to_bytes),
-                g.pid,
-                a.site_label(g.site)
-            )?;
-        }
+        growth_lines(w, &a.growth, |s| a.site_label(s))?;
+    }
+    let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
+    if raised > 0 {
+        writeln!(
+            w,
+            "out of memory: {raised} error(s) raised by PyTorch's allocator (above)"
+        )?;
     }
     if a.ooms.is_empty() {
-        writeln!(w, "out of memory: never")?;
+        if raised == 0 {
+            writeln!(w, "out of memory: never")?;
+        }
     } else {
         let count = |o: &str| a.ooms.iter().filter(|x| x.outcome == o).count();
         writeln!(
@@ -155,8 +192,11 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         for o in a.ooms.iter().take(TOP) {
             writeln!(
                 w,
-                "  {} {} of {} at {} (pid {}, {} live on device {}): {}",
+                "  {}{} {} of {} at {} (pid {}, {} live on device {}): {}",
                 o.outcome,
+                o.raised_as
+                    .as_ref()
+                    .map_or_else(String::new, |r| format!(" (as {r})")),
                 o.function,
                 bytes(o.requested_bytes),
                 time(o.time_ns),

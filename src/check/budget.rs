@@ -4,16 +4,18 @@
 //! ```toml
 //! [run]                      # the whole run (every device for max_peak)
 //! max_peak = "8GiB"
+//! max_allocated = "6GiB"     # tensors inside PyTorch's caching allocator
 //! max_leaked = 0
+//! max_tensors_at_exit = 0
 //! max_growth = "64MiB"
 //! max_fragmentation = 0.3
 //! max_ooms = 0
 //!
-//! [device.1]                 # device 1 only: max_peak, max_fragmentation, max_ooms
-//! max_peak = "20GiB"
+//! [device.1]                 # device 1 only: max_peak, max_allocated,
+//! max_peak = "20GiB"         # max_fragmentation, max_ooms
 //!
 //! [process."train.py"]       # processes whose command line contains "train.py":
-//! max_leaked = "16MiB"       # max_peak, max_leaked, max_growth, max_ooms
+//! max_leaked = "16MiB"       # all but max_fragmentation
 //! ```
 
 use std::collections::BTreeMap;
@@ -27,7 +29,9 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub max_peak: Option<ByteSize>,
+    pub max_allocated: Option<ByteSize>,
     pub max_leaked: Option<ByteSize>,
+    pub max_tensors_at_exit: Option<ByteSize>,
     pub max_growth: Option<ByteSize>,
     pub max_fragmentation: Option<f64>,
     pub max_ooms: Option<u64>,
@@ -42,7 +46,9 @@ impl Limits {
     pub fn overridden_by(&self, other: &Limits) -> Limits {
         Limits {
             max_peak: other.max_peak.or(self.max_peak),
+            max_allocated: other.max_allocated.or(self.max_allocated),
             max_leaked: other.max_leaked.or(self.max_leaked),
+            max_tensors_at_exit: other.max_tensors_at_exit.or(self.max_tensors_at_exit),
             max_growth: other.max_growth.or(self.max_growth),
             max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
             max_ooms: other.max_ooms.or(self.max_ooms),
@@ -106,8 +112,8 @@ impl Budgets {
                 bail!("device.{d}: devices are named by number, as in [device.0]");
             }
             frac(l.max_fragmentation, &format!("device.{d}"))?;
-            if l.max_leaked.is_some() || l.max_growth.is_some() {
-                bail!("device.{d}: device budgets take max_peak, max_fragmentation and max_ooms (leaks and growth are budgeted per run or per process)");
+            if l.max_leaked.is_some() || l.max_growth.is_some() || l.max_tensors_at_exit.is_some() {
+                bail!("device.{d}: device budgets take max_peak, max_allocated, max_fragmentation and max_ooms (leaks, tensors at exit and growth are budgeted per run or per process)");
             }
         }
         for (p, l) in &self.process {

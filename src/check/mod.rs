@@ -82,19 +82,25 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     // Flags override the file's run budgets.
     budgets.run = budgets.run.overridden_by(&Limits {
         max_peak: a.max_peak,
+        max_allocated: a.max_allocated,
         max_leaked: a.max_leaked,
+        max_tensors_at_exit: a.max_tensors_at_exit,
         max_growth: a.max_growth,
         max_fragmentation: a.max_fragmentation,
         max_ooms: a.max_ooms,
     });
     budgets.validate()?;
     if budgets.is_empty() {
-        bail!("no budget given: use --budget FILE, --max-peak, --max-leaked, --max-growth, --max-fragmentation or --max-ooms");
+        bail!("no budget given: use --budget FILE, --max-peak, --max-allocated, --max-leaked, --max-tensors-at-exit, --max-growth, --max-fragmentation or --max-ooms");
     }
     let mut runs = Vec::new();
     for t in &a.traces {
         let files = crate::inputs::expand(std::slice::from_ref(t))?;
-        let analysis = analyze_files(&files, &Options::default())?;
+        let opts = Options {
+            code: a.code.rules(),
+            ..Default::default()
+        };
+        let analysis = analyze_files(&files, &opts)?;
         for w in &analysis.input.warnings {
             eprintln!("gmem-prof: warning: {}: {w}", t.display());
         }
@@ -201,7 +207,46 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                     .collect(),
             ));
         }
-        if let Some(max) = limits.max_fragmentation {
+        if let Some(max) = limits.max_allocated {
+            out.push(allocated_outcome(r, target.clone(), max.0, |v| {
+                v.device == d.device
+            }));
+        }
+        // A framework pool more fragmented than the device's regions is
+        // the device's figure (the worst pool's).
+        let pool = a
+            .frameworks
+            .iter()
+            .filter(|v| v.device == d.device)
+            .filter_map(|v| v.worst_fragmentation.as_ref().map(|w| (v.pid, w)))
+            .max_by(|x, y| x.1.at.fragmentation.total_cmp(&y.1.at.fragmentation));
+        let pool_worse = pool.is_some_and(|(_, w)| {
+            d.fragmentation
+                .worst
+                .as_ref()
+                .is_none_or(|r| w.at.fragmentation > r.fragmentation)
+        });
+        if let (Some(max), true, Some((pid, w))) = (limits.max_fragmentation, pool_worse, pool) {
+            out.push(outcome(
+                "max_fragmentation",
+                target.clone(),
+                Unit::Fraction,
+                w.at.fragmentation,
+                max,
+                format!(
+                    "device {} fragmentation reached {:.3} at {:.3} s in pid {pid}'s PyTorch pool ({}); budget {max}",
+                    d.device,
+                    w.at.fragmentation,
+                    w.at.time_ns as f64 / 1e9,
+                    w.pool
+                ),
+                vec![format!(
+                    "{} free inside the pool's segments, largest free block {}",
+                    bytes(w.at.free_bytes),
+                    bytes(w.at.largest_free_bytes)
+                )],
+            ));
+        } else if let Some(max) = limits.max_fragmentation {
             let (f, summary, details) = match &d.fragmentation.worst {
                 Some(w) => (
                     w.fragmentation,
@@ -239,7 +284,7 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
         // OOMs are budgeted per device only where the device has its own
         // budget; [run]'s counts the whole run (below).
         if let Some(max) = own.and_then(|l| l.max_ooms) {
-            out.push(oom_outcome(r, target, max, |o| o.device == d.device));
+            out.push(oom_outcome(r, target, max, |_, dev| dev == d.device));
         }
     }
 
@@ -261,11 +306,14 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
             leak_lines(a, None),
         ));
     }
+    if let Some(max) = b.run.max_tensors_at_exit {
+        out.push(tensors_at_exit_outcome(r, "run".into(), max.0, None));
+    }
     if let Some(max) = b.run.max_growth {
         out.push(growth_outcome(r, "run".into(), None, max.0));
     }
     if let Some(max) = b.run.max_ooms {
-        out.push(oom_outcome(r, "run".into(), max, |_| true));
+        out.push(oom_outcome(r, "run".into(), max, |_, _| true));
     }
 
     // Per process, matched by a piece of its command line.
@@ -318,11 +366,24 @@ pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
                     leak_lines(a, Some(p.pid)),
                 ));
             }
+            if let Some(max) = limits.max_allocated {
+                out.push(allocated_outcome(r, target.clone(), max.0, |v| {
+                    v.pid == p.pid
+                }));
+            }
+            if let Some(max) = limits.max_tensors_at_exit {
+                out.push(tensors_at_exit_outcome(
+                    r,
+                    target.clone(),
+                    max.0,
+                    Some(p.pid),
+                ));
+            }
             if let Some(max) = limits.max_growth {
                 out.push(growth_outcome(r, target.clone(), Some(p.pid), max.0));
             }
             if let Some(max) = limits.max_ooms {
-                out.push(oom_outcome(r, target.clone(), max, |o| o.pid == p.pid));
+                out.push(oom_outcome(r, target.clone(), max, |pid, _| pid == p.pid));
             }
         }
     }
@@ -348,13 +409,21 @@ fn leak_lines(a: &Analysis, pid: Option<u32>) -> Vec<String> {
 
 fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcome {
     let a = &r.analysis;
-    let growing: Vec<_> = a
+    // CUDA allocation sites and tensor sites, labelled apart.
+    let mut growing: Vec<(&gmem_prof_analyzer::model::Growth, String)> = a
         .growth
         .iter()
-        .filter(|g| pid.is_none_or(|p| g.pid == p))
+        .map(|g| (g, a.site_label(g.site)))
+        .chain(
+            a.tensor_growth
+                .iter()
+                .map(|g| (g, format!("tensors at {}", a.tensor_site_label(g.site)))),
+        )
+        .filter(|(g, _)| pid.is_none_or(|p| g.pid == p))
         .collect();
-    let most = growing.iter().map(|g| g.growth_bytes).max().unwrap_or(0);
-    let over: Vec<_> = growing.iter().filter(|g| g.growth_bytes > max).collect();
+    growing.sort_by_key(|g| std::cmp::Reverse(g.0.growth_bytes));
+    let most = growing.iter().map(|g| g.0.growth_bytes).max().unwrap_or(0);
+    let over: Vec<_> = growing.iter().filter(|g| g.0.growth_bytes > max).collect();
     let summary = if over.is_empty() {
         format!(
             "no site grew by more than {} after the warm-up (most: {})",
@@ -381,50 +450,142 @@ fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcom
         details: growing
             .iter()
             .take(SITES_SHOWN)
-            .map(|g| {
-                format!(
-                    "+{} in pid {} from {}",
-                    bytes(g.growth_bytes),
-                    g.pid,
-                    a.site_label(g.site)
-                )
-            })
+            .map(|(g, label)| format!("+{} in pid {} from {label}", bytes(g.growth_bytes), g.pid))
             .collect(),
     }
 }
 
-/// The OOMs budget of one target: failures that reached the program among
-/// those `of_target` accepts.
-fn oom_outcome(r: &Run, target: String, max: u64, of_target: impl Fn(&Oom) -> bool) -> Outcome {
+/// The allocated budget: the highest tensor bytes of the framework views
+/// `of_target` accepts.
+fn allocated_outcome(
+    r: &Run,
+    target: String,
+    max: u64,
+    of_target: impl Fn(&gmem_prof_analyzer::model::FrameworkView) -> bool,
+) -> Outcome {
     let a = &r.analysis;
-    let reached: Vec<&Oom> = a
+    let views: Vec<_> = a.frameworks.iter().filter(|v| of_target(v)).collect();
+    let top = views.iter().max_by_key(|v| v.allocated_peak);
+    let figure = top.map_or(0, |v| v.allocated_peak);
+    Outcome {
+        run: r.name.clone(),
+        budget: "max_allocated",
+        target,
+        unit: Unit::Bytes,
+        figure: Figure(figure as f64),
+        limit: Figure(max as f64),
+        passed: figure <= max,
+        summary: match top {
+            Some(v) => format!(
+                "tensors peaked at {} ({figure} bytes) in pid {} on device {} at {:.3} s; budget {} ({max} bytes)",
+                bytes(figure),
+                v.pid,
+                v.device,
+                v.allocated_peak_time_ns as f64 / 1e9,
+                bytes(max)
+            ),
+            None => format!(
+                "no framework allocator's inside was seen (no tensors to count); budget {}",
+                bytes(max)
+            ),
+        },
+        details: top
+            .map(|v| {
+                v.peak_sites
+                    .iter()
+                    .take(SITES_SHOWN)
+                    .map(|s| format!("{} allocated at the peak from {}", bytes(s.bytes), a.tensor_site_label(s.site)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Tensors still allocated when processes ended (of one process when `pid`
+/// is given).
+fn tensors_at_exit_outcome(r: &Run, target: String, max: u64, pid: Option<u32>) -> Outcome {
+    let a = &r.analysis;
+    let views: Vec<_> = a
+        .frameworks
+        .iter()
+        .filter(|v| pid.is_none_or(|p| v.pid == p))
+        .collect();
+    let figure: u64 = views.iter().map(|v| v.at_exit.live_tensor_bytes).sum();
+    let count: u64 = views.iter().map(|v| v.at_exit.live_tensors).sum();
+    let mut sites: Vec<_> = a
+        .tensor_sites
+        .iter()
+        .filter(|s| s.live_at_exit_bytes > 0 && pid.is_none_or(|p| s.pids.contains(&p)))
+        .collect();
+    sites.sort_by_key(|s| std::cmp::Reverse(s.live_at_exit_bytes));
+    Outcome {
+        run: r.name.clone(),
+        budget: "max_tensors_at_exit",
+        target,
+        unit: Unit::Bytes,
+        figure: Figure(figure as f64),
+        limit: Figure(max as f64),
+        passed: figure <= max,
+        summary: format!(
+            "{} ({figure} bytes) in {count} tensor(s) still allocated when the process ended; budget {} ({max} bytes)",
+            bytes(figure),
+            bytes(max)
+        ),
+        details: sites
+            .iter()
+            .take(SITES_SHOWN)
+            .map(|s| format!("{} in {} tensor(s) from {}", bytes(s.live_at_exit_bytes), s.live_at_exit_count, s.label))
+            .collect(),
+    }
+}
+
+/// The OOMs budget of one target: errors that reached the program among
+/// those of the (pid, device) `of_target` accepts: failed CUDA allocations
+/// not recovered, and errors a framework's allocator raised (a failure a
+/// framework turned into its own error counts once, as that error).
+fn oom_outcome(r: &Run, target: String, max: u64, of_target: impl Fn(u32, u32) -> bool) -> Outcome {
+    let a = &r.analysis;
+    let driver: Vec<&Oom> = a
         .ooms
         .iter()
-        .filter(|o| o.reached_program() && of_target(o))
+        .filter(|o| o.reached_program() && o.raised_as.is_none() && of_target(o.pid, o.device))
         .collect();
+    let raised: Vec<_> = a
+        .frameworks
+        .iter()
+        .flat_map(|v| v.ooms.iter())
+        .filter(|o| of_target(o.pid, o.device))
+        .collect();
+    let n = driver.len() + raised.len();
     Outcome {
         run: r.name.clone(),
         budget: "max_ooms",
         target,
         unit: Unit::Count,
-        figure: Figure(reached.len() as f64),
+        figure: Figure(n as f64),
         limit: Figure(max as f64),
-        passed: reached.len() as u64 <= max,
-        summary: format!(
-            "{} out-of-memory failure(s) reached the program; budget {max}",
-            reached.len()
-        ),
-        details: reached
+        passed: n as u64 <= max,
+        summary: format!("{n} out-of-memory error(s) reached the program; budget {max}"),
+        details: raised
             .iter()
-            .take(SITES_SHOWN)
             .map(|o| {
+                format!(
+                    "PyTorch OutOfMemoryError for {} from {}: refused by {}",
+                    bytes(o.requested_bytes),
+                    o.site
+                        .map_or_else(|| "an unknown site".into(), |s| a.tensor_site_label(s)),
+                    gmem_prof_reports::framework_oom_limit(o)
+                )
+            })
+            .chain(driver.iter().map(|o| {
                 format!(
                     "{} of {} from {}",
                     o.function,
                     bytes(o.requested_bytes),
                     a.site_label(o.site)
                 )
-            })
+            }))
+            .take(SITES_SHOWN)
             .collect(),
     }
 }

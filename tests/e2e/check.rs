@@ -159,7 +159,7 @@ fn budget_file_per_device_and_per_process() {
         "{text}"
     );
     assert!(
-        text.contains("2 out-of-memory failure(s) reached the program; budget 1"),
+        text.contains("2 out-of-memory error(s) reached the program; budget 1"),
         "{text}"
     );
     assert!(text.contains("2 of 2 budget(s) exceeded"), "{text}");

@@ -1,0 +1,324 @@
+//! The framework allocators' part of the reports: tensors inside PyTorch's
+//! caching allocator (allocated and reserved, the allocated peak by Python
+//! line, fragmentation per pool, the errors it raised, whether the driver
+//! saw its segments), for the HTML page and the terminal summary.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::model::{Analysis, FrameworkOom, FrameworkView, SiteBytes};
+
+use crate::charts::{framework_stem, Chart};
+use crate::format::{bytes, escape, time};
+use crate::html::{bytes_table, frames_details};
+use crate::text::peak_lines;
+
+fn tensor_link(a: &Analysis, id: u32) -> String {
+    format!(
+        "<a href=\"#tensor-site-{id}\">{}</a>",
+        escape(&a.tensor_site_label(id))
+    )
+}
+
+fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
+    bytes_table(
+        (
+            "where (innermost line of the program's own code)",
+            "tensors",
+        ),
+        rows,
+        whole,
+        limit,
+        |id| tensor_link(a, id),
+    )
+}
+
+/// What the allocator held when it raised an error, in words.
+fn oom_state(o: &FrameworkOom) -> String {
+    format!(
+        "{} allocated, {} reserved, {} free inside its segments, largest free block {}",
+        bytes(o.allocated_bytes),
+        bytes(o.reserved_bytes),
+        bytes(o.free_in_segments),
+        bytes(o.largest_free_block)
+    )
+}
+
+/// One line saying what limit refused an allocator's request.
+pub fn oom_limit(o: &FrameworkOom) -> String {
+    match (o.limit.as_str(), o.limit_bytes) {
+        ("memory fraction", Some(l)) => format!(
+            "the memory fraction: {} allowed of {} (torch.cuda.set_per_process_memory_fraction), with {} free on the device",
+            bytes(l),
+            bytes(o.device_total_bytes),
+            bytes(o.device_free_bytes)
+        ),
+        ("device full", _) => format!(
+            "the device: {} free of {}",
+            bytes(o.device_free_bytes),
+            bytes(o.device_total_bytes)
+        ),
+        _ => format!("{} free on the device", bytes(o.device_free_bytes)),
+    }
+}
+
+/// The HTML section of one view.
+fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut String) {
+    let stem = framework_stem(v);
+    let _ = write!(
+        out,
+        "<h3 id=\"{stem}\">pid {} on device {}: {}</h3><p class=\"meta\">Settings: <code>{}</code>. {} tensors allocated, {} freed; {} segments obtained from the driver, {} given back{}.</p>",
+        v.pid,
+        v.device,
+        escape(&v.allocator),
+        if v.settings.is_empty() { "defaults".into() } else { escape(&v.settings) },
+        v.tensors_allocated,
+        v.tensors_freed,
+        v.segments_allocated,
+        v.segments_freed,
+        if v.pages_mapped > 0 {
+            format!("; {} page mappings into expandable segments, {} unmapped", v.pages_mapped, v.pages_unmapped)
+        } else {
+            String::new()
+        }
+    );
+    for c in charts
+        .iter()
+        .filter(|c| c.name == format!("{stem}-memory.svg"))
+    {
+        let _ = write!(out, "<figure>{}</figure>", c.svg);
+    }
+    let _ = write!(
+        out,
+        "<p>Allocated peak <b>{}</b> at {} (segments then: {}, so {} of them held no tensor); reserved at most {}.</p>",
+        bytes(v.allocated_peak),
+        time(v.allocated_peak_time_ns),
+        bytes(v.reserved_at_allocated_peak),
+        bytes(v.reserved_at_allocated_peak.saturating_sub(v.allocated_peak)),
+        bytes(v.reserved_peak)
+    );
+    out.push_str(&tensor_table(a, &v.peak_sites, v.allocated_peak, 20));
+    let e = &v.at_exit;
+    let _ = write!(
+        out,
+        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below); {} of segments held, {} of them cached with no tensor in them.</p>",
+        bytes(e.live_tensor_bytes),
+        e.live_tensors,
+        bytes(e.reserved_bytes),
+        bytes(e.cached_bytes)
+    );
+    out.push_str("<h4>Fragmentation per pool</h4>");
+    for c in charts
+        .iter()
+        .filter(|c| c.name == format!("{stem}-fragmentation.svg"))
+    {
+        let _ = write!(out, "<figure>{}</figure>", c.svg);
+    }
+    out.push_str("<p class=\"meta\">F = 1 − largest free block / free bytes inside the pool's segments. A block of one pool (small or large blocks, one stream, one private pool) never comes from another pool's segments, so each pool is judged on its own; the device's figure is the worst pool's.</p>");
+    out.push_str("<table><tr><th>pool</th><th class=\"n\">segments at most</th><th class=\"n\">worst F</th><th class=\"n\">when</th><th class=\"n\">free then</th><th class=\"n\">largest free block then</th></tr>");
+    for p in &v.pools {
+        match &p.worst {
+            Some(w) => {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                    escape(&p.pool),
+                    bytes(p.reserved_peak),
+                    w.fragmentation,
+                    time(w.time_ns),
+                    bytes(w.free_bytes),
+                    bytes(w.largest_free_bytes)
+                );
+            }
+            None => {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">–</td><td class=\"n\">never free space</td><td></td><td></td></tr>",
+                    escape(&p.pool),
+                    bytes(p.reserved_peak)
+                );
+            }
+        }
+    }
+    out.push_str("</table>");
+    for s in &v.snapshots {
+        let pools: Vec<String> = s
+            .pools
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: F {:.3}, {} free, largest {}",
+                    escape(&p.pool),
+                    p.fragmentation,
+                    bytes(p.free_bytes),
+                    bytes(p.largest_free_bytes)
+                )
+            })
+            .collect();
+        let _ = write!(
+            out,
+            "<p>At the program's memory snapshot at {}: {}.</p>",
+            time(s.time_ns),
+            pools.join("; ")
+        );
+    }
+    let seg = &v.segments;
+    let _ = write!(
+        out,
+        "<p{}>Segments: {} of the {} the allocator reported match a driver allocation of the same address and size in the trace.",
+        if seg.matched == seg.reported { "" } else { " class=\"warn\"" },
+        seg.matched,
+        seg.reported
+    );
+    for (addr, size) in &seg.unmatched {
+        let _ = write!(
+            out,
+            " Unmatched: {} at <code>{addr:#x}</code>.",
+            bytes(*size)
+        );
+    }
+    out.push_str("</p>");
+    for (i, o) in v.ooms.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<h4 id=\"{stem}-oom-{i}\">Out of memory raised by the allocator at {}: {} requested</h4><p>Refused by {}. The allocator then: {}{}.</p><p>Requested from: {}</p>",
+            time(o.time_ns),
+            bytes(o.requested_bytes),
+            oom_limit(o),
+            escape(&oom_state(o)),
+            o.tried_bytes
+                .filter(|t| *t != o.requested_bytes)
+                .map_or_else(String::new, |t| format!("; it tried to obtain {} from the driver", bytes(t))),
+            o.site.map_or_else(|| "unknown".into(), |s| tensor_link(a, s))
+        );
+        out.push_str(&tensor_table(a, &o.live_by_site, o.allocated_bytes, 10));
+    }
+    for n in &v.notes {
+        let _ = write!(out, "<p class=\"note\">{}</p>", escape(n));
+    }
+}
+
+/// The HTML section of every view, the tensor sites and their growth.
+pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+    if a.frameworks.is_empty() {
+        return;
+    }
+    out.push_str("<h2 id=\"tensors\">Inside the framework allocators</h2><p class=\"meta\">What PyTorch's caching allocator did inside the segments it holds from the driver, reported by the allocator itself: each tensor (block) allocated and freed, with the Python line that asked for it. Allocated is PyTorch's <code>memory_allocated()</code>; reserved its <code>memory_reserved()</code>.</p>");
+    for v in &a.frameworks {
+        view_section(a, v, charts, out);
+    }
+    out.push_str("<h3 id=\"tensor-growth\">Tensor sites that keep growing</h3>");
+    if a.tensor_growth.is_empty() {
+        out.push_str("<p>None: no tensor site's live bytes kept rising after the warm-up.</p>");
+    } else {
+        for c in charts.iter().filter(|c| c.name == "tensor-growth.svg") {
+            let _ = write!(out, "<figure>{}</figure>", c.svg);
+        }
+        out.push_str("<table><tr><th>where</th><th>pid</th><th class=\"n\">after warm-up</th><th class=\"n\">near the end</th><th class=\"n\">growth</th></tr>");
+        for g in &a.tensor_growth {
+            let _ = write!(
+                out,
+                "<tr><td>tensor site {}: {}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">+{}</td></tr>",
+                g.site,
+                tensor_link(a, g.site),
+                g.pid,
+                bytes(g.from_bytes),
+                bytes(g.to_bytes),
+                bytes(g.growth_bytes)
+            );
+        }
+        out.push_str("</table>");
+    }
+    out.push_str("<h3 id=\"tensor-sites\">Tensor sites</h3><p class=\"meta\">Grouped by the innermost frame of the program's own code (Python files outside site-packages and the standard library; see <code>gmem-prof report --help</code>), or by the PyTorch operator or backward node for tensors made on threads that run no Python. Click one for the full stack of its first tensor.</p>");
+    out.push_str("<table><tr><th>#</th><th>where</th><th class=\"n\">at the allocated peak</th><th class=\"n\">max live</th><th class=\"n\">total</th><th class=\"n\">tensors</th><th class=\"n\">temporaries</th><th class=\"n\">live at exit</th></tr>");
+    for s in a.tensor_sites.iter().take(200) {
+        let _ = write!(
+            out,
+            "<tr id=\"tensor-site-{}\"><td>{}</td><td>{}<span class=\"cat\">pid {}</span></td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+            s.id,
+            s.id,
+            frames_details(&s.label, &s.frames, s.truncated),
+            s.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+            bytes(s.at_peak_bytes),
+            bytes(s.max_live),
+            bytes(s.total_bytes),
+            s.count,
+            s.temporaries,
+            bytes(s.live_at_exit_bytes)
+        );
+    }
+    if a.tensor_sites.len() > 200 {
+        let _ = write!(
+            out,
+            "<tr><td colspan=\"8\">… and {} more (see the JSON output)</td></tr>",
+            a.tensor_sites.len() - 200
+        );
+    }
+    out.push_str("</table>");
+}
+
+/// Lines of the terminal summary for each view.
+pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    for v in &a.frameworks {
+        writeln!(
+            w,
+            "\n{}, pid {} on device {}: tensors peak {} at {} (segments then {}; at most {})",
+            v.allocator,
+            v.pid,
+            v.device,
+            bytes(v.allocated_peak),
+            time(v.allocated_peak_time_ns),
+            bytes(v.reserved_at_allocated_peak),
+            bytes(v.reserved_peak)
+        )?;
+        peak_lines(w, &v.peak_sites, v.allocated_peak, |s| {
+            a.tensor_site_label(s)
+        })?;
+        writeln!(
+            w,
+            "  at exit: {} in {} live tensors, {} of segments ({} cached, no tensor)",
+            bytes(v.at_exit.live_tensor_bytes),
+            v.at_exit.live_tensors,
+            bytes(v.at_exit.reserved_bytes),
+            bytes(v.at_exit.cached_bytes)
+        )?;
+        if let Some(f) = &v.worst_fragmentation {
+            writeln!(
+                w,
+                "  worst fragmentation {:.2} ({}) at {}: {} free in segments, largest free block {}",
+                f.at.fragmentation,
+                f.pool,
+                time(f.at.time_ns),
+                bytes(f.at.free_bytes),
+                bytes(f.at.largest_free_bytes)
+            )?;
+        }
+        let seg = &v.segments;
+        if seg.reported > 0 {
+            writeln!(
+                w,
+                "  segments: {} of {} match a driver allocation of the same address and size{}",
+                seg.matched,
+                seg.reported,
+                if seg.matched == seg.reported {
+                    ""
+                } else {
+                    " (see the report)"
+                }
+            )?;
+        }
+        for o in &v.ooms {
+            writeln!(
+                w,
+                "  out of memory raised at {}: {} requested, refused by {}; {}: {}",
+                time(o.time_ns),
+                bytes(o.requested_bytes),
+                oom_limit(o),
+                oom_state(o),
+                o.site
+                    .map_or_else(|| "unknown site".into(), |s| a.tensor_site_label(s))
+            )?;
+        }
+    }
+    Ok(())
+}
