@@ -17,6 +17,8 @@
 //! - `diff`: two recorded runs with a known difference.
 //! - `export`: Perfetto JSON and Parquet read back and checked against the
 //!   traces' own records.
+//! - `frameworks`: Python frames on every interpreter present, and the
+//!   stand-in for PyTorch's caching allocator, recorded and analyzed.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -43,3 +45,6 @@ mod diff;
 
 #[path = "e2e/export.rs"]
 mod export;
+
+#[path = "e2e/frameworks.rs"]
+mod frameworks;

@@ -231,3 +231,171 @@ fn torch_spawn_four_processes_of_one_run() {
         3
     );
 }
+
+/// The analysis (`export --format json`) of a sample, and the truth its
+/// program wrote beside it when it was recorded (tests/gpu/truth.py).
+fn analysis_and_truth(name: &str) -> (Value, Value) {
+    let dir = scratch(&format!("sample-{name}"));
+    let out = std::process::Command::new(gmem())
+        .args(["export", "-q", "--format", "json", "-o"])
+        .arg(dir.join("a.json"))
+        .arg(sample(&format!("{name}.bin")))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let a = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
+    let t = serde_json::from_slice(&std::fs::read(sample(&format!("{name}.truth.json"))).unwrap())
+        .unwrap();
+    (a, t)
+}
+
+/// `file.py:LINE` of a truth's marked line.
+fn at_line(t: &Value, mark: &str) -> String {
+    let file = t["file"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    format!("{file}:{}", t["lines"][mark])
+}
+
+fn tensor_site_at<'a>(a: &'a Value, where_: &str) -> Vec<&'a Value> {
+    a["tensor_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["label"].as_str().unwrap().contains(where_))
+        .collect()
+}
+
+/// The classic leak, seen inside PyTorch's caching allocator: figures equal
+/// to torch's own, the leak's line named with its tensors' bytes.
+#[test]
+fn torch_leak_names_the_line_that_keeps_its_tensors() {
+    let (a, t) = analysis_and_truth("torch_leak");
+    let v = &a["frameworks"][0];
+    assert_eq!(v["allocated_peak"], t["torch"]["allocated_bytes.all.peak"]);
+    assert_eq!(v["reserved_peak"], t["torch"]["reserved_bytes.all.peak"]);
+    assert_eq!(v["segments"]["matched"], v["segments"]["reported"]);
+    let leak = tensor_site_at(&a, &at_line(&t, "leak"));
+    assert_eq!(leak.len(), 1, "{:?}", a["tensor_sites"]);
+    assert_eq!(leak[0]["count"], t["kept"]);
+    assert_eq!(leak[0]["total_bytes"], t["kept_bytes"]);
+    assert_eq!(a["tensor_growth"][0]["site"], leak[0]["id"]);
+    // The summary says so in words.
+    let dir = scratch("sample-torch-leak-report");
+    let out = std::process::Command::new(gmem())
+        .args(["report", "-o"])
+        .arg(dir.as_os_str())
+        .arg(sample("torch_leak.bin"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("pid 551: main at {}", at_line(&t, "leak")))
+            || text.contains(&format!(": main at {}", at_line(&t, "leak"))),
+        "{text}"
+    );
+    assert!(text.contains("tensor growth after the warm-up"), "{text}");
+}
+
+/// Fragmentation per pool at the program's snapshot equals what torch's
+/// snapshot says; empty_cache gives every segment back.
+#[test]
+fn torch_fragment_matches_torch_snapshot_per_pool() {
+    let (a, t) = analysis_and_truth("torch_fragment");
+    let v = &a["frameworks"][0];
+    let at_snapshot = &v["snapshots"][0]["pools"];
+    for (key, truth) in t["fragmented"]["pools"].as_object().unwrap() {
+        let mut parts = key.split('/');
+        let (_, stream, kind) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        let name = format!(
+            "{kind} blocks, stream {:#x}",
+            stream.parse::<u64>().unwrap()
+        );
+        let p = at_snapshot
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pool"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} not in {at_snapshot}"));
+        assert_eq!(p["free_bytes"], truth["free"], "{name}");
+        assert_eq!(p["largest_free_bytes"], truth["largest_free"], "{name}");
+        let f = p["fragmentation"].as_f64().unwrap();
+        assert!(
+            (f - truth["fragmentation"].as_f64().unwrap()).abs() <= 0.01,
+            "{name}: {f}"
+        );
+    }
+    assert_eq!(
+        v["at_exit"]["reserved_bytes"],
+        t["reserved_after_empty_cache"]
+    );
+    assert_eq!(v["segments_freed"], v["segments_allocated"]);
+}
+
+/// An OOM against a memory fraction: the request, the limit, the line.
+#[test]
+fn torch_fraction_oom_names_the_limit_and_the_line() {
+    let (a, t) = analysis_and_truth("torch_fraction_oom");
+    let o = &a["frameworks"][0]["ooms"][0];
+    assert_eq!(o["requested_bytes"], t["request"]);
+    assert_eq!(o["limit"], "memory fraction");
+    assert_eq!(o["limit_bytes"], t["limit"]);
+    assert_eq!(
+        o["allocated_bytes"],
+        t["torch"]["allocated_bytes.all.current"]
+    );
+    let site = &a["tensor_sites"][o["site"].as_u64().unwrap() as usize];
+    assert!(
+        site["label"]
+            .as_str()
+            .unwrap()
+            .ends_with(&at_line(&t, "oom")),
+        "{site}"
+    );
+    // No CUDA call failed: the summary must still say out of memory.
+    let out = std::process::Command::new(gmem())
+        .args(["check", "--max-ooms", "0"])
+        .arg(sample("torch_fraction_oom.bin"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// Python frames with no framework: cudaMalloc through ctypes.
+#[test]
+fn ctypes_cuda_sites_are_python_lines_with_native_frames_inside() {
+    let (a, t) = analysis_and_truth("ctypes_cuda");
+    let site = a["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["label"]
+                .as_str()
+                .unwrap()
+                .ends_with(&at_line(&t, "malloc"))
+        })
+        .unwrap_or_else(|| panic!("{}", a["sites"]));
+    assert_eq!(site["count"], 2);
+    assert_eq!(site["leaked_bytes"], t["leaked_bytes"]);
+    let frames = site["frames"].as_array().unwrap();
+    let first_py = frames.iter().position(|f| f["python"] == true).unwrap();
+    assert!(first_py > 0, "native frames inside: {frames:?}");
+    assert!(frames.iter().any(|f| f["python"] == true
+        && (f["location"]
+            .as_str()
+            .unwrap()
+            .ends_with(&at_line(&t, "scratch"))
+            || f["location"]
+                .as_str()
+                .unwrap()
+                .ends_with(&at_line(&t, "kept")))));
+    assert!(!frames.iter().any(|f| f["function"]
+        .as_str()
+        .unwrap()
+        .contains("_PyEval_EvalFrameDefault")));
+}

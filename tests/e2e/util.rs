@@ -91,6 +91,68 @@ pub fn fake() -> &'static Fake {
     })
 }
 
+/// The stand-in for PyTorch's libc10_cuda.so (tests/fake_cupti/fake_torch.cpp),
+/// built with the system C++ compiler once per test run, at
+/// `<dir>/torch/lib/libc10_cuda.so` beside a `torch/version.py` that says
+/// 2.11.0+fake, as in a torch install.
+pub fn fake_torch() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let f = fake();
+        let root = f.cupti.with_file_name("torch");
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        std::fs::write(root.join("version.py"), "__version__ = '2.11.0+fake'\n").unwrap();
+        let lib = root.join("lib/libc10_cuda.so");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(&cxx)
+            .args(["-O1", "-g", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(repo().join("tests/fake_cupti/fake_torch.cpp"))
+            .arg(&f.cupti)
+            .output()
+            .expect("a C++ compiler (c++) is needed");
+        assert!(
+            out.status.success(),
+            "c++ failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lib
+    })
+}
+
+/// `gmem-prof record FLAGS` of tests/fake_cupti/fake_app.py, run by
+/// `python`, over the fake CUPTI and driver.
+pub fn record_python(
+    dir: &Path,
+    output: &str,
+    flags: &[&str],
+    python: &Path,
+    args: &[&std::ffi::OsStr],
+) -> Command {
+    let mut cmd = record_base(dir, output, flags);
+    cmd.arg(python)
+        .arg(repo().join("tests/fake_cupti/fake_app.py"))
+        .arg(&fake().cupti)
+        .args(args)
+        .env_remove("PYTHONPATH");
+    cmd
+}
+
+/// The lines of a file marked with a `line:NAME` comment (the fake
+/// programs mark where they allocate).
+pub fn marked_lines(path: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = HashMap::new();
+    for (i, l) in text.lines().enumerate() {
+        if let Some((code, mark)) = l.rsplit_once("# line:") {
+            if !code.trim().is_empty() {
+                out.insert(mark.trim().to_string(), i as u64 + 1);
+            }
+        }
+    }
+    out
+}
+
 /// A fresh directory for one test's files, removed when the test passes
 /// (kept when it fails, to look at).
 pub fn scratch(name: &str) -> Scratch {
@@ -130,14 +192,9 @@ impl Drop for Scratch {
     }
 }
 
-/// `gmem-prof record` of the fake app, with the fake CUPTI.
-pub fn record_cmd(dir: &Path, output: &str, app_args: &[&str]) -> Command {
-    record_cmd_with(dir, output, &[], app_args)
-}
-
-/// `record_cmd` with record options of its own (`flags`).
-pub fn record_cmd_with(dir: &Path, output: &str, flags: &[&str], app_args: &[&str]) -> Command {
-    let f = fake();
+/// `gmem-prof record FLAGS --collector … --cupti FAKE -o OUTPUT --`, the
+/// program to come.
+fn record_base(dir: &Path, output: &str, flags: &[&str]) -> Command {
     let mut cmd = Command::new(gmem());
     cmd.current_dir(dir)
         .arg("record")
@@ -145,15 +202,25 @@ pub fn record_cmd_with(dir: &Path, output: &str, flags: &[&str], app_args: &[&st
         .arg("--collector")
         .arg(collector())
         .arg("--cupti")
-        .arg(&f.cupti)
+        .arg(&fake().cupti)
         .arg("-o")
         .arg(output)
         .arg("--")
-        .arg(&f.app)
-        .args(app_args)
         .env_remove("GMEM_PROF_DISABLE")
         .env_remove("FAKE_CUPTI_TAKEN")
         .env_remove("FAKE_CUPTI_VERSION");
+    cmd
+}
+
+/// `gmem-prof record` of the fake app, with the fake CUPTI.
+pub fn record_cmd(dir: &Path, output: &str, app_args: &[&str]) -> Command {
+    record_cmd_with(dir, output, &[], app_args)
+}
+
+/// `record_cmd` with record options of its own (`flags`).
+pub fn record_cmd_with(dir: &Path, output: &str, flags: &[&str], app_args: &[&str]) -> Command {
+    let mut cmd = record_base(dir, output, flags);
+    cmd.arg(&fake().app).args(app_args);
     cmd
 }
 

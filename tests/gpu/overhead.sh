@@ -16,6 +16,9 @@
 #         bench).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
+# allocnative: the same loop with PyTorch's default caching allocator, whose
+#         tensors the collector sees from inside the allocator (same
+#         ALLOC_VARIANTS).
 # launch: bench_launch.cu, ns per tiny kernel launched back to back (the
 #         per-kernel cost of kernel tracing); LAUNCH_VARIANTS (default
 #         "plain full nokernels barekernels").
@@ -56,6 +59,9 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         nostacks) flags=(--stack-depth 0) ;;
         slowflush) flags=(--flush-ms 1000) ;;
         freestacks) flags=(--free-stacks) ;;
+        noframeworks) flags=(--no-frameworks) ;;
+        nopython) flags=(--no-python) ;;
+        tensornative) flags=(--tensor-native-stacks) ;;
         depth*) flags=(--stack-depth "${variant#depth}") ;;
     esac
     if [ "$variant" = plain ]; then
@@ -103,11 +109,29 @@ for bench in $BENCHES; do
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
                 for v in ${RESNET_VARIANTS:-plain full}; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+            done
+            for t in "$WORK"/overhead/resnet-*-1.bin; do
+                [ -f "$t" ] || continue
+                echo "  $(basename "$t"):"
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|clock):.*' | sed 's/^/    /'
             done ;;
         launch)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
             for r in $(seq 1 "$ROUNDS"); do
                 for v in ${LAUNCH_VARIANTS:-plain full nokernels barekernels}; do one launch $v "$r" "$WORK/bench_launch" 200000; done
+            done ;;
+        allocnative)
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in ${ALLOC_VARIANTS:-plain full nostacks}; do
+                    PYTORCH_CUDA_ALLOC_CONF= one allocnative $v "$r" python3 "$ROOT/tests/gpu/bench_alloc.py"
+                done
+            done
+            "$BIN/gmem-prof" dump "$WORK/overhead/allocnative-full-1.bin" | awk '
+                / allocator_event .* alloc / {alloc++} / allocator_event .* free_requested / {free++}
+                END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
+            for t in "$WORK"/overhead/allocnative-*-1.bin; do
+                echo "  $(basename "$t"):"
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|clock):.*' | sed 's/^/    /'
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
@@ -127,10 +151,11 @@ for bench in $BENCHES; do
     esac
 done
 
-python3 - "$RES" "$WORK/overhead/alloc-events.json" <<'PY'
+python3 - "$RES" "$WORK/overhead/alloc-events.json" "$WORK/overhead/allocnative-events.json" <<'PY'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-events = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else None
+events = {b: json.load(open(p)) for b, p in (("alloc", sys.argv[2]), ("allocnative", sys.argv[3]))
+          if os.path.exists(p)}
 by = {}
 steps = {}
 per_round = {}
@@ -148,24 +173,26 @@ def paired(bench, variant):
     ratios = [v / per_round[(bench, "plain", rnd)]
               for (b, var, rnd), v in per_round.items()
               if b == bench and var == variant and (bench, "plain", rnd) in per_round]
-    return statistics.median(ratios), min(ratios), max(ratios)
-unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step", "launch": "ns/kernel"}
+    return statistics.median(ratios), min(ratios), max(ratios), ratios
+unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step", "allocnative": "ms/step",
+        "launch": "ns/kernel"}
 print("### overhead summary: ratio of medians of per-run values, spread = min..max over runs")
-for bench in ("events", "resnet50", "alloc", "launch"):
+for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
     plain = by.get((bench, "plain"))
     if not plain:
         continue
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
     depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
-    for variant in ["full", "nostacks", *depths, "nokernels", "slowflush", "freestacks",
+    for variant in ["full", "nostacks", "nopython", "noframeworks", "tensornative", *depths, "nokernels",
+                    "slowflush", "freestacks",
                     "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
                     "bareall", "bareallfrees", "bareactivity", "barewrap"]:
         v = by.get((bench, variant))
         if not v:
             continue
         mv = statistics.median(v)
-        pm, plo, phi = paired(bench, variant)
+        pm, plo, phi, ratios = paired(bench, variant)
         line = (f"  {bench} {variant}: median {mv:.3f}, runs {min(v):.3f}..{max(v):.3f}, "
                 f"ratio {mv / mp:.3f} (runs {min(v) / mp:.3f}..{max(v) / mp:.3f}), "
                 f"paired by round {pm:.3f} ({plo:.3f}..{phi:.3f})")
@@ -173,8 +200,9 @@ for bench in ("events", "resnet50", "alloc", "launch"):
             line += f", {(mv - mp) / 2:.0f} ns per event"
         if bench == "launch":
             line += f", +{mv - mp:.0f} ns per kernel"
-        if bench == "alloc" and events:
-            per_step = (events["allocs"] + events["frees"]) / steps["alloc"]
+        if bench in events:
+            per_step = (events[bench]["allocs"] + events[bench]["frees"]) / steps[bench]
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
+        print(f"    {bench} {variant} per round: " + " ".join(f"{r:.3f}" for r in ratios))
 PY

@@ -2,9 +2,9 @@
 # Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
 # with the real CLI and checks every expected figure from the traces.
 #
-#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch fixtures jax overhead, or one
-#                                   of overhead's: events resnet alloc launch
-#                                   (default: programs killed torch)
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
+#                                   overhead, or one of overhead's: events resnet alloc
+#                                   allocnative launch (default: programs killed torch framework)
 #
 # Needs: nvcc, python3 with torch and cupy, and the built CLI + collector in
 # $GMEM_BIN (default .gpu-bin/, filled by `tests/gpu/stage.sh` on the dev machine).
@@ -15,7 +15,7 @@ BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
 GMEM=$BIN/gmem-prof
 WORK=${WORK:-/tmp/gmem-gpu}
 OUT=${OUT:-$WORK/out}
-PHASES=${*:-programs killed torch}
+PHASES=${*:-programs killed torch framework}
 mkdir -p "$WORK/bin" "$WORK/traces" "$WORK/logs" "$OUT"
 export PYTHONUNBUFFERED=1
 FAILED=0
@@ -106,6 +106,28 @@ torch_phase() {
     "$GMEM" dump "$WORK/traces/cupy.bin" | awk '{print $2, $4}' | sort | uniq -c | sort -rn | head -12 | sed 's/^/    /'
 }
 
+framework() {
+    note "framework view: PyTorch's caching allocator from the inside, Python frames"
+    local g="$ROOT/tests/gpu"
+    record torch_leak python3 "$g/torch_leak.py" "$WORK/torch_leak.json"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True record torch_leak_expandable python3 "$g/torch_leak.py" "$WORK/torch_leak_expandable.json"
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_leak_async python3 "$g/torch_leak.py" "$WORK/torch_leak_async.json"
+    record torch_fragment python3 "$g/torch_fragment.py" "$WORK/torch_fragment.json"
+    record torch_fraction_oom python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom.json"
+    record torch_oom python3 "$g/torch_oom.py" "$WORK/torch_oom.json"
+    record torch_spawn python3 "$g/torch_spawn.py" "$WORK/torch_spawn.json"
+    record ctypes_cuda python3 "$g/ctypes_cuda.py" "$WORK/ctypes_cuda.json"
+    record cupy python3 "$g/cupy_arrays.py" "$WORK/cupy.json"
+    for name in torch_leak torch_leak_expandable torch_leak_async torch_fragment torch_fraction_oom \
+        torch_oom torch_spawn ctypes_cuda cupy; do
+        echo "    $name: $("$GMEM" dump "$WORK/traces/$name.bin" | awk '{print $2}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')"
+        "$GMEM" dump "$WORK/traces/$name.bin" | grep -E " (allocator|message) " | cut -c1-300 | sed 's/^/      /'
+        if [ -f "$g/framework_check.py" ]; then
+            python3 "$g/framework_check.py" "$GMEM" "$name" "$WORK/traces/$name.bin" "$WORK/$name.json" || FAILED=1
+        fi
+    done
+}
+
 fixtures() {
     note "report fixtures: PyTorch OOM recovery, growth with and without a leak"
     record torch_oom python3 "$ROOT/tests/gpu/torch_oom.py" "$WORK/torch_oom.json"
@@ -129,16 +151,17 @@ for phase in $PHASES; do
         programs) programs ;;
         killed) killed ;;
         torch) torch_phase ;;
+        framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
-        events|resnet|alloc|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
+        events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;
     esac
 done
 
 # Bring back traces small enough to keep, and the logs.
-tar -C "$WORK" --exclude='*.parts-*' --exclude='overhead/*.bin' -czf "$OUT/gpu-results.tar.gz" logs traces overhead $(cd "$WORK" && ls *.json 2>/dev/null) 2>/dev/null
+tar -C "$WORK" --exclude='*.parts-*' --exclude='overhead/*.bin' -czf "$OUT/gpu-results.tar.gz" logs traces overhead $(cd "$WORK" && ls *.json *.json.* 2>/dev/null) 2>/dev/null
 ls -la "$OUT"
 note "result: $([ $FAILED = 0 ] && echo ALL PASSED || echo SOME FAILED)"
 exit $FAILED

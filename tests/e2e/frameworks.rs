@@ -1,0 +1,375 @@
+//! Python frames and PyTorch's caching allocator, over the fake CUPTI and
+//! driver (tests/fake_cupti): Python programs that allocate through ctypes
+//! from lines they mark, and the stand-in for libc10_cuda.so. What real
+//! PyTorch and CUDA do is checked on the GPU machine
+//! (tests/gpu/framework_check.py) and in the real samples (`samples`).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// The CPython interpreters this machine has, one per minor version:
+/// `python3` and any 3.8 to 3.13 under pyenv or /usr/bin (3.8 and 3.9, which
+/// the collector does not read, test that it says so and goes on).
+fn pythons() -> Vec<(String, PathBuf)> {
+    let mut candidates: Vec<PathBuf> = vec![PathBuf::from("python3")];
+    let home = std::env::var("HOME").unwrap_or_default();
+    for minor in 8..=13 {
+        candidates.push(PathBuf::from(format!("/usr/bin/python3.{minor}")));
+        if let Ok(dirs) = std::fs::read_dir(format!("{home}/.pyenv/versions")) {
+            let mut found: Vec<PathBuf> = dirs
+                .flatten()
+                .map(|d| d.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("3.{minor}.")))
+                })
+                .map(|p| p.join("bin/python3"))
+                .collect();
+            found.sort();
+            candidates.extend(found);
+        }
+    }
+    let mut by_version: Vec<(String, PathBuf)> = Vec::new();
+    for c in candidates {
+        let Ok(out) = Command::new(&c)
+            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            .output()
+        else {
+            continue;
+        };
+        let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !by_version.iter().any(|(x, _)| *x == v) {
+            by_version.push((v, c));
+        }
+    }
+    by_version
+}
+
+/// PyCode records by (stream, id).
+fn codes(recs: &[Value]) -> HashMap<(u64, u64), &Value> {
+    of_type(recs, "PyCode")
+        .into_iter()
+        .map(|c| {
+            (
+                (c["stream"].as_u64().unwrap(), c["id"].as_u64().unwrap()),
+                c,
+            )
+        })
+        .collect()
+}
+
+/// A stack's frames: `Err(address)` for native ones, `Ok((function, file,
+/// line))` for Python ones.
+fn frames(recs: &[Value], stream: u64, stack: u64) -> Vec<Result<(String, String, u64), u64>> {
+    let codes = codes(recs);
+    let st = recs
+        .iter()
+        .find(|r| r["type"] == "Stack" && r["stream"] == stream && r["id"] == stack)
+        .unwrap_or_else(|| panic!("no stack {stack}"));
+    st["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| match f.get("Python") {
+            Some(p) => {
+                let c = codes[&(stream, p["code"].as_u64().unwrap())];
+                Ok((
+                    c["function"].as_str().unwrap().to_string(),
+                    c["file"].as_str().unwrap().to_string(),
+                    p["line"].as_u64().unwrap(),
+                ))
+            }
+            None => Err(f["Native"].as_u64().unwrap()),
+        })
+        .collect()
+}
+
+fn app() -> PathBuf {
+    repo().join("tests/fake_cupti/fake_app.py")
+}
+
+/// Each interpreter's frames, innermost first, where its evaluation loop
+/// ran them: for an allocation three calls deep, the functions and the
+/// marked lines, with the native frames of ctypes and the fake driver
+/// inside them and the interpreter's start-up outside; and a thread's own
+/// frames.
+#[test]
+fn python_frames_name_the_marked_lines_on_every_interpreter() {
+    let lines = marked_lines(&app());
+    let found = pythons();
+    assert!(!found.is_empty(), "no python3 on this machine");
+    let versions: Vec<&str> = found.iter().map(|(v, _)| v.as_str()).collect();
+    eprintln!("interpreters tested: {versions:?} (3.10 to 3.13 wherever present)");
+    for (version, python) in &found {
+        let supported = ["3.10", "3.11", "3.12", "3.13"].contains(&version.as_str());
+        let dir = scratch(&format!("py-frames-{version}"));
+        let out = run(&mut record_python(
+            &dir,
+            "t.bin",
+            &[],
+            python,
+            &[OsStr::new("frames")],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let calls: Vec<&Value> = of_type(&recs, "Api")
+            .into_iter()
+            .filter(|a| a["func"] == 1)
+            .collect();
+        assert_eq!(calls.len(), 2, "{version}: two allocations");
+        let big = calls.iter().find(|a| a["bytes"] == 1 << 20).unwrap();
+        let fr = frames(&recs, 0, big["stack"].as_u64().unwrap());
+        let python: Vec<(String, u64)> = fr
+            .iter()
+            .filter_map(|f| f.as_ref().ok().map(|(func, _, line)| (func.clone(), *line)))
+            .collect();
+        if !supported {
+            // A Python it cannot read: native frames and one warning.
+            assert!(python.is_empty(), "{version}: {python:?}");
+            let warned = of_type(&recs, "Message")
+                .iter()
+                .filter(|m| m["text"].as_str().unwrap().contains("native frames only"))
+                .count();
+            assert_eq!(warned, 1, "{version}");
+            continue;
+        }
+        let layer = if version == "3.10" {
+            "layer"
+        } else {
+            "Model.layer"
+        };
+        assert_eq!(
+            python,
+            vec![
+                ("allocate".to_string(), lines["allocate"]),
+                (layer.to_string(), lines["layer"]),
+                ("main".to_string(), lines["main"]),
+                ("<module>".to_string(), lines["module"]),
+            ],
+            "{version}"
+        );
+        let first_py = fr.iter().position(|f| f.is_ok()).unwrap();
+        let last_py = fr.iter().rposition(|f| f.is_ok()).unwrap();
+        assert!(
+            first_py > 0,
+            "{version}: native frames inside the Python ones"
+        );
+        assert!(
+            last_py + 1 < fr.len(),
+            "{version}: native frames outside them"
+        );
+        let files: Vec<&String> = fr
+            .iter()
+            .filter_map(|f| f.as_ref().ok().map(|p| &p.1))
+            .collect();
+        assert!(
+            files.iter().all(|f| f.ends_with("fake_app.py")),
+            "{version}: {files:?}"
+        );
+        // The thread's allocation: the lambda, then threading's frames.
+        let small = calls.iter().find(|a| a["bytes"] == 4096).unwrap();
+        let fr = frames(&recs, 0, small["stack"].as_u64().unwrap());
+        let python: Vec<(String, u64)> = fr
+            .iter()
+            .filter_map(|f| f.as_ref().ok().map(|(func, _, line)| (func.clone(), *line)))
+            .collect();
+        assert_eq!(
+            python[0],
+            ("allocate".to_string(), lines["allocate"]),
+            "{version}"
+        );
+        assert!(
+            python[1].0.ends_with("<lambda>") && python[1].1 == lines["thread"],
+            "{version}: {python:?}"
+        );
+        assert!(
+            python.iter().any(|(f, _)| f.ends_with("_bootstrap")),
+            "{version}: {python:?}"
+        );
+        // The report names the lines.
+        let out = Command::new(gmem())
+            .args(["report", "-q", "-o"])
+            .arg(dir.join("r"))
+            .arg(dir.join("t.bin"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let a: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("r/t.json")).unwrap()).unwrap();
+        let labels: Vec<&str> = a["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["label"].as_str().unwrap())
+            .collect();
+        assert!(
+            labels.contains(&format!("allocate at fake_app.py:{}", lines["allocate"]).as_str()),
+            "{version}: {labels:?}"
+        );
+    }
+}
+
+/// With --no-python, stacks carry no Python frame.
+#[test]
+fn no_python_leaves_stacks_native() {
+    let dir = scratch("no-python");
+    let mut cmd = record_python(
+        &dir,
+        "t.bin",
+        &["--no-python"],
+        Path::new("python3"),
+        &[OsStr::new("frames")],
+    );
+    let out = run(&mut cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    assert!(of_type(&recs, "PyCode").is_empty());
+    assert!(!of_type(&recs, "Stack").is_empty());
+}
+
+/// The collector attaches to the stand-in caching allocator (symbols from
+/// its file, vtable checked, std::function built by hand) and records
+/// what it reports, each with the Python line that caused it; the
+/// analysis rebuilds the allocator's state from that.
+#[test]
+fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
+    let lines = marked_lines(&app());
+    let lib = fake_torch();
+    let dir = scratch("fake-torch");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("torch"), lib.as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let attached = of_type(&recs, "Allocator");
+    assert_eq!(attached.len(), 1, "{attached:?}");
+    assert_eq!(attached[0]["attached"], true, "{attached:?}");
+    assert!(attached[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("2.11.0+fake"));
+    let events = of_type(&recs, "AllocatorEvent");
+    let actions: Vec<u64> = events
+        .iter()
+        .map(|e| e["action"].as_u64().unwrap())
+        .collect();
+    // segment alloc; 3 × alloc; alloc, free requested, free completed;
+    // snapshot; oom, oom report; segment free (fake_app.py `torch`).
+    assert_eq!(
+        actions,
+        vec![4, 1, 1, 1, 1, 2, 3, 10, 8, 9, 5],
+        "{events:?}"
+    );
+    let line_of = |e: &Value| -> Option<u64> {
+        let stack = e["stack"].as_u64().unwrap();
+        if stack == 0 {
+            return None;
+        }
+        frames(&recs, 0, stack)
+            .into_iter()
+            .find_map(|f| f.ok())
+            .map(|p| p.2)
+    };
+    assert_eq!(
+        line_of(events[0]),
+        Some(lines["tensor"]),
+        "the segment's request"
+    );
+    assert_eq!(line_of(events[1]), Some(lines["tensor"]));
+    assert_eq!(line_of(events[5]), None, "frees carry no stack");
+    assert_eq!(line_of(events[8]), Some(lines["oom"]));
+    assert_eq!(line_of(events[10]), Some(lines["empty_cache"]));
+    assert_eq!(events[8]["device_free"], 100 << 20);
+    assert_eq!(events[9]["limit"], 8u64 << 30);
+    // Segments are driver allocations of the same address and size.
+    assert_eq!(events[0]["address"], of_type(&recs, "Memory")[0]["address"]);
+
+    let out = Command::new(gmem())
+        .args(["export", "-q", "--format", "json", "-o"])
+        .arg(dir.join("a.json"))
+        .arg(dir.join("t.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let a: Value = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
+    let v = &a["frameworks"][0];
+    const MIB: u64 = 1 << 20;
+    assert_eq!(
+        v["allocated_peak"],
+        13 * MIB,
+        "3 × 4 MiB kept and 1 MiB freed"
+    );
+    assert_eq!(v["reserved_peak"], 20 * MIB);
+    assert_eq!(v["tensors_allocated"], 4);
+    assert_eq!(v["tensors_freed"], 1);
+    assert_eq!(v["segments"]["matched"], 1);
+    assert_eq!(v["segments"]["reported"], 1);
+    // At the snapshot: the segment holds 12 MiB of tensors and one 8 MiB hole.
+    let snap = &v["snapshots"][0]["pools"][0];
+    assert_eq!(snap["free_bytes"], 8 * MIB, "{snap}");
+    assert_eq!(snap["largest_free_bytes"], 8 * MIB, "{snap}");
+    let oom = &v["ooms"][0];
+    assert_eq!(oom["requested_bytes"], 1u64 << 30);
+    assert_eq!(oom["limit_bytes"], 8u64 << 30);
+    assert_eq!(oom["allocated_bytes"], 12 * MIB);
+    assert_eq!(oom["free_in_segments"], 8 * MIB);
+    let label = |id: &Value| a["tensor_sites"][id.as_u64().unwrap() as usize]["label"].clone();
+    assert_eq!(
+        label(&oom["site"]),
+        format!("torch at fake_app.py:{}", lines["oom"]).as_str()
+    );
+    assert_eq!(
+        label(&v["peak_sites"][0]["site"]),
+        format!("torch.<locals>.tensor at fake_app.py:{}", lines["tensor"]).as_str()
+    );
+    // empty_cache gave the segment back (with the tensors still in it: the
+    // stand-in does not check).
+    assert_eq!(v["segments_freed"], 1);
+    assert_eq!(v["at_exit"]["reserved_bytes"], 0);
+    // --max-ooms counts the allocator's error.
+    let out = Command::new(gmem())
+        .args(["check", "--max-ooms", "0"])
+        .arg(dir.join("t.bin"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// --no-frameworks leaves the allocator alone.
+#[test]
+fn no_frameworks_leaves_the_allocator_alone() {
+    let lib = fake_torch();
+    let dir = scratch("no-frameworks");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &["--no-frameworks"],
+        Path::new("python3"),
+        &[OsStr::new("torch"), lib.as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    assert!(of_type(&recs, "AllocatorEvent").is_empty());
+    assert!(of_type(&recs, "Allocator").is_empty());
+    assert_eq!(
+        of_type(&recs, "Memory").len(),
+        2,
+        "the segment's alloc and free"
+    );
+}

@@ -1,0 +1,62 @@
+"""A Python "CUDA program" for the fake driver in fake_cupti.c: it starts the
+fake CUDA (which injects the collector) and allocates through ctypes from
+known lines, marked with a `line:` comment, which the trace's Python frames must
+name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
+(driver allocations from nested functions and a thread) or `torch` (tensors
+from the stand-in caching allocator of fake_torch.cpp, whose library is
+argv[3])."""
+
+import ctypes
+import sys
+import threading
+
+lib = ctypes.CDLL(sys.argv[1])
+lib.fake_cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+lib.fake_cuMemAlloc.restype = ctypes.c_uint32
+if lib.fake_cuInit() < 0:
+    sys.exit("fake cuInit failed")
+
+
+def allocate(n):
+    p = ctypes.c_uint64()
+    if lib.fake_cuMemAlloc(ctypes.byref(p), n) != 0:  # line:allocate
+        raise MemoryError(n)
+    return p.value
+
+
+class Model:
+    def layer(self):
+        return allocate(1 << 20)  # line:layer
+
+
+def main():
+    Model().layer()  # line:main
+    # A thread running Python has its own frames.
+    t = threading.Thread(target=lambda: allocate(4096))  # line:thread
+    t.start()
+    t.join()
+
+
+def torch(library):
+    c10 = ctypes.CDLL(library)
+    c10.fake_torch_malloc.argtypes = [ctypes.c_size_t]
+    c10.fake_torch_malloc.restype = ctypes.c_uint64
+    c10.fake_torch_free.argtypes = [ctypes.c_uint64]
+    c10.fake_torch_oom.argtypes = [ctypes.c_size_t] * 3
+    c10.fake_torch_init()
+
+    def tensor(n):
+        return c10.fake_torch_malloc(n)  # line:tensor
+
+    kept = [tensor(4 << 20) for _ in range(3)]  # line:kept
+    c10.fake_torch_free(tensor(1 << 20))  # line:temporary
+    c10.fake_torch_snapshot()
+    c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:oom
+    c10.fake_torch_empty_cache()  # line:empty_cache
+    return kept
+
+
+if sys.argv[2:3] == ["torch"]:
+    torch(sys.argv[3])
+else:
+    main()  # line:module

@@ -1,0 +1,181 @@
+// A stand-in for PyTorch's libc10_cuda.so, for testing how the collector
+// attaches to the CUDA caching allocator on machines without a GPU (CI).
+//
+// It declares the same classes, in the same namespaces, with the same
+// method signatures as torch 2.11 (so the mangled names, the vtable check
+// and the std::function ABI are the real ones), and a tiny allocator behind
+// them: segments come from the fake driver (fake_cupti.c) and blocks are
+// handed out from them as the real allocator reports them (alloc, free
+// requested and completed, segment alloc and free, OOM with its observer).
+// It tests our plumbing; what real PyTorch does is tested on the GPU
+// machine (tests/gpu).
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+extern "C" uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
+extern "C" uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
+
+namespace c10 {
+struct GatheredContext {
+  virtual ~GatheredContext() = default;
+};
+using CaptureId_t = unsigned long long;
+using MempoolId_t = std::pair<CaptureId_t, CaptureId_t>;
+using DeviceIndex = int8_t;
+
+namespace CachingDeviceAllocator {
+// torch 2.11's TraceEntry (c10/core/CachingDeviceAllocator.h).
+struct TraceEntry {
+  enum Action {
+    ALLOC,
+    FREE_REQUESTED,
+    FREE_COMPLETED,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+    SNAPSHOT,
+    OOM
+  };
+  TraceEntry(Action action, DeviceIndex device, size_t addr, size_t size, void *stream,
+             MempoolId_t mempool, uint64_t time)
+      : action_(action), device_(device), addr_(addr), stream_(stream), size_(size),
+        mempool_(std::move(mempool)), time_(time) {}
+  Action action_;
+  DeviceIndex device_;
+  size_t addr_;
+  std::shared_ptr<GatheredContext> context_;
+  void *stream_{};
+  size_t size_;
+  MempoolId_t mempool_;
+  uint64_t time_{};
+  std::string compile_context_;
+  std::string user_metadata_;
+};
+using AllocatorTraceTracker = std::function<void(const TraceEntry &)>;
+} // namespace CachingDeviceAllocator
+
+namespace cuda::CUDACachingAllocator {
+using c10::CachingDeviceAllocator::AllocatorTraceTracker;
+using c10::CachingDeviceAllocator::TraceEntry;
+using OutOfMemoryObserver =
+    std::function<void(int64_t device, size_t allocated, size_t device_total, size_t device_free)>;
+
+class CUDAAllocator {
+ public:
+  virtual ~CUDAAllocator() = default;
+  virtual bool initialized() = 0;
+  virtual void attachOutOfMemoryObserver(OutOfMemoryObserver observer) = 0;
+  virtual void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) = 0;
+};
+
+__attribute__((visibility("default"))) std::atomic<CUDAAllocator *> allocator;
+
+namespace Native {
+class NativeCachingAllocator : public CUDAAllocator {
+ public:
+  bool initialized() override { return ready; }
+  void attachOutOfMemoryObserver(OutOfMemoryObserver observer) override {
+    observers.push_back(std::move(observer));
+  }
+  void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override {
+    // As the real one: a copy per device.
+    for (int d = 0; d < 2; d++) trackers.push_back(tracker);
+  }
+
+  void trace(TraceEntry::Action action, size_t addr, size_t size) {
+    TraceEntry te(action, 0, addr, size, (void *)0x11, {0, 0}, 0);
+    // One device's trackers (the first copy of each).
+    for (size_t i = 0; i < trackers.size(); i += 2) trackers[i](te);
+  }
+
+  bool ready = false;
+  std::vector<OutOfMemoryObserver> observers;
+  std::vector<AllocatorTraceTracker> trackers;
+  // Segments by address: (size, bytes handed out so far).
+  std::map<uint64_t, std::pair<size_t, size_t>> segments;
+  std::map<uint64_t, size_t> blocks;
+};
+} // namespace Native
+} // namespace cuda::CUDACachingAllocator
+} // namespace c10
+
+using c10::cuda::CUDACachingAllocator::TraceEntry;
+using c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator;
+
+static NativeCachingAllocator *native() {
+  return static_cast<NativeCachingAllocator *>(c10::cuda::CUDACachingAllocator::allocator.load());
+}
+
+extern "C" {
+// torch creates its allocator at load time and initializes it lazily.
+__attribute__((constructor)) static void create() {
+  c10::cuda::CUDACachingAllocator::allocator.store(new NativeCachingAllocator());
+}
+
+void fake_torch_init(void) { native()->ready = true; }
+
+// Blocks of `size` (rounded up to 512) from 20 MiB segments; a request that
+// does not fit in the last segment gets a new one.
+uint64_t fake_torch_malloc(size_t size) {
+  NativeCachingAllocator *a = native();
+  size_t rounded = (size + 511) / 512 * 512;
+  for (auto &s : a->segments) {
+    if (s.second.first - s.second.second >= rounded) {
+      uint64_t p = s.first + s.second.second;
+      s.second.second += rounded;
+      a->blocks[p] = size;
+      a->trace(TraceEntry::ALLOC, p, size);
+      return p;
+    }
+  }
+  size_t seg = rounded > (20u << 20) ? rounded : (20u << 20);
+  uint64_t base = 0;
+  if (fake_cuMemAlloc(&base, seg) != 0) return 0;
+  a->trace(TraceEntry::SEGMENT_ALLOC, base, seg);
+  a->segments[base] = {seg, rounded};
+  a->blocks[base] = size;
+  a->trace(TraceEntry::ALLOC, base, size);
+  return base;
+}
+
+void fake_torch_free(uint64_t p) {
+  NativeCachingAllocator *a = native();
+  auto it = a->blocks.find(p);
+  if (it == a->blocks.end()) return;
+  a->trace(TraceEntry::FREE_REQUESTED, p, it->second);
+  a->trace(TraceEntry::FREE_COMPLETED, p, it->second);
+  a->blocks.erase(it);
+}
+
+// Gives every segment back to the driver (blocks still in them included:
+// the stand-in does not check).
+void fake_torch_empty_cache(void) {
+  NativeCachingAllocator *a = native();
+  for (auto &s : a->segments) {
+    a->trace(TraceEntry::SEGMENT_FREE, s.first, s.second.first);
+    fake_cuMemFree(s.first, s.second.first);
+  }
+  a->segments.clear();
+}
+
+// torch.cuda.memory._snapshot(): a SNAPSHOT trace entry.
+void fake_torch_snapshot(void) { native()->trace(TraceEntry::SNAPSHOT, 0, 0); }
+
+// What the real allocator does when a request cannot be met: an OOM trace
+// entry (address = free device memory), then its observers with
+// (device, bytes it tried to obtain, the limit, free device memory).
+void fake_torch_oom(size_t size, size_t limit, size_t device_free) {
+  NativeCachingAllocator *a = native();
+  size_t rounded = (size + 511) / 512 * 512;
+  a->trace(TraceEntry::OOM, device_free, rounded);
+  for (auto &o : a->observers) o(0, rounded, limit, device_free);
+}
+}

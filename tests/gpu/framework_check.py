@@ -1,0 +1,230 @@
+"""Checks what gmem-prof says about a recorded program against what the
+program (and PyTorch itself) said in the same run: the truth file each
+program of tests/gpu writes (truth.py).
+
+usage: framework_check.py GMEM_PROF NAME TRACE TRUTH_JSON
+NAME picks the checks (the program's name in run.sh). Prints one line per
+check; exits 1 if any fails.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(f"    {'ok  ' if ok else 'FAIL'} {what}")
+    if not ok:
+        failures += 1
+
+
+def analysis(gmem, trace):
+    out = trace + ".analysis.json"
+    if os.path.exists(out):
+        os.remove(out)
+    subprocess.run([gmem, "export", trace, "--format", "json", "-o", out, "-q"],
+                   check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def label_has(label, file, line):
+    return f"{os.path.basename(file)}:{line}" in label
+
+
+def tensor_site(a, file, line):
+    return [s for s in a.get("tensor_sites", []) if label_has(s["label"], file, line)]
+
+
+def driver_site(a, file, line):
+    return [s for s in a["sites"] if label_has(s["label"], file, line)]
+
+
+def python_frames(site):
+    return [f for f in site["frames"] if f.get("python")]
+
+
+def view(a, pid=None):
+    views = [v for v in a.get("frameworks", []) if pid is None or v["pid"] == pid]
+    return views[0] if views else None
+
+
+def torch_leak(a, t):
+    v = view(a)
+    check(v is not None, "PyTorch's allocator seen from the inside")
+    if v is None:
+        return
+    torch = t["torch"]
+    check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
+          f"allocated peak {v['allocated_peak']} = torch's max_memory_allocated {torch['allocated_bytes.all.peak']}")
+    check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
+          f"reserved peak {v['reserved_peak']} = torch's max_memory_reserved {torch['reserved_bytes.all.peak']}")
+    seg = v["segments"]
+    check(seg["reported"] > 0 and seg["matched"] == seg["reported"],
+          f"every segment matches a driver allocation ({seg['matched']} of {seg['reported']})")
+    leak = tensor_site(a, t["file"], t["lines"]["leak"])
+    check(len(leak) == 1, f"one tensor site at the leak's line {t['lines']['leak']}")
+    if leak:
+        s = leak[0]
+        check(s["count"] == t["kept"], f"{s['count']} tensors from that line = {t['kept']} kept")
+        check(abs(s["total_bytes"] - t["kept_bytes"]) <= t["tensor_bytes"],
+              f"{s['total_bytes']} bytes from that line, within one tensor of {t['kept_bytes']}")
+        growing = [g for g in a.get("tensor_growth", []) if g["site"] == s["id"]]
+        check(bool(growing) and a["tensor_growth"][0]["site"] == s["id"],
+              "the leak's line is the tensor site that grows most")
+        frames = python_frames(s)
+        check(bool(frames) and label_has(frames[0]["location"], t["file"], t["lines"]["leak"]),
+              "its innermost Python frame is the leak's line")
+
+
+def torch_leak_async(a, t):
+    procs = a["processes"]
+    check(view(a) is None, "no framework view under backend:cudaMallocAsync (tensors are CUDA allocations)")
+    check(procs and procs[0]["allocator_view"] == "tensors", "the allocator view is per tensor")
+    leak = driver_site(a, t["file"], t["lines"]["leak"])
+    check(len(leak) == 1, f"one CUDA allocation site at the leak's line {t['lines']['leak']}")
+    if leak:
+        check(leak[0]["count"] == t["kept"], f"{leak[0]['count']} allocations from it = {t['kept']} kept")
+        check(any(g["site"] == leak[0]["id"] for g in a["growth"]), "it keeps growing")
+
+
+def torch_fragment(a, t):
+    v = view(a)
+    check(v is not None, "PyTorch's allocator seen from the inside")
+    if v is None:
+        return
+    snaps = v.get("snapshots", [])
+    check(len(snaps) >= 1, f"the program's memory snapshots seen ({len(snaps)})")
+    if snaps:
+        ours = {p["pool"]: p for p in snaps[0]["pools"]}
+        for key, truth in t["fragmented"]["pools"].items():
+            device, stream, kind = key.split("/")
+            name = f"{kind} blocks, stream {int(stream):#x}"
+            p = ours.get(name)
+            check(p is not None, f"pool {name} at the snapshot")
+            if p is None:
+                continue
+            check(p["free_bytes"] == truth["free"], f"{name}: free {p['free_bytes']} = torch's {truth['free']}")
+            check(p["largest_free_bytes"] == truth["largest_free"],
+                  f"{name}: largest free block {p['largest_free_bytes']} = torch's {truth['largest_free']}")
+            check(abs(p["fragmentation"] - truth["fragmentation"]) <= 0.01,
+                  f"{name}: F {p['fragmentation']:.4f} within 0.01 of torch's {truth['fragmentation']:.4f}")
+    last_reserved = v["reserved"][-1]["last"] if v["reserved"] else -1
+    check(last_reserved == t["reserved_after_empty_cache"],
+          f"reserved after empty_cache {last_reserved} = torch's {t['reserved_after_empty_cache']}")
+    check(v["segments_freed"] == v["segments_allocated"] > 0,
+          f"empty_cache gave back every segment ({v['segments_freed']} of {v['segments_allocated']})")
+    mixed = tensor_site(a, t["file"], t["lines"]["mixed"])
+    check(len(mixed) == 1 and mixed[0]["count"] == 60, "60 tensors from the allocation line")
+
+
+def torch_fraction_oom(a, t):
+    v = view(a)
+    check(v is not None and len(v["ooms"]) == 1, "one out-of-memory error raised by the allocator")
+    if v is None or not v["ooms"]:
+        return
+    o = v["ooms"][0]
+    check(o["requested_bytes"] == t["request"], f"request {o['requested_bytes']} = {t['request']}")
+    check(o["limit"] == "memory fraction", f"refused by the memory fraction ({o['limit']})")
+    check(o["limit_bytes"] == t["limit"], f"limit {o['limit_bytes']} = fraction × total {t['limit']}")
+    check(o["allocated_bytes"] == t["torch"]["allocated_bytes.all.current"],
+          f"allocated then {o['allocated_bytes']} = torch's {t['torch']['allocated_bytes.all.current']}")
+    site = a["tensor_sites"][o["site"]] if o["site"] is not None else None
+    check(site is not None and label_has(site["label"], t["file"], t["lines"]["oom"]),
+          f"the request's line is {t['lines']['oom']} ({site and site['label']})")
+    check(a["ooms"] == [] or all(x.get("raised_as") for x in a["ooms"]),
+          "no CUDA allocation failed on its own (the fraction refused first)")
+
+
+def torch_oom(a, t):
+    v = view(a)
+    check(v is not None and len(v["ooms"]) == t["num_ooms"],
+          f"{t['num_ooms']} error raised by the allocator, as torch's num_ooms")
+    outcomes = sorted(o["outcome"] for o in a["ooms"])
+    check(outcomes == ["reached program", "recovered", "retried"], f"driver failures: {outcomes}")
+    raised = [o for o in a["ooms"] if o.get("raised_as")]
+    check(len(raised) == 1 and raised[0]["outcome"] == "reached program",
+          "the failure that reached the program is the allocator's error")
+    if v and v["ooms"]:
+        o = v["ooms"][0]
+        check(o["limit"] == "device full", f"refused by the device ({o['limit']})")
+
+
+def torch_spawn(a, t_path):
+    truths = []
+    for p in sorted(glob.glob(t_path + ".*")):
+        with open(p) as f:
+            truths.append(json.load(f))
+    check(len(a["processes"]) == 4, f"four processes ({len(a['processes'])})")
+    check(len(truths) == 2, "two workers wrote their truth")
+    for t in truths:
+        v = view(a, t["pid"])
+        check(v is not None, f"worker pid {t['pid']}: its allocator seen from the inside")
+        if v is None:
+            continue
+        check(v["allocated_peak"] == t["max_allocated"],
+              f"worker {t['pid']}: allocated peak {v['allocated_peak']} = torch's {t['max_allocated']}")
+        sites = [a["tensor_sites"][s["site"]] for s in v["peak_sites"]]
+        check(any(label_has(s["label"], t["file"], t["lines"]["worker"]) for s in sites),
+              f"worker {t['pid']}: its peak names line {t['lines']['worker']}")
+
+
+def ctypes_cuda(a, t):
+    sites = driver_site(a, t["file"], t["lines"]["malloc"])
+    check(len(sites) == 1, f"one site named by the cudaMalloc line {t['lines']['malloc']}")
+    if not sites:
+        return
+    s = sites[0]
+    check(s["count"] == 2 and s["total_bytes"] == t["freed_bytes"] + t["leaked_bytes"],
+          f"2 allocations, {s['total_bytes']} bytes")
+    check(s["leaked_bytes"] == t["leaked_bytes"], f"leaked {s['leaked_bytes']} = {t['leaked_bytes']}")
+    frames = s["frames"]
+    py = [i for i, f in enumerate(frames) if f.get("python")]
+    check(len(py) >= 3, f"Python frames in the stack ({len(py)})")
+    if py:
+        locs = [frames[i]["location"] for i in py]
+        check(label_has(locs[0], t["file"], t["lines"]["malloc"]), f"innermost Python frame {locs[0]}")
+        check(any(label_has(x, t["file"], t["lines"]["scratch"]) or label_has(x, t["file"], t["lines"]["kept"])
+                  for x in locs), "its caller's line (Workspace.__init__)")
+        check(py[0] > 0 and not frames[0].get("python"), "native frames (CUDA, ctypes) inside the Python ones")
+        check(not any("_PyEval_EvalFrameDefault" in f["function"] for f in frames),
+              "the interpreter's own frames are folded away")
+
+
+def cupy(a, t):
+    for name in ("pooled", "unpooled"):
+        sites = driver_site(a, t["file"], t["lines"][name])
+        check(len(sites) >= 1, f"a CUDA allocation site named by cupy_arrays.py:{t['lines'][name]} ({name})")
+
+
+CHECKS = {
+    "torch_leak": torch_leak,
+    "torch_leak_expandable": torch_leak,
+    "torch_leak_async": torch_leak_async,
+    "torch_fragment": torch_fragment,
+    "torch_fraction_oom": torch_fraction_oom,
+    "torch_oom": torch_oom,
+    "ctypes_cuda": ctypes_cuda,
+    "cupy": cupy,
+}
+
+
+def main():
+    gmem, name, trace, truth_path = sys.argv[1:5]
+    a = analysis(gmem, trace)
+    if name == "torch_spawn":
+        torch_spawn(a, truth_path)
+    elif name in CHECKS:
+        with open(truth_path) as f:
+            CHECKS[name](a, json.load(f))
+    else:
+        print(f"    no checks for {name}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
