@@ -74,9 +74,11 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub stack_depth: usize,
     /// Also watch free calls: record their stacks and their failures (a
-    /// double free, a bad pointer). Off by default: CUPTI's activity records
-    /// already carry every release, a free is attributed to its allocation's
-    /// site, and watching frees costs about a microsecond per free.
+    /// double free, a bad pointer), and give the frees of tensors inside
+    /// PyTorch's allocator their stacks. Off by default: CUPTI's activity
+    /// records already carry every release, a free is attributed to its
+    /// allocation's site, and watching frees costs about a microsecond per
+    /// free.
     #[arg(long)]
     pub free_stacks: bool,
     /// Do not look inside framework allocators. By default the collector

@@ -217,8 +217,28 @@ pub fn build(
                     }),
             )
             .collect();
+        let has_framework = engine.streams.iter().any(|s| {
+            s.framework
+                .as_ref()
+                .is_some_and(|f| f.devices.contains_key(&d))
+        });
         let streams = &engine.streams;
         let dev = engine.devices.get_mut(d).expect("device listed");
+        // The framework's segments are the driver sites of its allocator
+        // ("allocator cache"); the rest at the peak is outside it.
+        let outside_frameworks = has_framework.then(|| {
+            let rows: Vec<(u32, u64, u64)> = dev
+                .peak_sites
+                .iter()
+                .copied()
+                .filter(|&(raw, _, _)| categories[raw as usize] != "allocator cache")
+                .collect();
+            let sites = by_site(&rows);
+            OutsideFrameworks {
+                bytes: sites.iter().map(|s| s.bytes).sum(),
+                sites,
+            }
+        });
         let mut blind_spots = Vec::new();
         if has_cache_sites {
             blind_spots.push(
@@ -289,6 +309,7 @@ pub fn build(
                 worst,
                 blind_spots,
             },
+            outside_frameworks,
         });
     }
 

@@ -159,6 +159,21 @@ pub struct DeviceReport {
     pub reserved: Vec<Point>,
     pub reserved_peak: u64,
     pub fragmentation: Fragmentation,
+    /// With a framework allocator on this device (`Analysis::frameworks`):
+    /// what was live at the peak outside its segments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside_frameworks: Option<OutsideFrameworks>,
+}
+
+/// Device memory live at the peak that no framework allocator accounts
+/// for: library workspaces (cuBLAS, cuDNN), CUDA graphs, other allocators,
+/// module globals. (The CUDA context itself is not an allocation the trace
+/// sees.)
+#[derive(Clone, Debug, Serialize)]
+pub struct OutsideFrameworks {
+    pub bytes: u64,
+    /// By site (ids index `Analysis.sites`), largest first.
+    pub sites: Vec<SiteBytes>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -166,7 +166,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         // torch's TraceEntry::Action, in order.
         let (action, stack) = match action {
             0 => (AllocatorAction::ALLOC, true),
-            1 => (AllocatorAction::FREE_REQUESTED, false),
+            // The free's own stack only when frees are watched
+            // (--free-stacks): the allocation's is the site.
+            1 => (AllocatorAction::FREE_REQUESTED, c.config.free_stacks),
             2 => (AllocatorAction::FREE_COMPLETED, false),
             3 => (AllocatorAction::SEGMENT_ALLOC, true),
             4 => (AllocatorAction::SEGMENT_FREE, true),

@@ -142,6 +142,29 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         .collect();
     let _ = write!(out, "<p>By kind: {}.</p>", kinds.join(", "));
     out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
+    if let Some(o) = &d.outside_frameworks {
+        let _ = write!(
+            out,
+            "<p>Outside the framework allocators' segments at the peak: <b>{}</b> (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>",
+            bytes(o.bytes)
+        );
+        out.push_str(&bytes_table(
+            ("site (library entry)", "allocations"),
+            &o.sites,
+            d.peak_bytes,
+            10,
+            |id| {
+                let via = a
+                    .sites
+                    .get(id as usize)
+                    .and_then(|s| crate::format::library_entry(&s.frames))
+                    .map_or_else(String::new, |v| {
+                        format!(" <span class=\"cat\">via {}</span>", escape(&v))
+                    });
+                format!("{}{via}", site_link(a, id))
+            },
+        ));
+    }
     if !d.kernels_at_peak.is_empty() {
         out.push_str("<p>Kernels running at the peak:</p><ul>");
         for k in &d.kernels_at_peak {

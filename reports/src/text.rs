@@ -91,6 +91,31 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             )?;
         }
         peak_lines(w, &d.peak_sites, d.peak_bytes, |s| a.site_label(s))?;
+        if let Some(o) = &d.outside_frameworks {
+            let top: Vec<String> = o
+                .sites
+                .iter()
+                .take(3)
+                .map(|s| {
+                    let via = a
+                        .sites
+                        .get(s.site as usize)
+                        .and_then(|site| crate::format::library_entry(&site.frames))
+                        .map_or_else(String::new, |v| format!(" via {v}"));
+                    format!("{} {}{via}", bytes(s.bytes), a.site_label(s.site))
+                })
+                .collect();
+            writeln!(
+                w,
+                "  outside the framework allocators' segments at the peak: {}{}",
+                bytes(o.bytes),
+                if top.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", top.join("; "))
+                }
+            )?;
+        }
         match (d.kernels_at_peak.first(), &d.next_kernel_after_peak) {
             (Some(k), _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
             (None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,

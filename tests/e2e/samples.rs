@@ -284,6 +284,28 @@ fn torch_leak_names_the_line_that_keeps_its_tensors() {
     assert_eq!(leak[0]["count"], t["kept"]);
     assert_eq!(leak[0]["total_bytes"], t["kept_bytes"]);
     assert_eq!(a["tensor_growth"][0]["site"], leak[0]["id"]);
+    // The program never gives segments back, so at the device's peak they
+    // were torch's reserved peak; the rest of the device's memory is
+    // outside PyTorch's allocator (cuBLAS workspaces, module globals).
+    let d = &a["devices"][0];
+    let outside = d["outside_frameworks"]["bytes"].as_u64().unwrap();
+    assert_eq!(
+        outside + t["torch"]["reserved_bytes.all.peak"].as_u64().unwrap(),
+        d["peak_bytes"].as_u64().unwrap()
+    );
+    let via_cublas = d["outside_frameworks"]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            a["sites"][s["site"].as_u64().unwrap() as usize]["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().unwrap().starts_with("cublasCreate"))
+        })
+        .count();
+    assert!(via_cublas >= 1, "{}", d["outside_frameworks"]);
     // The summary says so in words.
     let dir = scratch("sample-torch-leak-report");
     let out = std::process::Command::new(gmem())
