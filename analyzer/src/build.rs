@@ -240,16 +240,22 @@ pub fn build(
             }
         });
         let mut blind_spots = Vec::new();
-        if has_cache_sites {
+        if has_framework {
+            blind_spots.push(
+                "PyTorch's caching allocator was seen from the inside: its tensors and the \
+                 fragmentation of each of its pools are shown with the framework allocators."
+                    .to_string(),
+            );
+        } else if has_cache_sites {
             blind_spots.push(
                 "A caching allocator (PyTorch's default, CuPy's pool or XLA's BFC) sub-allocates \
                  inside blocks the trace sees whole: how fragmented those blocks are is not visible. \
-                 With PyTorch, record with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync to see \
-                 tensor-level allocations and pool fragmentation."
+                 gmem-prof sees inside PyTorch's (2.1 or later) when it can attach to it; the \
+                 process's messages say why it could not."
                     .to_string(),
             );
         }
-        if regions.is_empty() {
+        if regions.is_empty() && !has_framework {
             blind_spots.push(
                 "No stream-ordered pool or VMM reservation was used on this device: there is no \
                  reserved region whose inside the trace sees, so no fragmentation figure."
