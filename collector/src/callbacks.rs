@@ -503,15 +503,16 @@ impl Collector {
             internal: crate::session::on_collector_thread(),
         };
         let wants_stack = func.allocates() || result != 0 || self.config.free_stacks;
-        if wants_stack {
-            let mut frames = [0u64; crate::stack::MAX_FRAMES];
-            let (n, truncated) = self.capture_stack(&mut frames);
-            self.sink.push_api(call, &frames[..n], truncated);
+        let mut frames = [0u64; crate::stack::MAX_FRAMES];
+        let (n, truncated) = if wants_stack {
+            self.capture_stack(&mut frames)
         } else {
-            self.sink.push_api(call, &[], false);
-        }
+            (0, false)
+        };
+        self.sink.push_api(call, &frames[..n], truncated);
         if func.allocates() {
-            self.torch.poll(self);
+            let caller = self.stacks.is_some().then_some(&frames[..n]);
+            self.torch.poll(self, caller);
         }
     }
 }

@@ -21,7 +21,6 @@ pub const DOMAIN_DRIVER_API: u32 = 1;
 pub const DOMAIN_RESOURCE: u32 = 3;
 pub const SITE_ENTER: u32 = 0;
 pub const SITE_EXIT: u32 = 1;
-pub const CBID_RESOURCE_CONTEXT_CREATED: u32 = 1;
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
 
 pub const KIND_DEVICE: u32 = 8;

@@ -176,18 +176,27 @@ pub fn list_modules() -> Vec<FoundModule> {
     v
 }
 
-/// Path and load bias of the loaded module whose file name is `name`.
-pub fn find_loaded(name: &str) -> Option<(String, u64)> {
+/// A loaded module found by name.
+pub struct Loaded {
+    pub path: String,
+    pub bias: u64,
+    /// Addresses its loadable segments are mapped at.
+    pub range: Range<u64>,
+}
+
+/// The loaded module whose file name is `name`.
+pub fn find_loaded(name: &str) -> Option<Loaded> {
     struct Search<'a> {
         name: &'a str,
-        found: Option<(String, u64)>,
+        found: Option<Loaded>,
     }
     unsafe extern "C" fn each(
         info: *mut libc::dl_phdr_info,
         _size: usize,
         data: *mut c_void,
     ) -> c_int {
-        // SAFETY: the loader passes a valid info; data is our &mut Search.
+        // SAFETY: the loader passes a valid info whose program headers stay
+        // valid for this call; data is our &mut Search.
         unsafe {
             let info = &*info;
             let search = &mut *(data as *mut Search);
@@ -196,7 +205,15 @@ pub fn find_loaded(name: &str) -> Option<(String, u64)> {
             }
             let path = CStr::from_ptr(info.dlpi_name).to_string_lossy();
             if path.rsplit('/').next() == Some(search.name) {
-                search.found = Some((path.into_owned(), info.dlpi_addr));
+                let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+                let loads = phdrs.iter().filter(|p| p.p_type == PT_LOAD);
+                let lo = loads.clone().map(|p| p.p_vaddr).min().unwrap_or(0);
+                let hi = loads.map(|p| p.p_vaddr + p.p_memsz).max().unwrap_or(0);
+                search.found = Some(Loaded {
+                    path: path.into_owned(),
+                    bias: info.dlpi_addr,
+                    range: info.dlpi_addr + lo..info.dlpi_addr + hi,
+                });
                 return 1;
             }
         }

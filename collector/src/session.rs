@@ -249,9 +249,6 @@ unsafe extern "C" fn on_api(
         {
             // Activity records of a context must be taken before it goes.
             c.flush_activity(0);
-        } else if domain == cupti::DOMAIN_RESOURCE && cbid == cupti::CBID_RESOURCE_CONTEXT_CREATED {
-            // PyTorch initializes its allocator before the first context.
-            c.torch.poll(c);
         }
     });
 }
@@ -325,13 +322,11 @@ impl Collector {
             self.cupti
                 .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
         }
-        for cbid in [
+        self.cupti.enable_callback(
+            sub,
+            cupti::DOMAIN_RESOURCE,
             cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-            cupti::CBID_RESOURCE_CONTEXT_CREATED,
-        ] {
-            self.cupti
-                .enable_callback(sub, cupti::DOMAIN_RESOURCE, cbid)?;
-        }
+        )?;
         self.cupti
             .register_buffers(activity::buffer_requested, activity::buffer_completed)?;
         self.cupti.activity_enable(cupti::KIND_MEMORY2)?;

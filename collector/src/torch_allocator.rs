@@ -265,9 +265,21 @@ enum Attempt {
 }
 
 impl TorchHook {
-    /// Tries to attach if that has not been settled yet. Cheap once settled,
-    /// and while libc10_cuda is not loaded (one loader query).
-    pub fn poll(&self, c: &Collector) {
+    /// Tries to attach if that has not been settled yet, from the exit of
+    /// an allocation call whose native stack is `caller` (`None` when stacks
+    /// are off). Cheap once settled, and while libc10_cuda is not loaded
+    /// (one loader query).
+    ///
+    /// With a stack, it attaches only from a call made by libc10_cuda
+    /// itself (the caching allocator obtaining a segment): then the
+    /// allocator's initialization is complete (its list of per-device
+    /// allocators is not being filled by another thread, which attaching
+    /// walks), and this thread holds no driver lock (the call returned), so
+    /// waiting for the other devices' allocator locks cannot deadlock; its
+    /// own device's lock, held up the stack, is recursive. The first
+    /// segment's own events come after the call returns: nothing is
+    /// missed.
+    pub fn poll(&self, c: &Collector, caller: Option<&[u64]>) {
         if self.state.load(Ordering::Acquire) != WAITING {
             return;
         }
@@ -279,10 +291,14 @@ impl TorchHook {
         if self.looked_at.load(Ordering::Relaxed) == changes {
             return;
         }
-        let Some((library, bias)) = modules::find_loaded(LIBRARY) else {
+        let Some(loaded) = modules::find_loaded(LIBRARY) else {
             self.looked_at.store(changes, Ordering::Relaxed);
             return;
         };
+        if caller.is_some_and(|frames| !frames.iter().any(|a| loaded.range.contains(a))) {
+            return;
+        }
+        let (library, bias) = (loaded.path, loaded.bias);
         // One thread attaches; the others go on.
         if self
             .state
@@ -302,8 +318,7 @@ impl TorchHook {
         };
         match attach(&library, bias) {
             Attempt::Later => {
-                // Try again at the next event (the allocator is initialized
-                // lazily, at the first CUDA use).
+                // Try again at the next allocation call.
                 self.state.store(WAITING, Ordering::Release);
             }
             Attempt::Attached { detail, pool_ids } => {

@@ -351,6 +351,31 @@ fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
     );
 }
 
+/// The collector attaches from a segment allocation of the caching
+/// allocator itself (then its initialization is complete and no driver
+/// lock is held), not from another CUDA allocation of the process.
+#[test]
+fn attaches_from_the_allocators_own_segment_allocation() {
+    let lib = fake_torch();
+    let dir = scratch("fake-torch-direct-first");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("torch_direct_first"), lib.as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let calls = of_type(&recs, "Api");
+    assert_eq!(calls.len(), 2, "the program's own 4 KiB, then the segment");
+    let attached = of_type(&recs, "Allocator")[0]["time"].as_u64().unwrap();
+    assert!(calls[0]["time"].as_u64().unwrap() < attached);
+    assert!(attached >= calls[1]["time"].as_u64().unwrap());
+    let events = of_type(&recs, "AllocatorEvent");
+    assert_eq!(events[0]["action"], 4, "the first segment is still seen");
+}
+
 /// --no-frameworks leaves the allocator alone.
 #[test]
 fn no_frameworks_leaves_the_allocator_alone() {

@@ -2,9 +2,10 @@
 fake CUDA (which injects the collector) and allocates through ctypes from
 known lines, marked with a `line:` comment, which the trace's Python frames must
 name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
-(driver allocations from nested functions and a thread) or `torch` (tensors
+(driver allocations from nested functions and a thread), `torch` (tensors
 from the stand-in caching allocator of fake_torch.cpp, whose library is
-argv[3])."""
+argv[3]) or `torch_direct_first` (the same after a CUDA allocation of its
+own)."""
 
 import ctypes
 import sys
@@ -37,13 +38,17 @@ def main():
     t.join()
 
 
-def torch(library):
+def torch(library, direct_first=False):
     c10 = ctypes.CDLL(library)
     c10.fake_torch_malloc.argtypes = [ctypes.c_size_t]
     c10.fake_torch_malloc.restype = ctypes.c_uint64
     c10.fake_torch_free.argtypes = [ctypes.c_uint64]
     c10.fake_torch_oom.argtypes = [ctypes.c_size_t] * 3
     c10.fake_torch_init()
+    if direct_first:
+        # A CUDA allocation that is not the caching allocator's: the
+        # collector must not attach from it.
+        allocate(4096)
 
     def tensor(n):
         return c10.fake_torch_malloc(n)  # line:tensor
@@ -58,5 +63,7 @@ def torch(library):
 
 if sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
+elif sys.argv[2:3] == ["torch_direct_first"]:
+    torch(sys.argv[3], direct_first=True)
 else:
     main()  # line:module
