@@ -10,7 +10,7 @@ use gmem_prof_analyzer::model::{Analysis, FrameworkOom, FrameworkView, SiteBytes
 
 use crate::charts::{framework_stem, Chart};
 use crate::format::{bytes, escape, time};
-use crate::html::{bytes_table, frames_details};
+use crate::html::{bytes_table, chart_html, frames_details, growth_table};
 use crate::text::peak_lines;
 
 fn tensor_link(a: &Analysis, id: u32) -> String {
@@ -86,7 +86,7 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         .iter()
         .filter(|c| c.name == format!("{stem}-memory.svg"))
     {
-        let _ = write!(out, "<figure>{}</figure>", c.svg);
+        out.push_str(&chart_html(c));
     }
     let _ = write!(
         out,
@@ -112,7 +112,7 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         .iter()
         .filter(|c| c.name == format!("{stem}-fragmentation.svg"))
     {
-        let _ = write!(out, "<figure>{}</figure>", c.svg);
+        out.push_str(&chart_html(c));
     }
     out.push_str("<p class=\"meta\">F = 1 − largest free block / free bytes inside the pool's segments. A block of one pool (small or large blocks, one stream, one private pool) never comes from another pool's segments, so each pool is judged on its own; the device's figure is the worst pool's.</p>");
     out.push_str("<table><tr><th>pool</th><th class=\"n\">segments at most</th><th class=\"n\">worst F</th><th class=\"n\">when</th><th class=\"n\">free then</th><th class=\"n\">largest free block then</th></tr>");
@@ -212,22 +212,13 @@ pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         out.push_str("<p>None: no tensor site's live bytes kept rising after the warm-up.</p>");
     } else {
         for c in charts.iter().filter(|c| c.name == "tensor-growth.svg") {
-            let _ = write!(out, "<figure>{}</figure>", c.svg);
+            out.push_str(&chart_html(c));
         }
-        out.push_str("<table><tr><th>where</th><th>pid</th><th class=\"n\">after warm-up</th><th class=\"n\">near the end</th><th class=\"n\">growth</th></tr>");
-        for g in &a.tensor_growth {
-            let _ = write!(
-                out,
-                "<tr><td>tensor site {}: {}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">+{}</td></tr>",
-                g.site,
-                tensor_link(a, g.site),
-                g.pid,
-                bytes(g.from_bytes),
-                bytes(g.to_bytes),
-                bytes(g.growth_bytes)
-            );
-        }
-        out.push_str("</table>");
+        out.push_str(&growth_table(
+            ("where", "tensor site"),
+            &a.tensor_growth,
+            |id| tensor_link(a, id),
+        ));
     }
     out.push_str("<h3 id=\"tensor-sites\">Tensor sites</h3><p class=\"meta\">Grouped by the innermost frame of the program's own code (Python files outside site-packages and the standard library; see <code>gmem-prof report --help</code>), or by the PyTorch operator or backward node for tensors made on threads that run no Python. Click one for the full stack of its first tensor.</p>");
     out.push_str("<table><tr><th>#</th><th>where</th><th class=\"n\">at the allocated peak</th><th class=\"n\">max live</th><th class=\"n\">total</th><th class=\"n\">tensors</th><th class=\"n\">temporaries</th><th class=\"n\">live at exit</th></tr>");

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, Site, SiteBytes};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, Growth, Site, SiteBytes};
 
 use crate::charts::{self, Chart};
 use crate::format::{bytes, escape, percent, time};
@@ -73,6 +73,34 @@ pub(crate) fn frames_details(label: &str, frames: &[FrameText], truncated: bool)
     out
 }
 
+/// A table of sites that kept growing after the warm-up: `names` gives the
+/// header of the site column and the noun before each site's number.
+pub(crate) fn growth_table(
+    names: (&str, &str),
+    rows: &[Growth],
+    link: impl Fn(u32) -> String,
+) -> String {
+    let mut out = format!(
+        "<table><tr><th>{}</th><th>pid</th><th class=\"n\">after warm-up</th><th class=\"n\">near the end</th><th class=\"n\">growth</th></tr>",
+        names.0
+    );
+    for g in rows {
+        let _ = write!(
+            out,
+            "<tr><td>{} {}: {}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">+{}</td></tr>",
+            names.1,
+            g.site,
+            link(g.site),
+            g.pid,
+            bytes(g.from_bytes),
+            bytes(g.to_bytes),
+            bytes(g.growth_bytes)
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
 fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
     bytes_table(("site", "allocations"), rows, whole, limit, |id| {
         site_link(a, id)
@@ -113,7 +141,7 @@ pub(crate) fn bytes_table(
     out
 }
 
-fn chart_html(c: &Chart) -> String {
+pub(crate) fn chart_html(c: &Chart) -> String {
     format!("<figure>{}</figure>", c.svg)
 }
 
@@ -311,20 +339,9 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         for c in charts.iter().filter(|c| c.name == "growth.svg") {
             out.push_str(&chart_html(c));
         }
-        out.push_str("<table><tr><th>site</th><th>pid</th><th class=\"n\">after warm-up</th><th class=\"n\">near the end</th><th class=\"n\">growth</th></tr>");
-        for g in &a.growth {
-            let _ = write!(
-                out,
-                "<tr><td>site {}: {}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">+{}</td></tr>",
-                g.site,
-                site_link(a, g.site),
-                g.pid,
-                bytes(g.from_bytes),
-                bytes(g.to_bytes),
-                bytes(g.growth_bytes)
-            );
-        }
-        out.push_str("</table>");
+        out.push_str(&growth_table(("site", "site"), &a.growth, |id| {
+            site_link(a, id)
+        }));
     }
 }
 
