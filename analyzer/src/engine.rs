@@ -406,6 +406,33 @@ fn close_failures(
     });
 }
 
+/// A site's figures that say what it holds now: driver sites here, tensor
+/// sites in `framework`.
+pub trait HoldsMemory {
+    /// (live bytes, live allocations).
+    fn held(&self) -> (u64, u64);
+}
+
+impl HoldsMemory for SiteStats {
+    fn held(&self) -> (u64, u64) {
+        (self.live, self.live_count)
+    }
+}
+
+/// (site, bytes, count) of each of `ids` that holds memory now: what a
+/// peak's or a failed request's breakdown by site is made of.
+pub fn sites_holding<'a, S: HoldsMemory>(
+    ids: &'a [u32],
+    sites: &'a [S],
+) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
+    ids.iter()
+        .map(|&i| {
+            let (bytes, count) = sites[i as usize].held();
+            (i, bytes, count)
+        })
+        .filter(|&(_, bytes, _)| bytes > 0)
+}
+
 /// Sets `peak_sites` to (site, bytes, count) of every site holding memory
 /// on the device now.
 fn live_sites(dev: &mut DeviceState, sites: &[SiteStats]) {
@@ -413,12 +440,7 @@ fn live_sites(dev: &mut DeviceState, sites: &[SiteStats]) {
     // new peak thousands of times, and a new vector each time was grown
     // from nothing.
     dev.peak_sites.clear();
-    dev.peak_sites.extend(
-        dev.sites
-            .iter()
-            .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
-            .filter(|&(_, b, _)| b > 0),
-    );
+    dev.peak_sites.extend(sites_holding(&dev.sites, sites));
 }
 
 pub struct StreamState {
@@ -1105,18 +1127,8 @@ impl Engine {
         });
         self.sites[site as usize].failed += 1;
         let dev = self.devices.get_or_insert(device);
-        let mut live_by_site: Vec<(u32, u64, u64)> = dev
-            .sites
-            .iter()
-            .map(|&i| {
-                (
-                    i,
-                    self.sites[i as usize].live,
-                    self.sites[i as usize].live_count,
-                )
-            })
-            .filter(|&(_, b, _)| b > 0)
-            .collect();
+        let mut live_by_site: Vec<(u32, u64, u64)> =
+            sites_holding(&dev.sites, &self.sites).collect();
         live_by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let device_live = dev.live;
         let largest_free = self.regions.device_extents(device).map(|e| e.largest);

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::AllocatorAction;
 
-use crate::engine::FastMap;
+use crate::engine::{sites_holding, FastMap, HoldsMemory};
 use crate::input::AllocatorEv;
 use crate::timeline::{Axis, Curve, Samples};
 
@@ -178,6 +178,12 @@ pub struct TensorSiteStats {
     pub curve: Curve,
     /// Live bytes against the process's tensor allocation count.
     pub count_curve: Curve,
+}
+
+impl HoldsMemory for TensorSiteStats {
+    fn held(&self) -> (u64, u64) {
+        (self.live, self.live_count)
+    }
 }
 
 /// One pool's fragmentation at one instant.
@@ -682,18 +688,7 @@ impl FrameworkState {
                         free: a.free + b.free,
                         largest: a.largest.max(b.largest),
                     });
-                let live_by_site = dev
-                    .sites
-                    .iter()
-                    .map(|&i| {
-                        (
-                            i,
-                            self.sites[i as usize].live,
-                            self.sites[i as usize].live_count,
-                        )
-                    })
-                    .filter(|&(_, b, _)| b > 0)
-                    .collect();
+                let live_by_site = sites_holding(&dev.sites, &self.sites).collect();
                 self.ooms.push(FrameworkOomRaw {
                     time: t,
                     device: ev.device,
@@ -790,12 +785,7 @@ fn settle_peak(dev: &mut DeviceView, sites: &[TensorSiteStats]) {
     }
     dev.peak_dirty = false;
     dev.peak_sites.clear();
-    dev.peak_sites.extend(
-        dev.sites
-            .iter()
-            .map(|&i| (i, sites[i as usize].live, sites[i as usize].live_count))
-            .filter(|&(_, b, _)| b > 0),
-    );
+    dev.peak_sites.extend(sites_holding(&dev.sites, sites));
 }
 
 /// Whether driver allocations (or VMM mappings, page by page) back
