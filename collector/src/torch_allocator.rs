@@ -26,8 +26,10 @@
 //! tracker takes no Python lock and makes no CUDA call.
 
 use std::ffi::c_int;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 use gmem_prof_traces::record::{
     allocator, AllocatorAction, AllocatorEvent, AllocatorInfo, Bytes, Nanos,
@@ -49,9 +51,12 @@ const DONE: u8 = 2;
 /// Attaching, tried at CUDA events until it succeeds or cannot.
 pub struct TorchHook {
     state: AtomicU8,
-    /// The loader's change count when libc10_cuda was last looked for and
-    /// missing: no need to look again until it changes.
-    looked_at: AtomicU64,
+    /// Where libc10_cuda was mapped (None: not loaded) at a loader change
+    /// count: the loader's list is walked again only when it changes, not
+    /// at every allocation call before the allocator's first segment (a
+    /// program that imports torch but allocates through something else
+    /// would otherwise walk it on every call).
+    looked_at: Mutex<Option<(u64, Option<Range<u64>>)>>,
     /// Events recorded, and the time spent recording them (stacks
     /// included), for the trace's notes.
     pub events: AtomicU64,
@@ -62,7 +67,7 @@ impl Default for TorchHook {
     fn default() -> Self {
         TorchHook {
             state: AtomicU8::new(WAITING),
-            looked_at: AtomicU64::new(u64::MAX),
+            looked_at: Mutex::new(None),
             events: AtomicU64::new(0),
             nanos: AtomicU64::new(0),
         }
@@ -287,18 +292,12 @@ impl TorchHook {
             self.state.store(DONE, Ordering::Release);
             return;
         }
-        let changes = modules::loader_changes();
-        if self.looked_at.load(Ordering::Relaxed) == changes {
-            return;
-        }
-        let Some(loaded) = modules::find_loaded(LIBRARY) else {
-            self.looked_at.store(changes, Ordering::Relaxed);
+        let Some(range) = self.library_range() else {
             return;
         };
-        if caller.is_some_and(|frames| !frames.iter().any(|a| loaded.range.contains(a))) {
+        if caller.is_some_and(|frames| !frames.iter().any(|a| range.contains(a))) {
             return;
         }
-        let (library, bias) = (loaded.path, loaded.bias);
         // One thread attaches; the others go on.
         if self
             .state
@@ -307,6 +306,12 @@ impl TorchHook {
         {
             return;
         }
+        let Some(loaded) = modules::find_loaded(LIBRARY) else {
+            // Unloaded in between: wait for it to come back.
+            self.state.store(WAITING, Ordering::Release);
+            return;
+        };
+        let (library, bias) = (loaded.path, loaded.bias);
         let settings = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
         let info = |attached: bool, detail: String| AllocatorInfo {
             time: Nanos(c.clock.now()),
@@ -331,6 +336,26 @@ impl TorchHook {
                 c.report(1, format!("PyTorch's caching allocator: {why}"));
             }
         }
+    }
+}
+
+impl TorchHook {
+    /// Where libc10_cuda is mapped now, from the cache while the loader's
+    /// list is unchanged. A thread that finds the cache busy walks the list
+    /// itself rather than wait.
+    fn library_range(&self) -> Option<Range<u64>> {
+        let changes = modules::loader_changes();
+        let mut cache = self.looked_at.try_lock().ok();
+        if let Some(Some((at, range))) = cache.as_deref() {
+            if *at == changes {
+                return range.clone();
+            }
+        }
+        let range = modules::find_loaded(LIBRARY).map(|l| l.range);
+        if let Some(cache) = cache.as_deref_mut() {
+            *cache = Some((changes, range.clone()));
+        }
+        range
     }
 }
 
