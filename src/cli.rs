@@ -190,7 +190,8 @@ pub struct ReportArgs {
     max_fragmentation and max_ooms (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
-    its figure and the sites responsible), 2 bad input or no budget given.")]
+    its figure and the sites responsible), 2 bad input, no budget given, or part of the \
+    run not profiled (see --allow-unprofiled).")]
 pub struct CheckArgs {
     /// Traces (each a file, or a directory of per-process files of one run);
     /// every budget is checked on each.
@@ -225,8 +226,15 @@ pub struct CheckArgs {
     /// holds is not counted).
     #[arg(long, value_name = "SIZE")]
     pub max_leaked: Option<crate::check::budget::ByteSize>,
-    /// Growth allowed for any one site after the warm-up (CUDA allocation
-    /// sites and tensor sites).
+    /// Growth allowed for any one site (CUDA allocation sites and tensor
+    /// sites). A site grows when its live bytes keep rising through the
+    /// steady part of its process's run (from 20% to 95% of its
+    /// allocations: the lowest level of each quarter and the level at 95%
+    /// never fall and end at least 1 MiB higher) and are still held when
+    /// the process ends, or rise as one allocation among its loop's others
+    /// (a Python program frees its objects at shutdown, after the run).
+    /// Memory filled and then released is a peak, not growth; so is a
+    /// sawtooth. The figure is the rise from 20% to 95%.
     #[arg(long, value_name = "SIZE")]
     pub max_growth: Option<crate::check::budget::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,
@@ -238,6 +246,13 @@ pub struct CheckArgs {
     /// allocator raised, counted once).
     #[arg(long, value_name = "N")]
     pub max_ooms: Option<u64>,
+    /// Check the budgets even when part of the run was not profiled. By
+    /// default such a run fails with exit code 2: a process the collector
+    /// could not profile (another CUPTI client held CUPTI, no usable
+    /// CUPTI), one whose records were dropped, or one cut short (killed,
+    /// crashed) shows less than it used, so every budget would pass on it.
+    #[arg(long)]
+    pub allow_unprofiled: bool,
     #[command(flatten)]
     pub code: CodeArgs,
 }

@@ -107,11 +107,11 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         d.new.leaked_bytes,
     );
     if above.is_empty() {
-        println!("gmem-prof diff: no change above +{}%", limit.0);
+        crate::out(format_args!("gmem-prof diff: no change above +{}%\n", limit.0))?;
         Ok(0)
     } else {
         for line in &above {
-            println!("above threshold: {line}");
+            crate::out(format_args!("above threshold: {line}\n"))?;
         }
         Ok(EXIT_ABOVE_THRESHOLD)
     }

@@ -33,7 +33,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
     std::fs::rename(&tmp, &out)
         .with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
     if !a.quiet {
-        println!("{}: {summary}", out.display());
+        crate::out(format_args!("{}: {summary}\n", out.display()))?;
     }
     Ok(())
 }

@@ -14,6 +14,8 @@ mod record;
 mod report;
 mod symbols;
 
+use std::io::Write;
+
 use clap::Parser;
 
 /// Exit code when gmem-prof itself fails or the input is bad.
@@ -32,9 +34,28 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // A reader that stopped reading (`| head`, `| less` quit early) is
+        // not an error: end quietly, as other command-line tools do.
+        Err(e) if is_broken_pipe(&e) => std::process::exit(0),
         Err(e) => {
             eprintln!("gmem-prof: {e:#}");
             std::process::exit(EXIT_FAILURE);
         }
     }
+}
+
+/// Whether an error comes from writing to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes `text` to stdout; unlike `print!`, a closed pipe is an error the
+/// caller returns (and `main` ends quietly on), not a panic.
+pub fn out(text: std::fmt::Arguments) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(text)?;
+    stdout.flush()
 }

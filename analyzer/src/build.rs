@@ -8,31 +8,43 @@ use crate::model::*;
 use crate::{framework_view, input, sites, timeline, AnalyzeError, Options};
 use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 
-/// Whether a site's live bytes keep rising after the warm-up: judged
-/// against its process's allocation count (`count_curve` over
+/// Whether a site grows: its live bytes keep rising through the steady
+/// part of its process's run and are still held when the run ends. Judged
+/// against the process's allocation count (`count_curve` over
 /// `count_axis`, `allocations` in all), not time, since programs spend
 /// their start-up allocating little and a loop's leak shows as a rise per
-/// allocation. With `share` (the site's allocations, the process's), the
-/// site must also make at most half of the allocations: a leak in a loop
-/// keeps one allocation of each step among the step's others, while memory
-/// filled in one go (and freed or not later) is a peak, not growth.
-/// Returns (bytes at the end of the warm-up, bytes near the end, the site's
-/// curve over time) for a growing site.
+/// allocation.
+///
+/// The steady part (from `WARM_UP` to `JUDGED_UNTIL` of the allocations) is
+/// cut in four quarters; the *floor* of each is the least the site held in
+/// it. The site's bytes rise when the floors and the level at the end of
+/// the steady part never fall, rise at least three times of four, and end
+/// at least `GROWTH_MIN_BYTES` higher. A sawtooth does not rise (its floors
+/// stay down), nor does a warm-up followed by a flat run.
+///
+/// A rising site grows when at least half of the rise is still held when
+/// its process ends (`held_at_end`: killed, failed, or exited without
+/// freeing), or when it is one allocation among the loop's others (`share`:
+/// the site's allocations, the process's: at most half): a Python program's
+/// objects are freed when the interpreter shuts down, after the run. A site
+/// that makes most of the allocations, rises, and is freed before the end
+/// filled memory and released it: a peak, not growth.
+///
+/// Returns (bytes at the start of the steady part, bytes at its end, the
+/// site's curve over time) for a growing site.
 #[allow(clippy::too_many_arguments)]
 pub fn judge_growth(
     curve: &mut timeline::Curve,
     count_curve: &mut timeline::Curve,
     max_live: u64,
+    held_at_end: u64,
     count_axis: &timeline::Axis,
     allocations: u64,
     axis: &timeline::Axis,
     buckets: usize,
-    share: Option<(u64, u64)>,
+    share: (u64, u64),
 ) -> Option<(u64, u64, Vec<u64>)> {
     if max_live < GROWTH_MIN_BYTES || allocations == 0 {
-        return None;
-    }
-    if share.is_some_and(|(site, all)| site * 2 > all) {
         return None;
     }
     let count_buckets = count_axis.buckets();
@@ -41,21 +53,37 @@ pub fn judge_growth(
         .iter()
         .map(|p| p.last)
         .collect();
-    let bucket_at = |share: f64| {
-        let c = (allocations as f64 * share) as u64;
-        (c / count_axis.width).min(count_buckets as u64 - 1) as usize
-    };
-    let marks: Vec<u64> = (0..=4)
-        .map(|q| by_count[bucket_at(WARM_UP + (JUDGED_UNTIL - WARM_UP) * f64::from(q) / 4.0)])
-        .collect();
-    let rising = marks.windows(2).all(|w| w[1] >= w[0])
-        && marks.windows(2).filter(|w| w[1] > w[0]).count() >= 3;
-    let (from, to) = (marks[0], marks[4]);
-    if !(rising && to >= from + GROWTH_MIN_BYTES) {
+    let (from, to) = steady_rise(&by_count, allocations, count_axis.width)?;
+    let held = held_at_end >= from + (to - from) / 2;
+    let among_others = share.0 * 2 <= share.1;
+    if !(held || among_others) {
         return None;
     }
     let curve = curve.finish(axis, buckets).iter().map(|p| p.last).collect();
     Some((from, to, curve))
+}
+
+/// The rise of a curve of live bytes by allocation count (`by_count`, one
+/// value per bucket of `width` allocations) through the steady part, as
+/// (start, end), when it rises as `judge_growth` says.
+pub fn steady_rise(by_count: &[u64], allocations: u64, width: u64) -> Option<(u64, u64)> {
+    let last = by_count.len().checked_sub(1)?;
+    let bucket_at = |share: f64| {
+        let c = (allocations as f64 * share) as u64;
+        (c / width.max(1)).min(last as u64) as usize
+    };
+    let quarter = |q: usize| WARM_UP + (JUDGED_UNTIL - WARM_UP) * q as f64 / 4.0;
+    let mut levels: Vec<u64> = (0..4)
+        .map(|q| {
+            let (a, b) = (bucket_at(quarter(q)), bucket_at(quarter(q + 1)));
+            by_count[a..=b.max(a)].iter().copied().min().unwrap_or(0)
+        })
+        .collect();
+    levels.push(by_count[bucket_at(JUDGED_UNTIL)]);
+    let rising = levels.windows(2).all(|w| w[1] >= w[0])
+        && levels.windows(2).filter(|w| w[1] > w[0]).count() >= 3;
+    let (from, to) = (levels[0], levels[4]);
+    (rising && to >= from + GROWTH_MIN_BYTES).then_some((from, to))
 }
 
 /// (raw site, bytes, count) rows summed by final site id, largest first.
@@ -330,11 +358,12 @@ pub fn build(
             &mut s.curve,
             &mut s.count_curve,
             s.max_live,
+            s.at_exit,
             &st.count_axis,
             st.allocations,
             &axis,
             buckets,
-            None,
+            (s.count, st.allocations),
         );
         if let Some((from, to, curve)) = judged {
             growth.push(Growth {
@@ -509,6 +538,26 @@ fn process_reports(
                     .into(),
             );
         }
+        let dropped_records = st.defs.dropped.0 + st.defs.dropped.1;
+        let mut not_profiled: Vec<String> = st
+            .defs
+            .messages
+            .iter()
+            .filter(|(level, _)| *level >= 2)
+            .map(|(_, text)| format!("the collector did not profile all of it: {text}"))
+            .collect();
+        if dropped_records > 0 {
+            not_profiled.push(format!(
+                "{dropped_records} records were dropped (buffers full): its figures are short of them"
+            ));
+        }
+        if st.ended.is_none() {
+            not_profiled.push(
+                "it was cut short (killed, crashed, or still running when the trace was \
+                 written): what it did after the collector's last flush is missing"
+                    .into(),
+            );
+        }
         out.push(ProcessReport {
             pid: p.pid,
             ppid: p.ppid,
@@ -528,8 +577,9 @@ fn process_reports(
             live,
             at_exit,
             allocator_view: view.into(),
-            dropped_records: st.defs.dropped.0 + st.defs.dropped.1,
+            dropped_records,
             messages,
+            not_profiled,
         });
     }
     out

@@ -307,11 +307,12 @@ pub fn views(
                 &mut s.curve,
                 &mut s.count_curve,
                 s.max_live,
+                s.at_exit,
                 &fw.count_axis,
                 fw.allocations,
                 axis,
                 buckets,
-                Some((s.count, fw.allocations)),
+                (s.count, fw.allocations),
             );
             if let Some((from, to, curve)) = judged {
                 tensor_growth.push(Growth {

@@ -56,6 +56,25 @@ impl Analysis {
         v
     }
 
+    /// Every reason a part of the run was not profiled, as "pid N (program):
+    /// reason", in process order; empty when everything was.
+    pub fn not_profiled(&self) -> Vec<String> {
+        self.processes
+            .iter()
+            .flat_map(|p| {
+                let program = p
+                    .exe
+                    .rsplit('/')
+                    .next()
+                    .filter(|e| !e.is_empty())
+                    .unwrap_or("?");
+                p.not_profiled
+                    .iter()
+                    .map(move |r| format!("pid {} ({program}): {r}", p.pid))
+            })
+            .collect()
+    }
+
     /// Bytes never freed, over every process.
     pub fn leaked_bytes(&self) -> u64 {
         self.processes.iter().map(|p| p.at_exit.leaked_bytes).sum()
@@ -262,6 +281,14 @@ pub struct ProcessReport {
     pub allocator_view: String,
     pub dropped_records: u64,
     pub messages: Vec<String>,
+    /// Why this process's record is incomplete, one reason per line: the
+    /// collector did not profile it (another CUPTI client, CUPTI missing or
+    /// of another version, an internal error), records were dropped, or it
+    /// was cut short (killed, crashed, or still running when the trace was
+    /// written). Empty when it was profiled from start to end. `check`
+    /// fails on any of these unless told they are acceptable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_profiled: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

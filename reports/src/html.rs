@@ -447,6 +447,19 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         a.input.api_calls,
         a.input.kernels
     );
+    // A run not wholly profiled says so before anything else: its figures
+    // are short of what the program used.
+    let missing = a.not_profiled();
+    if !missing.is_empty() {
+        out.push_str(
+            "<div class=\"warn\"><b>Part of this run was not profiled: the figures below are \
+             short of what the program used.</b><ul>",
+        );
+        for m in &missing {
+            let _ = write!(out, "<li>{}</li>", escape(m));
+        }
+        out.push_str("</ul></div>");
+    }
     for warning in &a.input.warnings {
         let _ = write!(out, "<p class=\"warn\">{}</p>", escape(warning));
     }

@@ -53,6 +53,18 @@ pub(crate) fn peak_lines(
 
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
+    // First: a run not wholly profiled shows less than it used.
+    let missing = a.not_profiled();
+    if !missing.is_empty() {
+        writeln!(
+            w,
+            "NOT PROFILED: part of this run is missing from the trace, so every figure below is short of what it used:"
+        )?;
+        for m in &missing {
+            writeln!(w, "  {m}")?;
+        }
+        writeln!(w)?;
+    }
     writeln!(
         w,
         "{} process{}, {} device{}, {} events over {}",

@@ -21,6 +21,11 @@ use budget::{Budgets, Limits};
 
 /// Exit code when a budget is exceeded.
 pub const EXIT_OVER_BUDGET: i32 = 1;
+/// Exit code when part of a run was not profiled (and that was not allowed):
+/// its figures cannot be trusted either way.
+pub const EXIT_NOT_PROFILED: i32 = 2;
+/// The outcome that says whether every process was profiled.
+const PROFILED: &str = "profiled";
 /// Sites named under a broken budget.
 const SITES_SHOWN: usize = 5;
 
@@ -54,7 +59,8 @@ impl Serialize for Figure {
 pub struct Outcome {
     /// The run (trace) it was checked on.
     pub run: String,
-    /// "max_peak", "max_leaked", "max_growth", "max_fragmentation", "max_ooms".
+    /// "max_peak", "max_leaked", "max_growth", "max_fragmentation", "max_ooms",
+    /// … or "profiled" (present only when a process was not profiled).
     pub budget: &'static str,
     /// "run", "device 0", "process 1234 (train.py)".
     pub target: String,
@@ -111,15 +117,17 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     }
     let mut outcomes = Vec::new();
     for r in &runs {
-        let (o, warnings) = evaluate(r, &budgets);
+        let (o, warnings) = evaluate(r, &budgets, a.allow_unprofiled);
         for w in warnings {
             eprintln!("gmem-prof: warning: {}: {w}", r.name);
         }
         outcomes.extend(o);
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
+    let not_profiled = outcomes
+        .iter()
+        .any(|o| o.budget == PROFILED && !o.passed);
 
-    print!("{}", outputs::text(&outcomes, runs.len() > 1));
     let write = |path: &Option<PathBuf>, data: String| -> Result<()> {
         if let Some(p) = path {
             std::fs::write(p, data).with_context(|| format!("cannot write {}", p.display()))?;
@@ -129,27 +137,60 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     write(&a.json, outputs::json(&runs, &outcomes)?)?;
     write(&a.markdown, outputs::markdown(&runs, &outcomes))?;
     write(&a.junit, outputs::junit(&outcomes))?;
-    if failed == 0 {
-        println!(
-            "gmem-prof check: every budget holds ({} checked)",
+    // Printed after the files are written: a closed stdout (`| head`)
+    // ends the command early but must not cost CI its files.
+    crate::out(format_args!("{}", outputs::text(&outcomes, runs.len() > 1)))?;
+    if not_profiled {
+        crate::out(format_args!(
+            "gmem-prof check: part of the run was not profiled, so its budgets prove nothing \
+             (above: why); pass --allow-unprofiled if that is acceptable\n"
+        ))?;
+        Ok(EXIT_NOT_PROFILED)
+    } else if failed == 0 {
+        crate::out(format_args!(
+            "gmem-prof check: every budget holds ({} checked)\n",
             outcomes.len()
-        );
+        ))?;
         Ok(0)
     } else {
-        println!(
-            "gmem-prof check: {failed} of {} budget(s) exceeded",
+        crate::out(format_args!(
+            "gmem-prof check: {failed} of {} budget(s) exceeded\n",
             outcomes.len()
-        );
+        ))?;
         Ok(EXIT_OVER_BUDGET)
     }
 }
 
 /// Applies every budget to one run. Also returns warnings (a budget for a
-/// device or process the run does not have).
-pub fn evaluate(r: &Run, b: &Budgets) -> (Vec<Outcome>, Vec<String>) {
+/// device or process the run does not have). A run with a process that was
+/// not profiled gets a first outcome, "profiled", that fails unless
+/// `allow_unprofiled`.
+pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, Vec<String>) {
     let a = &r.analysis;
     let mut out = Vec::new();
     let mut warnings = Vec::new();
+    let missing = a.not_profiled();
+    if !missing.is_empty() {
+        out.push(Outcome {
+            run: r.name.clone(),
+            budget: PROFILED,
+            target: "run".into(),
+            unit: Unit::Count,
+            figure: Figure(missing.len() as f64),
+            limit: Figure(if allow_unprofiled { missing.len() as f64 } else { 0.0 }),
+            passed: allow_unprofiled,
+            summary: format!(
+                "not profiled: {} part(s) of the run are missing from the trace{}",
+                missing.len(),
+                if allow_unprofiled {
+                    " (allowed by --allow-unprofiled)"
+                } else {
+                    ""
+                }
+            ),
+            details: missing,
+        });
+    }
     let outcome =
         |budget, target: String, unit, figure: f64, limit: f64, summary, details| Outcome {
             run: r.name.clone(),

@@ -33,7 +33,9 @@ pub fn text(outcomes: &[Outcome], several_runs: bool) -> String {
         }
     };
     for o in outcomes.iter().filter(|o| !o.passed) {
-        let _ = writeln!(out, "over budget: {}{}", run(o), o.summary);
+        // The "profiled" outcome's summary says what it is.
+        let over = if o.budget == super::PROFILED { "" } else { "over budget: " };
+        let _ = writeln!(out, "{over}{}{}", run(o), o.summary);
         for d in &o.details {
             let _ = writeln!(out, "    {d}");
         }

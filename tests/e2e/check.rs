@@ -81,6 +81,39 @@ fn growth_budget_catches_the_leaking_loop_only() {
             .code(),
         Some(0)
     );
+    // oom.cu fills the device with 8 × 16 GiB, then frees them all: a
+    // peak, not growth (this read +96 GiB of growth before the growth
+    // rule asked that memory be still held at the end).
+    let o = check("oom.bin", &["--max-growth", "64MiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    // killed.cu allocates 1 MiB per step until it is killed, holding all.
+    let o = check("killed.bin", &["--max-growth", "64MiB", "--allow-unprofiled"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("alloc_forever_step at killed.cu:15"), "{}", out(&o));
+}
+
+#[test]
+fn a_run_not_profiled_fails_with_exit_2_unless_allowed() {
+    // cupti_client.cu held CUPTI itself: the collector recorded nothing,
+    // and every budget used to hold on it.
+    let budgets = ["--max-peak", "1GiB", "--max-leaked", "0", "--max-ooms", "0"];
+    let o = check("cupti_client.bin", &budgets);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    let text = out(&o);
+    assert!(text.starts_with("not profiled: 1 part(s)"), "{text}");
+    assert!(text.contains("another CUPTI client"), "{text}");
+    assert!(text.contains("--allow-unprofiled"), "{text}");
+    let mut allowed = budgets.to_vec();
+    allowed.push("--allow-unprofiled");
+    let o = check("cupti_client.bin", &allowed);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    // killed.cu was killed with SIGKILL: cut short.
+    let o = check("killed.bin", &["--max-ooms", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert!(out(&o).contains("pid 978 (killed): it was cut short"), "{}", out(&o));
+    // A run profiled from start to end has no such line.
+    let o = check("kinds.bin", &["--max-ooms", "0"]);
+    assert!(!out(&o).contains("not profiled"), "{}", out(&o));
 }
 
 #[test]

@@ -182,3 +182,42 @@ fn directories_of_per_process_files_are_read_like_files() {
     // exist: frames stay unresolved (module+offset), the merge still works.
     assert!(stderr(&out).contains("stay unresolved"), "{}", stderr(&out));
 }
+
+/// `gmem-prof … | head`: a reader that stops reading ends every command
+/// quietly with exit 0 (dump used to end with "Broken pipe" and exit 2).
+#[test]
+fn a_closed_pipe_on_stdout_ends_every_command_quietly() {
+    let dir = scratch("closed-pipe");
+    let leak = sample("torch_leak.bin");
+    let grown = sample("torch_growth_leak.bin");
+    let json = dir.join("a.json");
+    let html = dir.join("report");
+    let commands: Vec<Vec<&std::ffi::OsStr>> = vec![
+        vec!["dump".as_ref(), leak.as_os_str()],
+        vec!["report".as_ref(), leak.as_os_str(), "-o".as_ref(), html.as_os_str()],
+        vec!["check".as_ref(), leak.as_os_str(), "--max-ooms".as_ref(), "0".as_ref()],
+        vec!["diff".as_ref(), leak.as_os_str(), grown.as_os_str()],
+        vec![
+            "export".as_ref(),
+            leak.as_os_str(),
+            "--format".as_ref(),
+            "json".as_ref(),
+            "-o".as_ref(),
+            json.as_os_str(),
+        ],
+    ];
+    for args in commands {
+        let mut child = Command::new(gmem())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the reading end before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}

@@ -48,6 +48,23 @@ fn report_writes_html_json_and_charts_and_prints_the_answers() {
     assert!(html.contains("<svg"), "charts inline");
 }
 
+#[test]
+fn a_run_not_profiled_says_so_first() {
+    // cupti_client.cu held CUPTI itself; the summary used to begin with
+    // "leaks: none / out of memory: never" and say why only in the HTML.
+    let dir = scratch("report-unprofiled");
+    let o = report(&[&sample("cupti_client.bin")], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("NOT PROFILED: "), "{text}");
+    assert!(text.contains("pid 944 (cupti_client): the collector did not profile"), "{text}");
+    let html = std::fs::read_to_string(dir.join("cupti_client.html")).unwrap();
+    let first = html.find("Part of this run was not profiled").expect("said in the HTML");
+    assert!(first < html.find("class=\"answers\"").unwrap(), "before the answers");
+    let o = report(&[&sample("kinds.bin")], &dir);
+    assert!(!stdout(&o).contains("NOT PROFILED"));
+}
+
 /// Golden report files of a real trace. Re-bless with GMEM_PROF_BLESS=1
 /// (and review the diff).
 #[test]

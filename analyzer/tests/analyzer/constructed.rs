@@ -1,5 +1,8 @@
 //! Patterns whose answers are known exactly.
 
+use gmem_prof_traces::record::{ApiCall, ApiFunc, Bytes, Frame, Nanos, ProcessEnd, StackDef, StackId};
+use gmem_prof_traces::Record;
+
 use crate::util::*;
 
 const POOL: u64 = 0xA000_0000;
@@ -69,4 +72,121 @@ fn peak_is_the_highest_sum_and_leaks_are_what_is_left() {
     );
     assert_eq!(p.allocations, 4);
     assert_eq!(p.frees, 2);
+}
+
+/// A program of steps, written as its allocation calls: each step, in
+/// order, is a list of (site, bytes, freed within the step). Sites 1..=3
+/// have stacks of their own; temporaries are freed at the step's end. `end_free` frees what is still live after the
+/// last step (an interpreter's shutdown, or the program's own clean-up);
+/// `ended` writes the process's end record.
+fn steps_trace(steps: &[Vec<(u32, u64, bool)>], end_free: bool, ended: bool) -> Vec<u8> {
+    let mut records: Vec<Record> = (1..=3)
+        .map(|s| {
+            Record::Stack(StackDef {
+                id: StackId(s),
+                frames: vec![Frame::Native(0x40_0000 + u64::from(s) * 0x100)],
+                truncated: false,
+            })
+        })
+        .collect();
+    let (mut t, mut corr, mut next) = (1_000_000u64, 0u32, BASE);
+    let mut live = Vec::new();
+    for step in steps {
+        let mut freed = Vec::new();
+        for &(site, bytes, temporary) in step {
+            t += 1000;
+            corr += 1;
+            records.push(Record::Api(ApiCall {
+                time: Nanos(t + 500),
+                duration: Nanos(500),
+                tid: 7,
+                func: ApiFunc::MEM_ALLOC,
+                correlation: corr,
+                bytes: Bytes(bytes),
+                address: next,
+                stack: StackId(site),
+                ..Default::default()
+            }));
+            let mut m = mem(t + 100, true, next, bytes, None);
+            if let Record::Memory(e) = &mut m {
+                e.correlation = corr;
+            }
+            records.push(m);
+            if temporary { freed.push((next, bytes)) } else { live.push((next, bytes)) }
+            next += bytes.next_multiple_of(MIB);
+        }
+        for (address, bytes) in freed {
+            t += 1000;
+            records.push(mem(t, false, address, bytes, None));
+        }
+    }
+    if end_free {
+        for (address, bytes) in live.drain(..) {
+            t += 1000;
+            records.push(mem(t, false, address, bytes, None));
+        }
+    }
+    if ended {
+        records.push(Record::ProcessEnd(ProcessEnd { time: Nanos(t + 1000) }));
+    }
+    trace(&records)
+}
+
+/// Bytes of growth of every growing site.
+fn growth_of(a: &gmem_prof_analyzer::model::Analysis) -> Vec<u64> {
+    a.growth.iter().map(|g| g.growth_bytes).collect()
+}
+
+/// Each step a temporary of 8 MiB (site 2) and 2 MiB kept (site 1).
+fn leaking_steps(n: usize) -> Vec<Vec<(u32, u64, bool)>> {
+    (0..n).map(|_| vec![(2, 8 * MIB, true), (1, 2 * MIB, false)]).collect()
+}
+
+#[test]
+fn a_leak_in_a_loop_grows_whether_or_not_it_is_freed_at_shutdown() {
+    for end_free in [false, true] {
+        let a = analyze_bytes(&steps_trace(&leaking_steps(100), end_free, true));
+        assert_eq!(a.growth.len(), 1, "end_free {end_free}: {:?}", growth_of(&a));
+        let g = &a.growth[0];
+        // From the end of the warm-up (20% of 200 allocations: 20 steps
+        // kept) to 95% (95 steps kept), one 2 MiB block per step.
+        assert_eq!(g.from_bytes, 20 * 2 * MIB, "{g:?}");
+        assert_eq!(g.to_bytes, 95 * 2 * MIB, "{g:?}");
+    }
+}
+
+#[test]
+fn memory_filled_then_released_is_a_peak_not_growth() {
+    // oom.bin's shape: one site fills memory, block after block, then the
+    // program frees it all and exits.
+    let fill: Vec<_> = (0..50).map(|_| vec![(1, 16 * MIB, false)]).collect();
+    let a = analyze_bytes(&steps_trace(&fill, true, true));
+    assert_eq!(growth_of(&a), Vec::<u64>::new());
+    assert_eq!(a.devices[0].peak_bytes, 50 * 16 * MIB);
+    // The same fill never released (the program was killed while holding
+    // it): still held at the end, so it grew.
+    let a = analyze_bytes(&steps_trace(&fill, false, false));
+    assert_eq!(a.growth.len(), 1, "{:?}", growth_of(&a));
+}
+
+#[test]
+fn a_sawtooth_does_not_grow() {
+    // Twelve cycles: ten 2 MiB blocks kept among temporaries, then all
+    // freed at the cycle's end (a batch of buffers, cleared).
+    let cycle: Vec<_> = (0..10).flat_map(|_| [(2, 8 * MIB, true), (1, 2 * MIB, true)]).collect();
+    let a = analyze_bytes(&steps_trace(&vec![cycle; 12], false, true));
+    assert_eq!(growth_of(&a), Vec::<u64>::new());
+    assert!(a.devices[0].peak_bytes >= 20 * MIB);
+}
+
+#[test]
+fn a_warm_up_then_a_flat_run_does_not_grow() {
+    // 30 blocks of 2 MiB kept during the first tenth of the allocations
+    // (a model's weights), then 270 steps of temporaries only.
+    let mut steps: Vec<_> = (0..30).map(|_| vec![(1, 2 * MIB, false)]).collect();
+    steps.extend((0..270).map(|_| vec![(2, 8 * MIB, true)]));
+    let a = analyze_bytes(&steps_trace(&steps, false, true));
+    assert_eq!(growth_of(&a), Vec::<u64>::new());
+    // Still held at exit: a leak in compute-sanitizer's meaning, not growth.
+    assert_eq!(a.processes[0].at_exit.leaked_bytes, 60 * MIB);
 }
