@@ -186,7 +186,8 @@ pub struct ReportArgs {
     gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n  \
     gmem-prof check trace.bin --budget gmem-budget.toml --markdown summary.md --junit junit.xml\n\n\
     A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
-    of max_peak, max_allocated, max_leaked, max_tensors_at_exit, max_growth, \
+    of max_peak, max_pinned, max_allocated, max_leaked, max_cached_at_exit, \
+    max_library_held, max_module_globals, max_tensors_at_exit, max_growth, \
     max_fragmentation and max_ooms (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
@@ -210,9 +211,16 @@ pub struct CheckArgs {
     /// Also write JUnit XML, one test case per budget.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Highest live bytes allowed on any device.
+    /// Highest live bytes allowed in any device's own memory: device,
+    /// pool, VMM, array and graph-pool allocations, module globals, and
+    /// managed memory in full (CUDA does not say where its pages are).
+    /// Pinned host memory is host RAM: --max-pinned budgets it.
     #[arg(long, value_name = "SIZE")]
     pub max_peak: Option<crate::check::budget::ByteSize>,
+    /// Highest pinned host memory (cudaHostAlloc, cudaMallocHost,
+    /// PyTorch's pin_memory) live at once, per device's contexts.
+    #[arg(long, value_name = "SIZE")]
+    pub max_pinned: Option<crate::check::budget::ByteSize>,
     /// Highest bytes of tensors a framework allocator (PyTorch's) may have
     /// allocated at once on any device (its `max_memory_allocated`).
     #[arg(long, value_name = "SIZE")]
@@ -222,10 +230,26 @@ pub struct CheckArgs {
     /// counted).
     #[arg(long, value_name = "SIZE")]
     pub max_tensors_at_exit: Option<crate::check::budget::ByteSize>,
-    /// Bytes allowed to stay allocated at exit (memory an allocator cache
-    /// holds is not counted).
+    /// Bytes the program leaked: allocated by its own code (or a framework
+    /// on its behalf) and still allocated when it ended. Memory held at
+    /// exit of the other three kinds is not counted, and has its own
+    /// budget: --max-cached-at-exit, --max-library-held,
+    /// --max-module-globals.
     #[arg(long, value_name = "SIZE")]
     pub max_leaked: Option<crate::check::budget::ByteSize>,
+    /// Bytes a caching allocator (PyTorch's, CuPy's, XLA's) still held at
+    /// exit: freed by the program, kept for reuse.
+    #[arg(long, value_name = "SIZE")]
+    pub max_cached_at_exit: Option<crate::check::budget::ByteSize>,
+    /// Bytes CUDA libraries held at exit for the process's life: memory
+    /// allocated inside cuBLAS, cuDNN, NCCL, cuFFT, … (their frames are on
+    /// the stack) or by a framework for their handles and workspaces, and
+    /// CUDA graph pools. A library that keeps allocating shows as growth.
+    #[arg(long, value_name = "SIZE")]
+    pub max_library_held: Option<crate::check::budget::ByteSize>,
+    /// Bytes of module globals (__device__ / __managed__ variables).
+    #[arg(long, value_name = "SIZE")]
+    pub max_module_globals: Option<crate::check::budget::ByteSize>,
     /// Growth allowed for any one site (CUDA allocation sites and tensor
     /// sites). A site grows when its live bytes keep rising through the
     /// steady part of its process's run (from 20% to 95% of its

@@ -107,7 +107,10 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         d.new.leaked_bytes,
     );
     if above.is_empty() {
-        crate::out(format_args!("gmem-prof diff: no change above +{}%\n", limit.0))?;
+        crate::out(format_args!(
+            "gmem-prof diff: no change above +{}%\n",
+            limit.0
+        ))?;
         Ok(0)
     } else {
         for line in &above {

@@ -138,12 +138,12 @@ pub fn build(
     let rel = |t: u64| t.saturating_sub(start);
     let defs: Vec<&sites::StreamDefs> = engine.streams.iter().map(|s| &s.defs).collect();
     let (merged, of_raw) = sites::merge_sites(&engine.sites, &defs, &opts.code);
-    let categories: Vec<&str> = of_raw.iter().map(|&m| merged[m].category).collect();
-    let leaked: Vec<bool> = categories
+    let categories: Vec<Category> = of_raw.iter().map(|&m| merged[m].category).collect();
+    let leaked: Vec<bool> = categories.iter().map(|c| c.leaks()).collect();
+    let cached: Vec<bool> = categories
         .iter()
-        .map(|c| matches!(*c, "program" | "unknown"))
+        .map(|c| *c == Category::AllocatorCache)
         .collect();
-    let cached: Vec<bool> = categories.iter().map(|c| *c == "allocator cache").collect();
     let ranked = sites::rank(&engine.sites, &of_raw, merged.len(), &leaked, &cached)
         .map_err(|e| AnalyzeError::Internal(e.to_string()))?;
     // Final site id = rank position.
@@ -159,7 +159,7 @@ pub fn build(
         site_list.push(Site {
             id: rank as u32,
             label: ms.label.clone(),
-            category: ms.category.to_string(),
+            category: ms.category,
             frames: ms.frames.clone(),
             truncated: ms.truncated,
             pids: ms.pids.clone(),
@@ -171,6 +171,8 @@ pub fn build(
             leaked_bytes: column("leaked_bytes", rank),
             leaked_count: column("leaked_count", rank),
             cached_at_exit_bytes: column("cached_at_exit_bytes", rank),
+            held_at_exit_bytes: column("held_at_exit_bytes", rank),
+            held_at_exit_count: column("held_at_exit_count", rank),
             temporaries: column("temporaries", rank),
             failed: column("failed", rank),
         });
@@ -217,7 +219,7 @@ pub fn build(
             .sites
             .iter()
             .enumerate()
-            .any(|(i, s)| s.device == d && categories[i] == "allocator cache");
+            .any(|(i, s)| s.device == d && categories[i] == Category::AllocatorCache);
         let regions: Vec<RegionSummary> = engine
             .regions
             .pools_sorted()
@@ -259,7 +261,7 @@ pub fn build(
                 .peak_sites
                 .iter()
                 .copied()
-                .filter(|&(raw, _, _)| categories[raw as usize] != "allocator cache")
+                .filter(|&(raw, _, _)| categories[raw as usize] != Category::AllocatorCache)
                 .collect();
             let sites = by_site(&rows);
             OutsideFrameworks {
@@ -312,6 +314,10 @@ pub fn build(
             total_memory: info.as_ref().map_or(0, |i| i.total_memory.0),
             peak_bytes: dev.peak,
             peak_time_ns: rel(dev.peak_time),
+            device_memory_peak_bytes: dev.on_device_peak,
+            device_memory_peak_time_ns: rel(dev.on_device_peak_time),
+            pinned_host_peak_bytes: dev.kind_peaks
+                [usize::from(gmem_prof_traces::record::memory_kind::PINNED)],
             peak_by_kind: (0..KINDS)
                 .filter(|&k| dev.peak_by_kind[k] > 0)
                 .map(|k| KindBytes {
@@ -350,7 +356,7 @@ pub fn build(
     // Growth: per raw site of the program, judged after the warm-up.
     let mut growth = Vec::new();
     for (i, s) in engine.sites.iter_mut().enumerate() {
-        if s.class != SiteClass::Call || categories[i] == "allocator cache" {
+        if s.class != SiteClass::Call || categories[i] == Category::AllocatorCache {
             continue;
         }
         let st = &engine.streams[s.stream as usize];
@@ -471,7 +477,7 @@ pub fn build(
 fn process_reports(
     engine: &mut Engine,
     axis: Option<&timeline::Axis>,
-    categories: &[&str],
+    categories: &[Category],
     buckets: usize,
 ) -> Vec<ProcessReport> {
     let start = axis.map_or(0, |a| a.start);
@@ -484,18 +490,22 @@ fn process_reports(
             if s.stream as usize != si {
                 continue;
             }
-            match categories.get(i).copied().unwrap_or("unknown") {
-                "allocator cache" => {
+            match categories.get(i).copied().unwrap_or(Category::Unknown) {
+                Category::AllocatorCache => {
                     cache_sites = true;
                     at_exit.cached_bytes += s.at_exit;
                     at_exit.cached_count += s.at_exit_count;
                 }
-                "runtime" => {
+                Category::Runtime => {
                     at_exit.runtime_bytes += s.at_exit;
                     at_exit.runtime_count += s.at_exit_count;
                 }
-                "profiler" => at_exit.profiler_bytes += s.at_exit,
-                _ => {
+                Category::Library => {
+                    at_exit.library_bytes += s.at_exit;
+                    at_exit.library_count += s.at_exit_count;
+                }
+                Category::Profiler => at_exit.profiler_bytes += s.at_exit,
+                Category::Program | Category::Unknown => {
                     at_exit.leaked_bytes += s.at_exit;
                     at_exit.leaked_count += s.at_exit_count;
                 }

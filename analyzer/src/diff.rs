@@ -85,6 +85,7 @@ pub struct SiteFigures {
 pub struct SiteDiff {
     pub id: u32,
     pub label: String,
+    /// The site's `Category`, or "tensor" for a tensor site.
     pub category: String,
     /// Frames of the new run's site (the base's when only it has the site).
     pub frames: Vec<FrameText>,
@@ -99,7 +100,7 @@ pub struct SiteDiff {
 
 /// The stack-based identity of a site across runs.
 pub fn site_key(s: &Site) -> String {
-    frames_key(&s.category, &s.label, &s.frames)
+    frames_key(s.category.as_str(), &s.label, &s.frames)
 }
 
 fn frames_key(category: &str, label: &str, frames: &[FrameText]) -> String {
@@ -288,7 +289,7 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
             let d = SiteDiff {
                 id: 0,
                 label: shown.label.clone(),
-                category: shown.category.clone(),
+                category: shown.category.to_string(),
                 frames: shown.frames.clone(),
                 presence,
                 delta_live_at_peak: delta(e.base.live_at_peak, e.new.live_at_peak),

@@ -263,8 +263,22 @@ pub struct KernelSnap {
     pub cuda_stream: u32,
 }
 
+/// Host memory (pinned, pageable) rather than the device's own. Managed
+/// memory is not host memory here: CUPTI does not say where its pages are,
+/// and all of it may be on the device at once, so a device budget counts it
+/// in full.
+pub fn is_host_kind(kind: u8) -> bool {
+    use gmem_prof_traces::record::memory_kind::{PAGEABLE, PINNED};
+    matches!(kind & 7, PINNED | PAGEABLE)
+}
+
 pub struct DeviceState {
     pub live: u64,
+    /// Live bytes in the device's own memory: every kind but host memory
+    /// (pinned, pageable); managed memory counts in full (`is_host_kind`).
+    pub on_device: u64,
+    pub on_device_peak: u64,
+    pub on_device_peak_time: u64,
     pub by_kind: [u64; KINDS],
     pub reserved: u64,
     pub reserved_peak: u64,
@@ -296,6 +310,9 @@ impl DeviceState {
     fn new() -> Self {
         DeviceState {
             live: 0,
+            on_device: 0,
+            on_device_peak: 0,
+            on_device_peak_time: 0,
             by_kind: [0; KINDS],
             reserved: 0,
             reserved_peak: 0,
@@ -950,6 +967,13 @@ impl Engine {
         let k = usize::from(kind & 7);
         dev.live += bytes;
         dev.by_kind[k] += bytes;
+        if !is_host_kind(kind) {
+            dev.on_device += bytes;
+            if dev.on_device > dev.on_device_peak {
+                dev.on_device_peak = dev.on_device;
+                dev.on_device_peak_time = t;
+            }
+        }
         dev.curve.set(axis, dev.live);
         dev.kind_curves[k].set(axis, dev.by_kind[k]);
         dev.kind_peaks[k] = dev.kind_peaks[k].max(dev.by_kind[k]);
@@ -1012,6 +1036,9 @@ impl Engine {
         let k = usize::from(l.kind & 7);
         dev.live -= l.bytes;
         dev.by_kind[k] -= l.bytes;
+        if !is_host_kind(l.kind) {
+            dev.on_device -= l.bytes;
+        }
         dev.curve.set(axis, dev.live);
         dev.kind_curves[k].set(axis, dev.by_kind[k]);
         if l.pool.is_none() {
@@ -1131,7 +1158,7 @@ impl Engine {
             sites_holding(&dev.sites, &self.sites).collect();
         live_by_site.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let device_live = dev.live;
-        let largest_free = self.regions.device_extents(device).map(|e| e.largest);
+        let largest_free = self.regions.device_largest_free(device);
         let index = self.ooms.len();
         let st = &mut self.streams[stream as usize];
         // An earlier failure of the same request on this thread was retried.

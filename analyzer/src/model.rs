@@ -80,6 +80,33 @@ impl Analysis {
         self.processes.iter().map(|p| p.at_exit.leaked_bytes).sum()
     }
 
+    /// Sites of `category` that still held memory when their process
+    /// ended, most bytes first.
+    pub fn sites_held_at_exit(&self, category: Category) -> Vec<&Site> {
+        let mut v: Vec<&Site> = self
+            .sites
+            .iter()
+            .filter(|s| s.category == category && s.held_at_exit_bytes > 0)
+            .collect();
+        v.sort_by(|x, y| {
+            y.held_at_exit_bytes
+                .cmp(&x.held_at_exit_bytes)
+                .then(x.id.cmp(&y.id))
+        });
+        v
+    }
+
+    /// Bytes CUDA libraries held at exit (handles, workspaces, graph
+    /// pools), over every process.
+    pub fn library_bytes(&self) -> u64 {
+        self.processes.iter().map(|p| p.at_exit.library_bytes).sum()
+    }
+
+    /// Bytes of module globals at exit, over every process.
+    pub fn module_globals_bytes(&self) -> u64 {
+        self.processes.iter().map(|p| p.at_exit.runtime_bytes).sum()
+    }
+
     /// Bytes a caching allocator still held at exit, over every process.
     pub fn cached_bytes(&self) -> u64 {
         self.processes.iter().map(|p| p.at_exit.cached_bytes).sum()
@@ -160,6 +187,15 @@ pub struct DeviceReport {
     /// Highest live total (all kinds, all processes) and when (first time).
     pub peak_bytes: u64,
     pub peak_time_ns: u64,
+    /// Peak of the device's own memory: `peak_bytes` less host memory
+    /// (pinned, pageable), which lives in the host's RAM; managed memory
+    /// counts in full (CUPTI does not say where its pages are). What
+    /// `check --max-peak` judges.
+    pub device_memory_peak_bytes: u64,
+    pub device_memory_peak_time_ns: u64,
+    /// Highest pinned host memory live at once in this device's contexts:
+    /// what `check --max-pinned` judges.
+    pub pinned_host_peak_bytes: u64,
     /// Live bytes per kind at the peak.
     pub peak_by_kind: Vec<KindBytes>,
     /// What was live at the peak, by site (site ids index `Analysis.sites`).
@@ -291,6 +327,62 @@ pub struct ProcessReport {
     pub not_profiled: Vec<String>,
 }
 
+/// Who holds memory from a site when nothing frees it: memory still live
+/// at exit is split by this into its four kinds (DESIGN.md), each with its
+/// own figure and budget. Serialized as the strings the JSON always had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Category {
+    /// The program's own allocations (or a framework's on its behalf):
+    /// live at exit, they are leaked.
+    #[serde(rename = "program")]
+    Program,
+    /// Segments of a caching allocator (PyTorch's, CuPy's, XLA's BFC):
+    /// free inside it at exit is cached, not leaked.
+    #[serde(rename = "allocator cache")]
+    AllocatorCache,
+    /// Allocated from inside a CUDA library (cuBLAS, cuDNN, NCCL, cuFFT,
+    /// …: the stack passes through it) or a CUDA graph's memory pool:
+    /// handles, workspaces and pools kept for the process's life.
+    #[serde(rename = "library")]
+    Library,
+    /// Module globals (`__device__` / `__managed__` variables), owned by
+    /// the CUDA runtime.
+    #[serde(rename = "runtime")]
+    Runtime,
+    /// CUPTI's or the collector's own memory.
+    #[serde(rename = "profiler")]
+    Profiler,
+    /// Memory seen without the call that allocated it.
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Category {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Program => "program",
+            Category::AllocatorCache => "allocator cache",
+            Category::Library => "library",
+            Category::Runtime => "runtime",
+            Category::Profiler => "profiler",
+            Category::Unknown => "unknown",
+        }
+    }
+
+    /// Whether memory of this category still live at exit is a leak.
+    pub fn leaks(self) -> bool {
+        matches!(self, Category::Program | Category::Unknown)
+    }
+}
+
+impl std::fmt::Display for Category {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Memory still live when a process ended, in the four kinds of DESIGN.md
+/// (plus the profiler's own).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AtExit {
     /// Allocated by the program and never freed (compute-sanitizer's leaks).
@@ -299,10 +391,14 @@ pub struct AtExit {
     /// Held by a caching allocator (PyTorch, CuPy, XLA) at exit: not a leak.
     pub cached_bytes: u64,
     pub cached_count: u64,
-    /// Module globals (`__device__` variables) and CUDA graph pools, owned by
+    /// Module globals (`__device__` / `__managed__` variables), owned by
     /// the CUDA runtime for the process's lifetime.
     pub runtime_bytes: u64,
     pub runtime_count: u64,
+    /// Held by CUDA libraries for the process's life (`Category::Library`:
+    /// cuBLAS/cuDNN handles and workspaces, NCCL buffers, graph pools).
+    pub library_bytes: u64,
+    pub library_count: u64,
     /// Allocations by CUPTI or the collector.
     pub profiler_bytes: u64,
 }
@@ -312,9 +408,8 @@ pub struct Site {
     pub id: u32,
     /// The first frame outside the CUDA driver and runtime, as text.
     pub label: String,
-    /// "program", "allocator cache" (PyTorch/CuPy/XLA pools), "runtime"
-    /// (module globals, graph pools), "profiler", "unknown".
-    pub category: String,
+    /// Who holds its memory when nothing frees it (`Category`).
+    pub category: Category,
     pub frames: Vec<FrameText>,
     pub truncated: bool,
     pub pids: Vec<u32>,
@@ -328,6 +423,10 @@ pub struct Site {
     pub leaked_bytes: u64,
     pub leaked_count: u64,
     pub cached_at_exit_bytes: u64,
+    /// What it still held when its process ended, whatever its category
+    /// (leaked, cached, held by a library, module globals).
+    pub held_at_exit_bytes: u64,
+    pub held_at_exit_count: u64,
     /// Allocations freed before any other allocation of the process.
     pub temporaries: u64,
     pub failed: u64,

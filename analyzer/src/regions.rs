@@ -70,11 +70,6 @@ impl Extents {
             1.0 - self.largest as f64 / self.free as f64
         }
     }
-
-    fn add(&mut self, other: Extents) {
-        self.free += other.free;
-        self.largest = self.largest.max(other.largest);
-    }
 }
 
 impl Pool {
@@ -334,26 +329,48 @@ impl Regions {
         v
     }
 
-    /// Free extents of a device's regions together; None when it has none.
-    pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
-        let mut total: Option<Extents> = None;
+    /// Free extents of each of a device's regions (pools with a size, VMM
+    /// reservations).
+    fn each_extents(&mut self, device: u32) -> Vec<Extents> {
+        let mut out = Vec::new();
         for p in self
             .pools
             .iter()
             .filter(|p| p.device == device && p.size > 0)
         {
-            total
-                .get_or_insert_with(Extents::default)
-                .add(p.extents(&mut self.gathered, &mut self.buckets));
+            out.push(p.extents(&mut self.gathered, &mut self.buckets));
         }
         for r in self
             .reservations
             .values()
             .filter(|r| r.device == Some(device))
         {
-            total.get_or_insert_with(Extents::default).add(r.extents());
+            out.push(r.extents());
         }
-        total
+        out
+    }
+
+    /// The device's fragmentation figure: the free extents of its worst
+    /// region (highest F; of equal F, the most free). An allocation comes
+    /// from one pool or reservation and cannot use another's free space, so
+    /// free space of unrelated regions is never added up. None when the
+    /// device has no region; nothing free when none has free space.
+    pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
+        self.each_extents(device).into_iter().reduce(|worst, e| {
+            let key = |x: &Extents| (x.fragmentation(), x.free);
+            if key(&e).partial_cmp(&key(&worst)) == Some(std::cmp::Ordering::Greater) {
+                e
+            } else {
+                worst
+            }
+        })
+    }
+
+    /// The largest free extent in any of a device's regions (what the
+    /// biggest request any of them could still serve); None when it has no
+    /// region.
+    pub fn device_largest_free(&mut self, device: u32) -> Option<u64> {
+        self.each_extents(device).iter().map(|e| e.largest).max()
     }
 }
 

@@ -14,7 +14,7 @@ use gmem_prof_traces::Record;
 use polars::prelude::*;
 
 use crate::engine::{FastMap, SiteClass, SiteStats};
-use crate::model::FrameText;
+use crate::model::{Category, FrameText};
 
 /// What one stream (process) defined: who it is, its strings, stacks,
 /// modules and symbols.
@@ -197,9 +197,11 @@ fn is_allocator_plumbing(f: &FrameText) -> bool {
 /// Stack markers of caching allocators (PyTorch's native one, CuPy's pool,
 /// XLA's BFC): memory they hold at exit is cached, not leaked, and the trace
 /// sees their segments, not the tensors inside.
-const ALLOCATOR_CACHES: [&str; 4] = [
+const ALLOCATOR_CACHES: [&str; 5] = [
     "CUDACachingAllocator::Native",
     "DeviceCachingAllocator",
+    // PyTorch's pinned host memory cache (`pin_memory`, `.item()` copies).
+    "CachingHostAllocator",
     "SingleDeviceMemoryPool",
     "BFCAllocator",
 ];
@@ -208,21 +210,68 @@ const ALLOCATOR_CACHES: [&str; 4] = [
 /// per tensor.
 pub const PER_TENSOR_ALLOCATOR: &str = "CUDACachingAllocator::CudaMallocAsync";
 
-/// Who holds memory from this stack when nothing frees it.
-pub fn category(class: SiteClass, frames: &[FrameText]) -> &'static str {
+/// CUDA libraries that allocate device memory of their own for handles,
+/// plans, workspaces and communicators, kept until the program destroys
+/// them, usually at exit (module file names start so).
+const CUDA_LIBRARIES: [&str; 13] = [
+    "libcublas",
+    "libcudnn",
+    "libnccl",
+    "libcufft",
+    "libcusparse",
+    "libcusolver",
+    "libcurand",
+    "libcutensor",
+    "libcudss",
+    "libnvinfer",
+    "libnvjpeg",
+    "libnvshmem",
+    "libcufile",
+];
+
+/// Functions of a framework that create a CUDA library's handles and their
+/// workspaces, kept per thread and stream for the process's life (PyTorch's
+/// cuBLAS, cuBLASLt, cuDNN, cuSPARSE and cuSOLVER handle pools).
+const LIBRARY_STATE: [&str; 6] = [
+    "getCurrentCUDABlasHandle",
+    "getCUDABlasLtWorkspace",
+    "setWorkspaceForHandle",
+    "getCudnnHandle",
+    "getCurrentCUDASparseHandle",
+    "getCurrentCUDASolverDnHandle",
+];
+
+/// Whether a frame runs inside one of `CUDA_LIBRARIES`, or in a
+/// framework's code that keeps their state (`LIBRARY_STATE`).
+fn is_cuda_library(f: &FrameText) -> bool {
+    CUDA_LIBRARIES.iter().any(|l| f.module.starts_with(l))
+        || LIBRARY_STATE.iter().any(|m| f.function.contains(m))
+}
+
+/// Who holds memory from this stack when nothing frees it. The evidence is
+/// the stack: a caching allocator's frames make it the allocator's cache; a
+/// CUDA library's frames (the allocation was made inside cuBLAS, cuDNN,
+/// NCCL, …) make it the library's, held for the process's life; CUDA
+/// graph pools are the graph's. A library that keeps allocating (handles
+/// created in a loop and never destroyed) is caught as growth, whatever
+/// its category.
+pub fn category(class: SiteClass, frames: &[FrameText]) -> Category {
     match class {
-        SiteClass::Static | SiteClass::GraphPool => return "runtime",
-        SiteClass::Profiler => return "profiler",
-        SiteClass::NoCall => return "unknown",
+        SiteClass::Static => return Category::Runtime,
+        SiteClass::GraphPool => return Category::Library,
+        SiteClass::Profiler => return Category::Profiler,
+        SiteClass::NoCall => return Category::Unknown,
         SiteClass::Call => {}
     }
     let cache = ALLOCATOR_CACHES
         .iter()
         .any(|m| frames.iter().any(|f| f.function.contains(m)));
     if cache {
-        "allocator cache"
+        Category::AllocatorCache
+    } else if frames.iter().any(is_cuda_library) {
+        Category::Library
     } else {
-        "program"
+        Category::Program
     }
 }
 
@@ -379,7 +428,7 @@ fn short_function(name: &str) -> &str {
 /// One merged site before ranking.
 pub struct MergedSite {
     pub label: String,
-    pub category: &'static str,
+    pub category: Category,
     pub frames: Vec<FrameText>,
     pub truncated: bool,
     pub pids: Vec<u32>,
@@ -520,6 +569,8 @@ pub fn rank(
                     0
                 }
             }),
+            col("held_at_exit_bytes", &|_, s| s.at_exit),
+            col("held_at_exit_count", &|_, s| s.at_exit_count),
         ],
     )?;
     let sums = [
@@ -531,6 +582,8 @@ pub fn rank(
         "leaked_bytes",
         "leaked_count",
         "cached_at_exit_bytes",
+        "held_at_exit_bytes",
+        "held_at_exit_count",
     ];
     let mut aggs: Vec<Expr> = sums
         .iter()

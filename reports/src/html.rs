@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, Growth, Site, SiteBytes};
+use gmem_prof_analyzer::model::{
+    Analysis, Category, DeviceReport, FrameText, Growth, Site, SiteBytes,
+};
 
 use crate::charts::{self, Chart};
 use crate::format::{bytes, escape, percent, time};
@@ -272,7 +274,7 @@ fn sites_section(a: &Analysis, out: &mut String) {
             site_frames(s),
             escape(&s.kinds.join(", ")),
             s.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
-            escape(&s.category),
+            escape(s.category.as_str()),
             bytes(s.live_at_peak),
             bytes(s.max_live),
             bytes(s.total_bytes),
@@ -294,23 +296,39 @@ fn sites_section(a: &Analysis, out: &mut String) {
 
 fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"leaks\">Leaks and growth</h2>");
-    out.push_str("<table><tr><th>pid</th><th>exit</th><th class=\"n\">leaked (never freed)</th><th class=\"n\">cached by an allocator</th><th class=\"n\">runtime (module globals, graph pools)</th><th class=\"n\">profiler</th></tr>");
+    out.push_str("<table><tr><th>pid</th><th>exit</th><th class=\"n\">leaked (never freed)</th><th class=\"n\">cached by an allocator</th><th class=\"n\">held by libraries (handles, workspaces, graph pools)</th><th class=\"n\">module globals</th><th class=\"n\">profiler</th></tr>");
     for p in &a.processes {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{} in {}</td><td class=\"n\">{}</td></tr>",
             p.pid,
             if p.clean_exit { "clean" } else { "did not end cleanly: live when the trace ends" },
             bytes(p.at_exit.leaked_bytes),
             p.at_exit.leaked_count,
             bytes(p.at_exit.cached_bytes),
             p.at_exit.cached_count,
+            bytes(p.at_exit.library_bytes),
+            p.at_exit.library_count,
             bytes(p.at_exit.runtime_bytes),
             p.at_exit.runtime_count,
             bytes(p.at_exit.profiler_bytes)
         );
     }
-    out.push_str("</table><p class=\"meta\">Memory a caching allocator (PyTorch, CuPy, XLA) still holds at exit is cached, not leaked: the allocator keeps freed blocks for reuse and the driver reclaims them when the process ends.</p>");
+    out.push_str("</table><p class=\"meta\">Memory a caching allocator (PyTorch, CuPy, XLA) still holds at exit is cached, not leaked: the allocator keeps freed blocks for reuse and the driver reclaims them when the process ends. Memory allocated inside a CUDA library (cuBLAS, cuDNN, NCCL, cuFFT, …: its frames are on the stack) or by a framework for a library's handles, and CUDA graph pools, is held by libraries for the process's life, not leaked; a library that keeps allocating shows as growth.</p>");
+    let library = a.sites_held_at_exit(Category::Library);
+    if !library.is_empty() {
+        out.push_str("<h3>Held by libraries at exit, by site</h3><table><tr><th>site</th><th class=\"n\">held</th><th class=\"n\">allocations</th></tr>");
+        for s in library.iter().take(50) {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                site_link(a, s.id),
+                bytes(s.held_at_exit_bytes),
+                s.held_at_exit_count
+            );
+        }
+        out.push_str("</table>");
+    }
     let leaking = a.leaking_sites();
     if leaking.is_empty() {
         out.push_str("<p>No leaks: everything the programs allocated was freed or is held by an allocator cache.</p>");

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Growth, SiteBytes};
+use gmem_prof_analyzer::model::{Analysis, Category, Growth, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
@@ -184,6 +184,31 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             w,
             "cached at exit: {} held by a caching allocator (PyTorch, CuPy, XLA): not a leak",
             bytes(cached)
+        )?;
+    }
+    let library = a.library_bytes();
+    if library > 0 {
+        writeln!(
+            w,
+            "held by libraries at exit: {} (CUDA library handles, workspaces, graph pools, kept for the process's life): not a leak",
+            bytes(library)
+        )?;
+        for s in a.sites_held_at_exit(Category::Library).iter().take(TOP) {
+            writeln!(
+                w,
+                "  {:>10} in {:>5} × {}",
+                bytes(s.held_at_exit_bytes),
+                s.held_at_exit_count,
+                s.label
+            )?;
+        }
+    }
+    let globals = a.module_globals_bytes();
+    if globals > 0 {
+        writeln!(
+            w,
+            "module globals at exit: {} (__device__ / __managed__ variables)",
+            bytes(globals)
         )?;
     }
     for p in a.processes.iter().filter(|p| !p.clean_exit) {

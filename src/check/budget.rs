@@ -10,9 +10,13 @@
 //! max_growth = "64MiB"
 //! max_fragmentation = 0.3
 //! max_ooms = 0
+//! max_library_held = "1GiB"  # held at exit by CUDA libraries' handles
+//! max_cached_at_exit = "8GiB" # held at exit by a caching allocator
+//! max_module_globals = "64MiB"
+//! max_pinned = "2GiB"        # pinned host memory live at once
 //!
-//! [device.1]                 # device 1 only: max_peak, max_allocated,
-//! max_peak = "20GiB"         # max_fragmentation, max_ooms
+//! [device.1]                 # device 1 only: max_peak, max_pinned,
+//! max_peak = "20GiB"         # max_allocated, max_fragmentation, max_ooms
 //!
 //! [process."train.py"]       # processes whose command line contains "train.py":
 //! max_leaked = "16MiB"       # all but max_fragmentation
@@ -35,6 +39,13 @@ pub struct Limits {
     pub max_growth: Option<ByteSize>,
     pub max_fragmentation: Option<f64>,
     pub max_ooms: Option<u64>,
+    /// Memory held at exit in its other three kinds (DESIGN.md): cached by
+    /// an allocator, held by CUDA libraries, module globals.
+    pub max_cached_at_exit: Option<ByteSize>,
+    pub max_library_held: Option<ByteSize>,
+    pub max_module_globals: Option<ByteSize>,
+    /// Pinned host memory live at once (host RAM, not the device's).
+    pub max_pinned: Option<ByteSize>,
 }
 
 impl Limits {
@@ -52,6 +63,10 @@ impl Limits {
             max_growth: other.max_growth.or(self.max_growth),
             max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
             max_ooms: other.max_ooms.or(self.max_ooms),
+            max_cached_at_exit: other.max_cached_at_exit.or(self.max_cached_at_exit),
+            max_library_held: other.max_library_held.or(self.max_library_held),
+            max_module_globals: other.max_module_globals.or(self.max_module_globals),
+            max_pinned: other.max_pinned.or(self.max_pinned),
         }
     }
 }
@@ -112,8 +127,14 @@ impl Budgets {
                 bail!("device.{d}: devices are named by number, as in [device.0]");
             }
             frac(l.max_fragmentation, &format!("device.{d}"))?;
-            if l.max_leaked.is_some() || l.max_growth.is_some() || l.max_tensors_at_exit.is_some() {
-                bail!("device.{d}: device budgets take max_peak, max_allocated, max_fragmentation and max_ooms (leaks, tensors at exit and growth are budgeted per run or per process)");
+            if l.max_leaked.is_some()
+                || l.max_growth.is_some()
+                || l.max_tensors_at_exit.is_some()
+                || l.max_cached_at_exit.is_some()
+                || l.max_library_held.is_some()
+                || l.max_module_globals.is_some()
+            {
+                bail!("device.{d}: device budgets take max_peak, max_pinned, max_allocated, max_fragmentation and max_ooms (memory held at exit and growth are budgeted per run or per process)");
             }
         }
         for (p, l) in &self.process {
@@ -122,6 +143,9 @@ impl Budgets {
             }
             if l.max_fragmentation.is_some() {
                 bail!("process.{p:?}: fragmentation is budgeted per run or per device, not per process");
+            }
+            if l.max_pinned.is_some() {
+                bail!("process.{p:?}: pinned host memory is budgeted per run or per device, not per process");
             }
         }
         Ok(())

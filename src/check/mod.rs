@@ -11,7 +11,7 @@ mod outputs;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use gmem_prof_analyzer::model::{Analysis, Oom, ProcessReport};
+use gmem_prof_analyzer::model::{Analysis, Category, Oom, ProcessReport};
 use gmem_prof_analyzer::{analyze_files, Options};
 use gmem_prof_reports::format::bytes;
 use serde::Serialize;
@@ -94,10 +94,14 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         max_growth: a.max_growth,
         max_fragmentation: a.max_fragmentation,
         max_ooms: a.max_ooms,
+        max_cached_at_exit: a.max_cached_at_exit,
+        max_library_held: a.max_library_held,
+        max_module_globals: a.max_module_globals,
+        max_pinned: a.max_pinned,
     });
     budgets.validate()?;
     if budgets.is_empty() {
-        bail!("no budget given: use --budget FILE, --max-peak, --max-allocated, --max-leaked, --max-tensors-at-exit, --max-growth, --max-fragmentation or --max-ooms");
+        bail!("no budget given: use --budget FILE, --max-peak, --max-pinned, --max-allocated, --max-leaked, --max-library-held, --max-cached-at-exit, --max-module-globals, --max-tensors-at-exit, --max-growth, --max-fragmentation or --max-ooms");
     }
     let mut runs = Vec::new();
     for t in &a.traces {
@@ -124,9 +128,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         outcomes.extend(o);
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
-    let not_profiled = outcomes
-        .iter()
-        .any(|o| o.budget == PROFILED && !o.passed);
+    let not_profiled = outcomes.iter().any(|o| o.budget == PROFILED && !o.passed);
 
     let write = |path: &Option<PathBuf>, data: String| -> Result<()> {
         if let Some(p) = path {
@@ -177,7 +179,11 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
             target: "run".into(),
             unit: Unit::Count,
             figure: Figure(missing.len() as f64),
-            limit: Figure(if allow_unprofiled { missing.len() as f64 } else { 0.0 }),
+            limit: Figure(if allow_unprofiled {
+                missing.len() as f64
+            } else {
+                0.0
+            }),
             passed: allow_unprofiled,
             summary: format!(
                 "not profiled: {} part(s) of the run are missing from the trace{}",
@@ -224,14 +230,14 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                 "max_peak",
                 target.clone(),
                 Unit::Bytes,
-                d.peak_bytes as f64,
+                d.device_memory_peak_bytes as f64,
                 max.0 as f64,
                 format!(
-                    "device {} peaked at {} ({} bytes) at {:.3} s; budget {} ({} bytes)",
+                    "device {}'s memory peaked at {} ({} bytes) at {:.3} s; budget {} ({} bytes)",
                     d.device,
-                    bytes(d.peak_bytes),
-                    d.peak_bytes,
-                    d.peak_time_ns as f64 / 1e9,
+                    bytes(d.device_memory_peak_bytes),
+                    d.device_memory_peak_bytes,
+                    d.device_memory_peak_time_ns as f64 / 1e9,
                     bytes(max.0),
                     max.0
                 ),
@@ -246,6 +252,24 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                         )
                     })
                     .collect(),
+            ));
+        }
+        if let Some(max) = limits.max_pinned {
+            let pinned = d.pinned_host_peak_bytes;
+            out.push(outcome(
+                "max_pinned",
+                target.clone(),
+                Unit::Bytes,
+                pinned as f64,
+                max.0 as f64,
+                format!(
+                    "pinned host memory of device {}'s contexts peaked at {} ({pinned} bytes); budget {} ({} bytes)",
+                    d.device,
+                    bytes(pinned),
+                    bytes(max.0),
+                    max.0
+                ),
+                Vec::new(),
             ));
         }
         if let Some(max) = limits.max_allocated {
@@ -347,6 +371,9 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
             leak_lines(a, None),
         ));
     }
+    for (budget, max) in held_budgets(&b.run) {
+        out.push(held_outcome(r, budget, "run".into(), max, None));
+    }
     if let Some(max) = b.run.max_tensors_at_exit {
         out.push(tensors_at_exit_outcome(r, "run".into(), max.0, None));
     }
@@ -412,6 +439,9 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                     v.pid == p.pid
                 }));
             }
+            for (budget, max) in held_budgets(limits) {
+                out.push(held_outcome(r, budget, target.clone(), max, Some(p.pid)));
+            }
             if let Some(max) = limits.max_tensors_at_exit {
                 out.push(tensors_at_exit_outcome(
                     r,
@@ -429,6 +459,77 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
         }
     }
     (out, warnings)
+}
+
+/// The budgets of memory held at exit that are not leaks, with their limits.
+fn held_budgets(l: &Limits) -> Vec<(&'static str, u64)> {
+    [
+        ("max_cached_at_exit", l.max_cached_at_exit),
+        ("max_library_held", l.max_library_held),
+        ("max_module_globals", l.max_module_globals),
+    ]
+    .into_iter()
+    .filter_map(|(b, m)| m.map(|m| (b, m.0)))
+    .collect()
+}
+
+/// A budget of memory held at exit that is not leaked (`held_budgets`), for
+/// the run or one process (`pid`).
+fn held_outcome(
+    r: &Run,
+    budget: &'static str,
+    target: String,
+    max: u64,
+    pid: Option<u32>,
+) -> Outcome {
+    let a = &r.analysis;
+    let (what, category, of): (&str, Category, fn(&ProcessReport) -> u64) = match budget {
+        "max_cached_at_exit" => ("cached by an allocator", Category::AllocatorCache, |p| {
+            p.at_exit.cached_bytes
+        }),
+        "max_library_held" => (
+            "held by CUDA libraries (handles, workspaces, graph pools)",
+            Category::Library,
+            |p| p.at_exit.library_bytes,
+        ),
+        _ => ("in module globals", Category::Runtime, |p| {
+            p.at_exit.runtime_bytes
+        }),
+    };
+    let figure: u64 = a
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| p.pid == x))
+        .map(of)
+        .sum();
+    Outcome {
+        run: r.name.clone(),
+        budget,
+        target,
+        unit: Unit::Bytes,
+        figure: Figure(figure as f64),
+        limit: Figure(max as f64),
+        passed: figure <= max,
+        summary: format!(
+            "{} ({figure} bytes) {what} at exit; budget {} ({max} bytes)",
+            bytes(figure),
+            bytes(max)
+        ),
+        details: a
+            .sites_held_at_exit(category)
+            .iter()
+            .filter(|s| pid.is_none_or(|x| s.pids.contains(&x)))
+            .take(SITES_SHOWN)
+            .map(|s| {
+                format!(
+                    "{} in {} allocation(s) from {}",
+                    bytes(s.held_at_exit_bytes),
+                    s.held_at_exit_count,
+                    s.label
+                )
+            })
+            .collect(),
+    }
 }
 
 /// Leaking sites, largest first (of one process when `pid` is given).

@@ -34,7 +34,11 @@ pub fn text(outcomes: &[Outcome], several_runs: bool) -> String {
     };
     for o in outcomes.iter().filter(|o| !o.passed) {
         // The "profiled" outcome's summary says what it is.
-        let over = if o.budget == super::PROFILED { "" } else { "over budget: " };
+        let over = if o.budget == super::PROFILED {
+            ""
+        } else {
+            "over budget: "
+        };
         let _ = writeln!(out, "{over}{}{}", run(o), o.summary);
         for d in &o.details {
             let _ = writeln!(out, "    {d}");
@@ -124,7 +128,7 @@ fn run_summary(r: &Run) -> RunSummary {
             .take(10)
             .map(|s| SiteSummary {
                 label: s.label.clone(),
-                category: s.category.clone(),
+                category: s.category.to_string(),
                 live_at_peak_bytes: s.live_at_peak,
                 total_bytes: s.total_bytes,
                 leaked_bytes: s.leaked_bytes,

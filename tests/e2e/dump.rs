@@ -194,8 +194,18 @@ fn a_closed_pipe_on_stdout_ends_every_command_quietly() {
     let html = dir.join("report");
     let commands: Vec<Vec<&std::ffi::OsStr>> = vec![
         vec!["dump".as_ref(), leak.as_os_str()],
-        vec!["report".as_ref(), leak.as_os_str(), "-o".as_ref(), html.as_os_str()],
-        vec!["check".as_ref(), leak.as_os_str(), "--max-ooms".as_ref(), "0".as_ref()],
+        vec![
+            "report".as_ref(),
+            leak.as_os_str(),
+            "-o".as_ref(),
+            html.as_os_str(),
+        ],
+        vec![
+            "check".as_ref(),
+            leak.as_os_str(),
+            "--max-ooms".as_ref(),
+            "0".as_ref(),
+        ],
         vec!["diff".as_ref(), leak.as_os_str(), grown.as_os_str()],
         vec![
             "export".as_ref(),
@@ -218,6 +228,9 @@ fn a_closed_pipe_on_stdout_ends_every_command_quietly() {
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
-        assert!(!err.contains("Broken pipe") && !err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            !err.contains("Broken pipe") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
     }
 }

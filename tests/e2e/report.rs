@@ -57,10 +57,18 @@ fn a_run_not_profiled_says_so_first() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.starts_with("NOT PROFILED: "), "{text}");
-    assert!(text.contains("pid 944 (cupti_client): the collector did not profile"), "{text}");
+    assert!(
+        text.contains("pid 944 (cupti_client): the collector did not profile"),
+        "{text}"
+    );
     let html = std::fs::read_to_string(dir.join("cupti_client.html")).unwrap();
-    let first = html.find("Part of this run was not profiled").expect("said in the HTML");
-    assert!(first < html.find("class=\"answers\"").unwrap(), "before the answers");
+    let first = html
+        .find("Part of this run was not profiled")
+        .expect("said in the HTML");
+    assert!(
+        first < html.find("class=\"answers\"").unwrap(),
+        "before the answers"
+    );
     let o = report(&[&sample("kinds.bin")], &dir);
     assert!(!stdout(&o).contains("NOT PROFILED"));
 }

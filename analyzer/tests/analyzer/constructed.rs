@@ -1,6 +1,8 @@
 //! Patterns whose answers are known exactly.
 
-use gmem_prof_traces::record::{ApiCall, ApiFunc, Bytes, Frame, Nanos, ProcessEnd, StackDef, StackId};
+use gmem_prof_traces::record::{
+    ApiCall, ApiFunc, Bytes, Frame, Nanos, ProcessEnd, StackDef, StackId,
+};
 use gmem_prof_traces::Record;
 
 use crate::util::*;
@@ -112,7 +114,11 @@ fn steps_trace(steps: &[Vec<(u32, u64, bool)>], end_free: bool, ended: bool) -> 
                 e.correlation = corr;
             }
             records.push(m);
-            if temporary { freed.push((next, bytes)) } else { live.push((next, bytes)) }
+            if temporary {
+                freed.push((next, bytes))
+            } else {
+                live.push((next, bytes))
+            }
             next += bytes.next_multiple_of(MIB);
         }
         for (address, bytes) in freed {
@@ -127,7 +133,9 @@ fn steps_trace(steps: &[Vec<(u32, u64, bool)>], end_free: bool, ended: bool) -> 
         }
     }
     if ended {
-        records.push(Record::ProcessEnd(ProcessEnd { time: Nanos(t + 1000) }));
+        records.push(Record::ProcessEnd(ProcessEnd {
+            time: Nanos(t + 1000),
+        }));
     }
     trace(&records)
 }
@@ -139,14 +147,21 @@ fn growth_of(a: &gmem_prof_analyzer::model::Analysis) -> Vec<u64> {
 
 /// Each step a temporary of 8 MiB (site 2) and 2 MiB kept (site 1).
 fn leaking_steps(n: usize) -> Vec<Vec<(u32, u64, bool)>> {
-    (0..n).map(|_| vec![(2, 8 * MIB, true), (1, 2 * MIB, false)]).collect()
+    (0..n)
+        .map(|_| vec![(2, 8 * MIB, true), (1, 2 * MIB, false)])
+        .collect()
 }
 
 #[test]
 fn a_leak_in_a_loop_grows_whether_or_not_it_is_freed_at_shutdown() {
     for end_free in [false, true] {
         let a = analyze_bytes(&steps_trace(&leaking_steps(100), end_free, true));
-        assert_eq!(a.growth.len(), 1, "end_free {end_free}: {:?}", growth_of(&a));
+        assert_eq!(
+            a.growth.len(),
+            1,
+            "end_free {end_free}: {:?}",
+            growth_of(&a)
+        );
         let g = &a.growth[0];
         // From the end of the warm-up (20% of 200 allocations: 20 steps
         // kept) to 95% (95 steps kept), one 2 MiB block per step.
@@ -173,7 +188,9 @@ fn memory_filled_then_released_is_a_peak_not_growth() {
 fn a_sawtooth_does_not_grow() {
     // Twelve cycles: ten 2 MiB blocks kept among temporaries, then all
     // freed at the cycle's end (a batch of buffers, cleared).
-    let cycle: Vec<_> = (0..10).flat_map(|_| [(2, 8 * MIB, true), (1, 2 * MIB, true)]).collect();
+    let cycle: Vec<_> = (0..10)
+        .flat_map(|_| [(2, 8 * MIB, true), (1, 2 * MIB, true)])
+        .collect();
     let a = analyze_bytes(&steps_trace(&vec![cycle; 12], false, true));
     assert_eq!(growth_of(&a), Vec::<u64>::new());
     assert!(a.devices[0].peak_bytes >= 20 * MIB);
@@ -189,4 +206,74 @@ fn a_warm_up_then_a_flat_run_does_not_grow() {
     assert_eq!(growth_of(&a), Vec::<u64>::new());
     // Still held at exit: a leak in compute-sanitizer's meaning, not growth.
     assert_eq!(a.processes[0].at_exit.leaked_bytes, 60 * MIB);
+}
+
+/// Two stream-ordered pools on one device: the default pool, empty (one
+/// 32 MiB block allocated and freed: 32 MiB free in one piece), and a
+/// custom pool of 64 × 1 MiB blocks with every other one freed (32 MiB
+/// free in 1 MiB holes). No allocation from the custom pool can use the
+/// default pool's space: the device's figure is the custom pool's,
+/// 1 − 1/32, not the 0.5 that adding both pools' free space gave.
+#[test]
+fn fragmentation_is_the_worst_pools_never_a_sum_of_pools() {
+    let default_pool = Some((0xD000, 32 * MIB));
+    let custom_pool = Some((0xC000, 64 * MIB));
+    let (a_base, c_base) = (BASE, BASE + 0x1000_0000);
+    let mut records = vec![
+        mem(1_000, true, a_base, 32 * MIB, default_pool),
+        mem(2_000, false, a_base, 32 * MIB, default_pool),
+    ];
+    let mut t = 10_000;
+    for i in 0..64 {
+        t += 1_000;
+        records.push(mem(t, true, c_base + i * MIB, MIB, custom_pool));
+    }
+    for i in (0..64).step_by(2) {
+        t += 1_000;
+        records.push(mem(t, false, c_base + i * MIB, MIB, custom_pool));
+    }
+    let a = analyze_bytes(&trace(&records));
+    let worst = a.devices[0]
+        .fragmentation
+        .worst
+        .as_ref()
+        .expect("pools seen");
+    assert!(
+        (worst.fragmentation - (1.0 - 1.0 / 32.0)).abs() < 1e-12,
+        "{worst:?}"
+    );
+    assert_eq!(worst.free_bytes, 32 * MIB);
+    assert_eq!(worst.largest_free_bytes, MIB);
+    // Each free adds a hole: F is highest after the last one (times count
+    // from the first event, at 1 µs).
+    assert_eq!(worst.time_ns, t - 1_000, "{worst:?}");
+}
+
+/// Pinned host memory lives in the host's RAM: the device's own peak
+/// leaves it out (`check --max-peak` judges that), and it has a peak of
+/// its own (`--max-pinned`). 4 MiB on the device, then 8 MiB pinned.
+#[test]
+fn the_device_memory_peak_leaves_pinned_host_memory_out() {
+    let pinned = |time, alloc, address, bytes| {
+        let mut r = mem(time, alloc, address, bytes, None);
+        if let Record::Memory(e) = &mut r {
+            e.kind = gmem_prof_traces::record::memory_kind::PINNED;
+        }
+        r
+    };
+    let records = vec![
+        mem(10, true, BASE, 4 * MIB, None),
+        pinned(20, true, 0x5000_0000, 8 * MIB),
+        pinned(30, false, 0x5000_0000, 8 * MIB),
+        mem(40, false, BASE, 4 * MIB, None),
+    ];
+    let a = analyze_bytes(&trace(&records));
+    let d = &a.devices[0];
+    assert_eq!(d.peak_bytes, 12 * MIB, "every kind together");
+    assert_eq!(d.device_memory_peak_bytes, 4 * MIB);
+    assert_eq!(
+        d.device_memory_peak_time_ns, 0,
+        "reached by the first event"
+    );
+    assert_eq!(d.pinned_host_peak_bytes, 8 * MIB);
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use gmem_prof_analyzer::model::{Analysis, Site};
+use gmem_prof_analyzer::model::{Analysis, Category, Site};
 
 use crate::util::*;
 
@@ -213,7 +213,7 @@ fn torch_oom_outcomes_match_torch_counters() {
         .sites
         .iter()
         .filter(|s| s.leaked_bytes > 0)
-        .all(|s| s.category != "allocator cache"));
+        .all(|s| s.category != Category::AllocatorCache));
 }
 
 #[test]
@@ -223,7 +223,7 @@ fn torch_native_segments_are_cached_at_exit() {
     let cache: Vec<&Site> = a
         .sites
         .iter()
-        .filter(|s| s.category == "allocator cache")
+        .filter(|s| s.category == Category::AllocatorCache)
         .collect();
     assert_eq!(cache.iter().map(|s| s.count).sum::<u64>(), 22);
     assert_eq!(
@@ -284,7 +284,7 @@ fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
         "{:?}",
         bfc.iter().map(|s| &s.label).collect::<Vec<_>>()
     );
-    assert_eq!(bfc[0].category, "allocator cache");
+    assert_eq!(bfc[0].category, Category::AllocatorCache);
     assert_eq!(bfc[0].total_bytes, pool);
     assert_eq!(bfc[0].leaked_bytes, 0, "a cache is never a leak");
     // At the peak the block is what is live, almost all of it.
