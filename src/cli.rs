@@ -336,10 +336,19 @@ pub struct DiffArgs {
     /// The run to compare with it.
     #[arg(value_name = "NEW")]
     pub new: PathBuf,
-    /// Exit 1 when a device's peak or the leaked bytes grew by more than
-    /// this share of the base (e.g. 5%).
+    /// Exit 1 when a figure judged (--fail-on) grew by more than this share
+    /// of the base (e.g. 5%), or grew at all from zero.
     #[arg(long, value_name = "PERCENT")]
     pub fail_above: Option<crate::diff::Percent>,
+    /// The figures --fail-above judges, comma-separated (default: peak,
+    /// leaked, ooms).
+    #[arg(
+        long,
+        value_name = "FIGURE",
+        value_delimiter = ',',
+        requires = "fail_above"
+    )]
+    pub fail_on: Vec<DiffFigure>,
     /// Write the comparison as a self-contained HTML page, curves overlaid.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
@@ -352,6 +361,40 @@ pub struct DiffArgs {
     /// Print nothing but the threshold verdict.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// A figure of `diff` that `--fail-above` can judge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffFigure {
+    /// Each device's peak.
+    Peak,
+    /// The highest tensor bytes a framework allocator held at once.
+    Allocated,
+    /// The program's leaks (memory held at exit by its own code).
+    Leaked,
+    /// Memory held at exit by CUDA libraries (handles, workspaces, graph pools).
+    Library,
+    /// Out-of-memory errors that reached the program.
+    Ooms,
+    /// The worst pool's fragmentation.
+    Fragmentation,
+    /// The largest growth of any site.
+    Growth,
+}
+
+impl DiffFigure {
+    pub fn judged(self) -> gmem_prof_analyzer::diff::Judged {
+        use gmem_prof_analyzer::diff::Judged;
+        match self {
+            DiffFigure::Peak => Judged::Peak,
+            DiffFigure::Allocated => Judged::Allocated,
+            DiffFigure::Leaked => Judged::Leaked,
+            DiffFigure::Library => Judged::Library,
+            DiffFigure::Ooms => Judged::Ooms,
+            DiffFigure::Fragmentation => Judged::Fragmentation,
+            DiffFigure::Growth => Judged::Growth,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -1,13 +1,14 @@
 //! `gmem-prof diff BASE NEW`: compares two runs site by site and can fail CI
-//! when the peak or the leaks grew by more than a threshold.
+//! when a figure grew by more than a threshold (the judging is the
+//! analyzer's: `gmem_prof_analyzer::diff::judge`).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use gmem_prof_analyzer::diff::{diff, relative_change};
+use gmem_prof_analyzer::diff::{diff, judge, Judged};
 use gmem_prof_analyzer::model::Analysis;
 use gmem_prof_analyzer::{analyze_files, Options};
-use gmem_prof_reports::format::{bytes, change};
+use gmem_prof_reports::format::bytes;
 
 use crate::cli::DiffArgs;
 
@@ -78,43 +79,38 @@ pub fn run(a: DiffArgs) -> Result<i32> {
     let Some(limit) = a.fail_above else {
         return Ok(0);
     };
-    let mut above = Vec::new();
-    let mut judge = |what: String, b: u64, n: u64| {
-        let over = match relative_change(b, n) {
-            Some(r) => r * 100.0 > limit.0,
-            None => true,
-        };
-        if over {
-            above.push(format!(
-                "{what} {} → {} ({}) is above +{}%",
-                bytes(b),
-                bytes(n),
-                change(b, n),
-                limit.0
-            ));
-        }
+    let figures = if a.fail_on.is_empty() {
+        Judged::DEFAULT.to_vec()
+    } else {
+        a.fail_on.iter().map(|f| f.judged()).collect()
     };
-    for dev in &d.devices {
-        judge(
-            format!("device {} peak", dev.device),
-            dev.base_peak_bytes.unwrap_or(0),
-            dev.new_peak_bytes.unwrap_or(0),
-        );
-    }
-    judge(
-        "leaked at exit".into(),
-        d.base.leaked_bytes,
-        d.new.leaked_bytes,
-    );
+    let verdicts = judge(&d, &figures, limit.0 / 100.0);
+    let above: Vec<_> = verdicts.iter().filter(|v| v.above).collect();
     if above.is_empty() {
         crate::out(format_args!(
-            "gmem-prof diff: no change above +{}%\n",
-            limit.0
+            "gmem-prof diff: no change above +{}% ({} judged)\n",
+            limit.0,
+            verdicts.len()
         ))?;
         Ok(0)
     } else {
-        for line in &above {
-            crate::out(format_args!("above threshold: {line}\n"))?;
+        for v in &above {
+            let shown = |x: f64| match v.figure {
+                Judged::Fragmentation => format!("{x:.3}"),
+                Judged::Ooms => format!("{x}"),
+                _ => bytes(x as u64),
+            };
+            let rise = match v.relative_change {
+                Some(r) => format!("{:+.1}%", r * 100.0),
+                None => "from none".into(),
+            };
+            crate::out(format_args!(
+                "above threshold: {} {} → {} ({rise}) is above +{}%\n",
+                v.what,
+                shown(v.base),
+                shown(v.new),
+                limit.0
+            ))?;
         }
         Ok(EXIT_ABOVE_THRESHOLD)
     }

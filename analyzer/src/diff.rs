@@ -49,6 +49,130 @@ pub struct RunTotals {
     /// The highest tensor bytes any framework allocator held at once.
     pub allocated_peak_bytes: u64,
     pub growing_tensor_sites: u64,
+    /// Held at exit by CUDA libraries (handles, workspaces, graph pools).
+    pub library_held_bytes: u64,
+    /// The worst pool's fragmentation over the run, driver pools and
+    /// framework pools alike (0 when nothing was free in any pool).
+    pub worst_fragmentation: f64,
+    /// The largest growth of any site, CUDA allocations or tensors.
+    pub max_growth_bytes: u64,
+}
+
+/// A figure of the diff `--fail-above` can judge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judged {
+    /// Each device's peak (every device of either run).
+    Peak,
+    /// The highest tensor bytes a framework allocator held at once.
+    Allocated,
+    /// The program's leaks.
+    Leaked,
+    /// Held at exit by CUDA libraries.
+    Library,
+    /// Out-of-memory errors that reached the program.
+    Ooms,
+    /// The worst pool's fragmentation.
+    Fragmentation,
+    /// The largest growth of any site.
+    Growth,
+}
+
+impl Judged {
+    /// What `--fail-above` judges unless told otherwise.
+    pub const DEFAULT: [Judged; 3] = [Judged::Peak, Judged::Leaked, Judged::Ooms];
+}
+
+/// One figure of the diff judged against a threshold.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub figure: Judged,
+    /// "device 0 peak", "leaked at exit", …
+    pub what: String,
+    pub base: f64,
+    pub new: f64,
+    /// new / base − 1; None when the base is 0 and the new is not.
+    pub relative_change: Option<f64>,
+    /// Above the threshold: a rise of more than it, or any rise from 0.
+    pub above: bool,
+}
+
+/// Judges the `figures` of a diff against a threshold (a share of the
+/// base, 0.05 for 5%): a figure is above it when it rose by more than that
+/// share, or rose at all from 0. Figures that fell, or stayed, are not.
+pub fn judge(d: &Diff, figures: &[Judged], threshold: f64) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let mut push = |figure: Judged, what: String, base: f64, new: f64| {
+        let relative_change = if base == 0.0 {
+            (new == 0.0).then_some(0.0)
+        } else {
+            Some((new - base) / base)
+        };
+        let above = relative_change.is_none_or(|r| r > threshold);
+        out.push(Verdict {
+            figure,
+            what,
+            base,
+            new,
+            relative_change,
+            above,
+        });
+    };
+    let (b, n) = (&d.base, &d.new);
+    let mut figures = figures.to_vec();
+    figures.sort();
+    figures.dedup();
+    for f in figures {
+        match f {
+            Judged::Peak => {
+                for dev in &d.devices {
+                    push(
+                        f,
+                        format!("device {} peak", dev.device),
+                        dev.base_peak_bytes.unwrap_or(0) as f64,
+                        dev.new_peak_bytes.unwrap_or(0) as f64,
+                    );
+                }
+            }
+            Judged::Allocated => push(
+                f,
+                "allocated peak (tensors)".into(),
+                b.allocated_peak_bytes as f64,
+                n.allocated_peak_bytes as f64,
+            ),
+            Judged::Leaked => push(
+                f,
+                "leaked at exit".into(),
+                b.leaked_bytes as f64,
+                n.leaked_bytes as f64,
+            ),
+            Judged::Library => push(
+                f,
+                "held by libraries at exit".into(),
+                b.library_held_bytes as f64,
+                n.library_held_bytes as f64,
+            ),
+            Judged::Ooms => push(
+                f,
+                "out-of-memory errors".into(),
+                b.ooms_reached_program as f64,
+                n.ooms_reached_program as f64,
+            ),
+            Judged::Fragmentation => push(
+                f,
+                "worst fragmentation".into(),
+                b.worst_fragmentation,
+                n.worst_fragmentation,
+            ),
+            Judged::Growth => push(
+                f,
+                "largest growth".into(),
+                b.max_growth_bytes as f64,
+                n.max_growth_bytes as f64,
+            ),
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -151,6 +275,24 @@ fn totals(a: &Analysis) -> RunTotals {
             .max()
             .unwrap_or(0),
         growing_tensor_sites: a.tensor_growth.len() as u64,
+        library_held_bytes: a.library_bytes(),
+        worst_fragmentation: a
+            .devices
+            .iter()
+            .filter_map(|d| d.fragmentation.worst.as_ref().map(|w| w.fragmentation))
+            .chain(
+                a.frameworks
+                    .iter()
+                    .filter_map(|v| v.worst_fragmentation.as_ref().map(|w| w.at.fragmentation)),
+            )
+            .fold(0.0, f64::max),
+        max_growth_bytes: a
+            .growth
+            .iter()
+            .chain(&a.tensor_growth)
+            .map(|g| g.growth_bytes)
+            .max()
+            .unwrap_or(0),
     }
 }
 

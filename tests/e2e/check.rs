@@ -372,3 +372,45 @@ fn several_traces_are_each_checked() {
         "{text}"
     );
 }
+
+/// The budget file docs/ci.md shows, as a user would copy it: it passes on
+/// the shipped PyTorch and JAX programs that do not leak and fails on the
+/// ones that leak, grow or die of out-of-memory errors.
+#[test]
+fn the_budget_of_docs_ci_md_passes_healthy_runs_and_fails_leaking_ones() {
+    let doc = std::fs::read_to_string(repo().join("docs/ci.md")).unwrap();
+    let start = doc.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let toml = &doc[start..start + doc[start..].find("```").unwrap()];
+    let (_dir, budget) = write_budget("check-docs-budget", toml);
+    let code = |name: &str| {
+        let o = check(name, &["--budget", budget.to_str().unwrap()]);
+        (o.status.code(), out(&o))
+    };
+    for healthy in [
+        "torch_native.bin",
+        "torch_async.bin",
+        "torch_growth.bin",
+        "torch_spawn.bin",
+        "torch_fragment.bin",
+        "jax.bin",
+        "cupy.bin",
+    ] {
+        let (c, text) = code(healthy);
+        assert_eq!(c, Some(0), "{healthy}: {text}");
+    }
+    for (leaking, why) in [
+        ("torch_leak.bin", "grew by more than 64.0 MiB"),
+        ("torch_growth_leak.bin", "grew by more than 64.0 MiB"),
+        ("kinds.bin", "never freed"),
+        ("ctypes_cuda.bin", "never freed"),
+        (
+            "torch_fraction_oom.bin",
+            "out-of-memory error(s) reached the program",
+        ),
+    ] {
+        let (c, text) = code(leaking);
+        assert_eq!(c, Some(1), "{leaking}: {text}");
+        assert!(text.contains(why), "{leaking}: {text}");
+    }
+    assert_eq!(code("killed.bin").0, Some(2), "cut short: not profiled");
+}

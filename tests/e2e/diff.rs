@@ -96,8 +96,62 @@ fn a_new_leak_is_above_any_threshold() {
     assert_eq!(o.status.code(), Some(1));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("above threshold: leaked at exit 0 B → 2.00 MiB (new)"),
+        text.contains("above threshold: leaked at exit 0 B → 2.00 MiB (from none)"),
         "{text}"
+    );
+}
+
+#[test]
+fn fail_above_judges_the_figures_it_is_told_to() {
+    // torch_growth → torch_growth_leak: the leak's 1 MiB per step grows
+    // (+186 MiB from 20% to 95% of the run) and fragments the pool; its
+    // tensors are freed at the interpreter's shutdown, so nothing leaks.
+    let (base, new) = ("torch_growth.bin", "torch_growth_leak.bin");
+    let o = diff(
+        base,
+        new,
+        &["-q", "--fail-above", "5%", "--fail-on", "growth"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("above threshold: largest growth 0 B → 186 MiB (from none)"),
+        "{text}"
+    );
+    assert!(!text.contains("peak"), "only growth judged: {text}");
+    let o = diff(
+        base,
+        new,
+        &[
+            "-q",
+            "--fail-above",
+            "5%",
+            "--fail-on",
+            "leaked,ooms,library",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(3 judged)"));
+    let o = diff(
+        base,
+        new,
+        &["-q", "--fail-above", "5%", "--fail-on", "fragmentation"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("worst fragmentation 0.604 → 0.994"));
+    // OOMs are judged by default: oom.cu's two failed requests, from none.
+    let o = diff("kinds.bin", "oom.bin", &["-q", "--fail-above", "1000000%"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("out-of-memory errors 0 → 2 (from none)"));
+    // --fail-on without --fail-above is bad input.
+    assert_eq!(
+        diff(base, new, &["--fail-on", "growth"]).status.code(),
+        Some(2)
     );
 }
 
