@@ -226,7 +226,7 @@ pub fn build(
             .into_iter()
             .filter(|p| p.device == d)
             .map(|p| RegionSummary {
-                kind: "pool".into(),
+                kind: RegionKind::Pool,
                 pid: p.pid,
                 address: p.address,
                 max_size: p.max_size,
@@ -239,7 +239,7 @@ pub fn build(
                     .values()
                     .filter(|r| r.device == Some(d))
                     .map(|r| RegionSummary {
-                        kind: "vmm reservation".into(),
+                        kind: RegionKind::VmmReservation,
                         pid: r.pid,
                         address: r.base,
                         max_size: r.size,
@@ -408,7 +408,7 @@ pub fn build(
                 requested_bytes: o.bytes,
                 result: o.result,
                 site: site_id(o.site),
-                outcome: o.outcome.to_string(),
+                outcome: o.outcome,
                 device_live_bytes: o.device_live,
                 device_total_bytes: device_total(o.device),
                 largest_free_extent: o.largest_free,

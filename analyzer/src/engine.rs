@@ -10,6 +10,7 @@ use gmem_prof_traces::Record;
 use crate::events::{EventKind, EventRow};
 use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
 use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent};
+use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Curve, Samples};
@@ -394,7 +395,7 @@ pub struct OomRaw {
     pub bytes: u64,
     pub result: u32,
     pub site: u32,
-    pub outcome: &'static str,
+    pub outcome: OomOutcome,
     pub device_live: u64,
     pub largest_free: Option<u64>,
     pub live_by_site: Vec<(u32, u64, u64)>,
@@ -408,7 +409,7 @@ fn close_failures(
     ooms: &mut [OomRaw],
     tid: u32,
     bytes: u64,
-    outcome: &'static str,
+    outcome: OomOutcome,
 ) {
     if open.is_empty() {
         return;
@@ -1101,7 +1102,7 @@ impl Engine {
             &mut self.ooms,
             tid,
             bytes,
-            "recovered",
+            OomOutcome::Recovered,
         );
         if func == ApiFunc::MEM_ADDRESS_RESERVE {
             let pid = st.pid();
@@ -1162,7 +1163,13 @@ impl Engine {
         let index = self.ooms.len();
         let st = &mut self.streams[stream as usize];
         // An earlier failure of the same request on this thread was retried.
-        close_failures(&mut st.open_failures, &mut self.ooms, tid, bytes, "retried");
+        close_failures(
+            &mut st.open_failures,
+            &mut self.ooms,
+            tid,
+            bytes,
+            OomOutcome::Retried,
+        );
         st.open_failures.push((tid, bytes, index));
         if self.rows.is_some() {
             let r = EventRow {
@@ -1183,7 +1190,7 @@ impl Engine {
             bytes,
             result,
             site,
-            outcome: "reached program",
+            outcome: OomOutcome::ReachedProgram,
             device_live,
             largest_free,
             live_by_site,

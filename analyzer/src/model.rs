@@ -280,8 +280,7 @@ pub struct FragmentationAt {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RegionSummary {
-    /// "pool" or "vmm reservation".
-    pub kind: String,
+    pub kind: RegionKind,
     pub pid: u32,
     pub address: u64,
     pub max_size: u64,
@@ -471,10 +470,8 @@ pub struct Oom {
     /// The CUDA error code (2 = out of memory).
     pub result: u32,
     pub site: u32,
-    /// "recovered" (the same request succeeded on a retry: the allocator
-    /// freed its cache), "retried" (failed again on a retry), "reached
-    /// program" (the last attempt failed).
-    pub outcome: String,
+    /// What became of the request (`OomOutcome`).
+    pub outcome: OomOutcome,
     pub device_live_bytes: u64,
     pub device_total_bytes: u64,
     /// Largest free extent in the pools/VMM reservations of the device, when
@@ -491,7 +488,66 @@ pub struct Oom {
 impl Oom {
     /// The last attempt failed: the program saw the error.
     pub fn reached_program(&self) -> bool {
-        self.outcome == "reached program"
+        self.outcome == OomOutcome::ReachedProgram
+    }
+}
+
+/// What became of a failed allocation request. Serialized as the strings
+/// the JSON always had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum OomOutcome {
+    /// The same request succeeded on a retry (the allocator freed its
+    /// cache and asked again).
+    #[serde(rename = "recovered")]
+    Recovered,
+    /// It failed again on a retry.
+    #[serde(rename = "retried")]
+    Retried,
+    /// The last attempt failed: the program saw the error.
+    #[serde(rename = "reached program")]
+    ReachedProgram,
+}
+
+impl OomOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OomOutcome::Recovered => "recovered",
+            OomOutcome::Retried => "retried",
+            OomOutcome::ReachedProgram => "reached program",
+        }
+    }
+}
+
+impl std::fmt::Display for OomOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kind of a region whose free space is fragmented. Serialized as the
+/// strings the JSON always had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum RegionKind {
+    /// A stream-ordered memory pool (cudaMallocAsync, cudaMallocFromPoolAsync).
+    #[serde(rename = "pool")]
+    Pool,
+    /// A virtual address range reserved with cuMemAddressReserve.
+    #[serde(rename = "vmm reservation")]
+    VmmReservation,
+}
+
+impl RegionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionKind::Pool => "pool",
+            RegionKind::VmmReservation => "vmm reservation",
+        }
+    }
+}
+
+impl std::fmt::Display for RegionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -164,7 +164,7 @@ impl<W: Write> PerfettoWriter<W> {
                 Micros(o.time_ns),
                 track(o.device),
                 o.requested_bytes,
-                json_str(&o.outcome),
+                json_str(o.outcome.as_str()),
                 json_str(&a.site_label(o.site)),
                 o.pid,
                 o.device_live_bytes

@@ -244,7 +244,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td class=\"n\"><code>{:#x}</code></td><td class=\"n\">{}</td><td>{}</td></tr>",
-                escape(&r.kind),
+                escape(r.kind.as_str()),
                 r.pid,
                 r.address,
                 bytes(r.max_size),
@@ -384,7 +384,7 @@ fn oom_section(a: &Analysis, out: &mut String) {
             escape(&o.function),
             bytes(o.requested_bytes),
             time(o.time_ns),
-            escape(&o.outcome),
+            escape(o.outcome.as_str()),
             o.raised_as
                 .as_ref()
                 .map_or_else(String::new, |r| format!(" (as {})", escape(r))),

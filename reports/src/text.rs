@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Category, Growth, SiteBytes};
+use gmem_prof_analyzer::model::{Analysis, Category, Growth, OomOutcome, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
@@ -242,14 +242,14 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             writeln!(w, "out of memory: never")?;
         }
     } else {
-        let count = |o: &str| a.ooms.iter().filter(|x| x.outcome == o).count();
+        let count = |o: OomOutcome| a.ooms.iter().filter(|x| x.outcome == o).count();
         writeln!(
             w,
             "out of memory: {} failed allocations ({} reached the program, {} recovered by the allocator, {} retried)",
             a.ooms.len(),
-            count("reached program"),
-            count("recovered"),
-            count("retried")
+            count(OomOutcome::ReachedProgram),
+            count(OomOutcome::Recovered),
+            count(OomOutcome::Retried)
         )?;
         for o in a.ooms.iter().take(TOP) {
             writeln!(

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
+use gmem_prof_analyzer::model::OomOutcome;
 use gmem_prof_reports::format::{bytes, markdown as md};
 use serde::Serialize;
 
@@ -120,7 +121,11 @@ fn run_summary(r: &Run) -> RunSummary {
         leaked_bytes: a.leaked_bytes(),
         cached_at_exit_bytes: a.cached_bytes(),
         ooms_reached_program: a.ooms_reached_program(),
-        ooms_recovered: a.ooms.iter().filter(|o| o.outcome == "recovered").count() as u64,
+        ooms_recovered: a
+            .ooms
+            .iter()
+            .filter(|o| o.outcome == OomOutcome::Recovered)
+            .count() as u64,
         growing_sites: a.growth.len() as u64,
         top_sites: a
             .sites

@@ -44,7 +44,7 @@ fn pool_with_three_holes_has_fragmentation_two_thirds() {
         .fragmentation
         .regions
         .iter()
-        .all(|r| r.kind == "pool" && r.estimated));
+        .all(|r| r.kind == gmem_prof_analyzer::model::RegionKind::Pool && r.estimated));
     // Reserved is the pool's 64 MiB; live peaked at 64 MiB too.
     assert_eq!(d.reserved_peak, 64 * MIB);
     assert_eq!(d.peak_bytes, 64 * MIB);

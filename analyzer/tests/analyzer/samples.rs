@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use gmem_prof_analyzer::model::{Analysis, Category, Site};
+use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome, RegionKind, Site};
 
 use crate::util::*;
 
@@ -125,7 +125,7 @@ fn vmm_sites_and_exact_fragmentation_of_the_reservation() {
     assert!(f
         .regions
         .iter()
-        .any(|r| r.kind == "vmm reservation" && r.max_size == 64 * MIB && !r.estimated));
+        .any(|r| r.kind == RegionKind::VmmReservation && r.max_size == 64 * MIB && !r.estimated));
 }
 
 #[test]
@@ -134,7 +134,11 @@ fn pools_sites_and_reserved_above_live() {
     let a = sample("pools.bin");
     let d = &a.devices[0];
     assert!(d.reserved_peak >= d.peak_bytes);
-    assert!(d.fragmentation.regions.iter().any(|r| r.kind == "pool"));
+    assert!(d
+        .fragmentation
+        .regions
+        .iter()
+        .any(|r| r.kind == RegionKind::Pool));
     assert_eq!(a.processes[0].at_exit.leaked_bytes, 0);
 }
 
@@ -154,7 +158,7 @@ fn oom_failed_requests_peak_and_what_was_live() {
         .find(|o| o.requested_bytes == 16 * 1024 * MIB)
         .unwrap();
     assert_eq!(ninth.device_live_bytes, 8 * 16 * 1024 * MIB);
-    assert_eq!(ninth.outcome, "reached program");
+    assert_eq!(ninth.outcome, OomOutcome::ReachedProgram);
     assert_eq!(ninth.live_by_site[0].site, fill.id);
 }
 
@@ -186,7 +190,7 @@ fn stats(name: &str) -> serde_json::Value {
 fn torch_oom_outcomes_match_torch_counters() {
     let a = sample("torch_oom.bin");
     let s = stats("torch_oom.stats.json");
-    let count = |o: &str| a.ooms.iter().filter(|x| x.outcome == o).count() as u64;
+    let count = |o: &str| a.ooms.iter().filter(|x| x.outcome.as_str() == o).count() as u64;
     // num_ooms: failures that reached the program; num_alloc_retries: times
     // the allocator released its cache and retried.
     assert_eq!(count("reached program"), s["num_ooms"].as_u64().unwrap());
@@ -194,7 +198,11 @@ fn torch_oom_outcomes_match_torch_counters() {
         count("recovered") + count("retried"),
         s["num_alloc_retries"].as_u64().unwrap()
     );
-    let recovered = a.ooms.iter().find(|o| o.outcome == "recovered").unwrap();
+    let recovered = a
+        .ooms
+        .iter()
+        .find(|o| o.outcome == OomOutcome::Recovered)
+        .unwrap();
     assert_eq!(
         recovered.requested_bytes,
         s["recovered_request_bytes"].as_u64().unwrap()
@@ -202,7 +210,7 @@ fn torch_oom_outcomes_match_torch_counters() {
     let reached = a
         .ooms
         .iter()
-        .find(|o| o.outcome == "reached program")
+        .find(|o| o.outcome == OomOutcome::ReachedProgram)
         .unwrap();
     assert!(reached.requested_bytes >= s["impossible_request_bytes"].as_u64().unwrap());
     // What PyTorch still holds at exit is cached, not leaked.
