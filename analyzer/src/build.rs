@@ -86,6 +86,17 @@ pub fn steady_rise(by_count: &[u64], allocations: u64, width: u64) -> Option<(u6
     (rising && to >= from + GROWTH_MIN_BYTES).then_some((from, to))
 }
 
+/// A region's worst sample (`regions::Worst`) with its time made relative
+/// to the trace's start.
+fn fragmentation_at(start: u64) -> impl Fn(crate::regions::Worst) -> FragmentationAt {
+    move |(time, fragmentation, free_bytes, largest_free_bytes)| FragmentationAt {
+        time_ns: time.saturating_sub(start),
+        fragmentation,
+        free_bytes,
+        largest_free_bytes,
+    }
+}
+
 /// (raw site, bytes, count) rows summed by final site id, largest first.
 pub fn site_bytes(rows: &[(u32, u64, u64)], id: impl Fn(u32) -> u32) -> Vec<SiteBytes> {
     let mut acc: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
@@ -231,6 +242,7 @@ pub fn build(
                 address: p.address,
                 max_size: p.max_size,
                 estimated: true,
+                worst: p.worst.map(fragmentation_at(start)),
             })
             .chain(
                 engine
@@ -244,6 +256,7 @@ pub fn build(
                         address: r.base,
                         max_size: r.size,
                         estimated: false,
+                        worst: r.worst.map(fragmentation_at(start)),
                     }),
             )
             .collect();
@@ -292,12 +305,7 @@ pub fn build(
                     .to_string(),
             );
         }
-        let worst = dev.frag_worst.map(|(t, f, free, largest)| FragmentationAt {
-            time_ns: rel(t),
-            fragmentation: f,
-            free_bytes: free,
-            largest_free_bytes: largest,
-        });
+        let worst = dev.frag_worst.map(fragmentation_at(start));
         let live_by_kind: Vec<KindCurve> = (0..KINDS)
             .filter(|&k| dev.kind_peaks[k] > 0)
             .map(|k| KindCurve {

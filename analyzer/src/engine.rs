@@ -1255,7 +1255,7 @@ impl Engine {
                 continue;
             }
             dev.frag_dirty = false;
-            let ext = self.regions.device_extents(d);
+            let ext = self.regions.sample_device(d, now);
             dev.frag.put(
                 axis,
                 axis.current,

@@ -287,6 +287,9 @@ pub struct RegionSummary {
     /// True when the layout is inferred (pools: CUPTI reports their size,
     /// not which address ranges back them).
     pub estimated: bool,
+    /// This region's own most fragmented moment (none when it never had
+    /// free space): the device's figure is the worst of these.
+    pub worst: Option<FragmentationAt>,
 }
 
 #[derive(Clone, Debug, Serialize)]

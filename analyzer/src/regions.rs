@@ -37,6 +37,8 @@ pub struct Pool {
     pub max_size: u64,
     /// Bytes of its live sub-allocations.
     used: u64,
+    /// Its most fragmented sample.
+    pub worst: Option<Worst>,
     /// Its live sub-allocations (address, bytes), in slots that frees empty
     /// and allocations fill again (`free_slots`): a fragmentation sample
     /// reads a pool's blocks from here rather than from the whole live set.
@@ -52,6 +54,24 @@ pub struct Reservation {
     pub size: u64,
     mapped: BTreeMap<u64, u64>,
     used: u64,
+    /// Its most fragmented sample: (time, F, free, largest).
+    pub worst: Option<Worst>,
+}
+
+/// A region's most fragmented sample: (time, F, free bytes, largest free
+/// extent).
+pub type Worst = (u64, f64, u64, u64);
+
+/// Keeps the sample with the highest F (samples with nothing free are not
+/// worth calling the worst).
+fn note_worst(worst: &mut Option<Worst>, now: u64, e: Extents) {
+    if e.free == 0 {
+        return;
+    }
+    let f = e.fragmentation();
+    if worst.is_none_or(|w| f > w.1) {
+        *worst = Some((now, f, e.free, e.largest));
+    }
 }
 
 /// Free space of one region or of a device's regions together.
@@ -330,33 +350,55 @@ impl Regions {
     }
 
     /// Free extents of each of a device's regions (pools with a size, VMM
-    /// reservations).
-    fn each_extents(&mut self, device: u32) -> Vec<Extents> {
+    /// reservations); with `now`, each region also keeps its worst sample.
+    fn each_extents(&mut self, device: u32, now: Option<u64>) -> Vec<Extents> {
         let mut out = Vec::new();
         for p in self
             .pools
-            .iter()
+            .iter_mut()
             .filter(|p| p.device == device && p.size > 0)
         {
-            out.push(p.extents(&mut self.gathered, &mut self.buckets));
+            let e = p.extents(&mut self.gathered, &mut self.buckets);
+            if let Some(now) = now {
+                note_worst(&mut p.worst, now, e);
+            }
+            out.push(e);
         }
         for r in self
             .reservations
-            .values()
+            .values_mut()
             .filter(|r| r.device == Some(device))
         {
-            out.push(r.extents());
+            let e = r.extents();
+            if let Some(now) = now {
+                note_worst(&mut r.worst, now, e);
+            }
+            out.push(e);
         }
         out
     }
 
-    /// The device's fragmentation figure: the free extents of its worst
-    /// region (highest F; of equal F, the most free). An allocation comes
-    /// from one pool or reservation and cannot use another's free space, so
-    /// free space of unrelated regions is never added up. None when the
-    /// device has no region; nothing free when none has free space.
+    /// `sample_device` without keeping the regions' worst samples (tests).
+    #[cfg(test)]
     pub fn device_extents(&mut self, device: u32) -> Option<Extents> {
-        self.each_extents(device).into_iter().reduce(|worst, e| {
+        let each = self.each_extents(device, None);
+        Self::worst_region(each)
+    }
+
+    /// The device's fragmentation figure at `now`: the free extents of its
+    /// worst region (highest F; of equal F, the most free). An allocation
+    /// comes from one pool or reservation and cannot use another's free
+    /// space, so free space of unrelated regions is never added up. None
+    /// when the device has no region; nothing free when none has free
+    /// space. Each region also keeps its own worst sample (`Pool::worst`,
+    /// `Reservation::worst`).
+    pub fn sample_device(&mut self, device: u32, now: u64) -> Option<Extents> {
+        let each = self.each_extents(device, Some(now));
+        Self::worst_region(each)
+    }
+
+    fn worst_region(each: Vec<Extents>) -> Option<Extents> {
+        each.into_iter().reduce(|worst, e| {
             let key = |x: &Extents| (x.fragmentation(), x.free);
             if key(&e).partial_cmp(&key(&worst)) == Some(std::cmp::Ordering::Greater) {
                 e
@@ -370,7 +412,10 @@ impl Regions {
     /// biggest request any of them could still serve); None when it has no
     /// region.
     pub fn device_largest_free(&mut self, device: u32) -> Option<u64> {
-        self.each_extents(device).iter().map(|e| e.largest).max()
+        self.each_extents(device, None)
+            .iter()
+            .map(|e| e.largest)
+            .max()
     }
 }
 

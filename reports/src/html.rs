@@ -231,7 +231,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     if let Some(w) = &f.worst {
         let _ = write!(
             out,
-            "<p>Worst: <b>F = {:.3}</b> at {}: {} free in the regions, largest free block {}.</p>",
+            "<p>Worst: <b>F = {:.3}</b> at {}: {} free in the worst region, largest free block {} (each region is judged alone: an allocation cannot span two).</p>",
             w.fragmentation,
             time(w.time_ns),
             bytes(w.free_bytes),
@@ -239,15 +239,28 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         );
     }
     if !f.regions.is_empty() {
-        out.push_str("<table><tr><th>region</th><th>pid</th><th class=\"n\">address</th><th class=\"n\">largest size</th><th>layout</th></tr>");
+        out.push_str("<table><tr><th>region</th><th>pid</th><th class=\"n\">address</th><th class=\"n\">largest size</th><th class=\"n\">its worst F</th><th>layout</th></tr>");
         for r in &f.regions {
+            let worst = r.worst.as_ref().map_or_else(
+                || "never had free space".to_string(),
+                |w| {
+                    format!(
+                        "{:.3} at {}: {} free, largest {}",
+                        w.fragmentation,
+                        time(w.time_ns),
+                        bytes(w.free_bytes),
+                        bytes(w.largest_free_bytes)
+                    )
+                },
+            );
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td>{}</td><td class=\"n\"><code>{:#x}</code></td><td class=\"n\">{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"n\"><code>{:#x}</code></td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
                 escape(r.kind.as_str()),
                 r.pid,
                 r.address,
                 bytes(r.max_size),
+                worst,
                 if r.estimated {
                     "estimated (CUPTI reports the pool's size, not its address ranges)"
                 } else {

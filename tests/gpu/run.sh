@@ -57,7 +57,7 @@ record() {  # record NAME PROGRAM ARGS... ; sets CODE
 
 programs() {
     build
-    for name in kinds kinds_shared pools vmm graph oom threads children cupti_client; do
+    for name in kinds kinds_shared pools two_pools vmm graph oom threads children cupti_client; do
         record "$name" "bin/$name"
         src="$ROOT/tests/programs/${name%_shared}.cu"
         python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/$name.bin" "$src" "$CODE" || FAILED=1

@@ -247,6 +247,21 @@ fn fragmentation_is_the_worst_pools_never_a_sum_of_pools() {
     // Each free adds a hole: F is highest after the last one (times count
     // from the first event, at 1 µs).
     assert_eq!(worst.time_ns, t - 1_000, "{worst:?}");
+    // Each pool has its own figure: the default pool was never fragmented
+    // (its 32 MiB free in one piece), the custom pool's is the device's.
+    let regions = &a.devices[0].fragmentation.regions;
+    assert_eq!(regions.len(), 2, "{regions:?}");
+    for r in regions {
+        let w = r.worst.as_ref().expect("each had free space");
+        if r.max_size == 32 * MIB {
+            assert_eq!(
+                (w.fragmentation, w.free_bytes, w.largest_free_bytes),
+                (0.0, 32 * MIB, 32 * MIB)
+            );
+        } else {
+            assert_eq!((w.free_bytes, w.largest_free_bytes), (32 * MIB, MIB));
+        }
+    }
 }
 
 /// Pinned host memory lives in the host's RAM: the device's own peak
