@@ -322,7 +322,7 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                         w.time_ns as f64 / 1e9
                     ),
                     vec![format!(
-                        "{} free in pools/VMM regions, largest free block {}",
+                        "{} free in the worst pool or VMM region, largest free block {}",
                         bytes(w.free_bytes),
                         bytes(w.largest_free_bytes)
                     )],

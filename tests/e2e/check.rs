@@ -122,6 +122,31 @@ fn fragmentation_budget_on_the_vmm_program() {
 }
 
 #[test]
+fn fragmentation_budget_judges_the_worst_pool_of_two() {
+    // two_pools.cu: the custom pool's 32 holes of 1 MiB give F = 0.969;
+    // adding the default pool's 32 MiB in one piece read 0.50.
+    let o = check("two_pools.bin", &["--max-fragmentation", "0.9"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(
+        out(&o).contains("fragmentation reached 0.969"),
+        "{}",
+        out(&o)
+    );
+    assert!(
+        out(&o)
+            .contains("32.0 MiB free in the worst pool or VMM region, largest free block 1.00 MiB"),
+        "{}",
+        out(&o)
+    );
+    assert_eq!(
+        check("two_pools.bin", &["--max-fragmentation", "0.97"])
+            .status
+            .code(),
+        Some(0)
+    );
+}
+
+#[test]
 fn growth_budget_catches_the_leaking_loop_only() {
     let o = check("torch_growth_leak.bin", &["--max-growth", "64MiB"]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));

@@ -112,6 +112,36 @@ fn kinds_sites_counts_bytes_and_leaks() {
     }
 }
 
+/// two_pools.cu on the H200: the default pool holds 32 MiB free in one
+/// piece; the custom pool (reserved 64 MiB, 32 MiB used, as the program
+/// read from the driver) has 32 holes of 1 MiB. Fragmentation is the
+/// custom pool's, 1 − 1/32: adding both pools' free space read 0.5 with a
+/// 32 MiB "largest free block" no request from the custom pool could use.
+#[test]
+fn two_pools_fragmentation_is_the_worst_pools() {
+    check_program("two_pools.bin", "two_pools.cu");
+    let a = sample("two_pools.bin");
+    let f = &a.devices[0].fragmentation;
+    let w = f.worst.as_ref().unwrap();
+    assert_eq!((w.free_bytes, w.largest_free_bytes), (32 * MIB, MIB));
+    assert!(
+        (w.fragmentation - (1.0 - 1.0 / 32.0)).abs() < 1e-12,
+        "{w:?}"
+    );
+    assert_eq!(f.regions.len(), 2);
+    let custom = f.regions.iter().find(|r| r.max_size == 64 * MIB).unwrap();
+    let default = f.regions.iter().find(|r| r.max_size == 32 * MIB).unwrap();
+    assert_eq!(
+        custom.worst.as_ref().unwrap().fragmentation,
+        w.fragmentation
+    );
+    let d = default.worst.as_ref().unwrap();
+    assert_eq!(
+        (d.fragmentation, d.free_bytes, d.largest_free_bytes),
+        (0.0, 32 * MIB, 32 * MIB)
+    );
+}
+
 #[test]
 fn vmm_sites_and_exact_fragmentation_of_the_reservation() {
     check_program("vmm.bin", "vmm.cu");
