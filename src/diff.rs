@@ -51,10 +51,16 @@ pub fn run(a: DiffArgs) -> Result<i32> {
     if new_name == base_name {
         new_name = format!("{new_name} (new)");
     }
-    let d = diff(&base, &new);
-    if !a.quiet {
-        let stdout = std::io::stdout();
-        gmem_prof_reports::diff::text(&d, &base_name, &new_name, &mut stdout.lock())?;
+    let mut d = diff(&base, &new);
+    // Judged first, so that the JSON holds the verdicts.
+    let limit = a.fail_above;
+    if let Some(limit) = limit {
+        let figures = if a.fail_on.is_empty() {
+            Judged::DEFAULT.to_vec()
+        } else {
+            a.fail_on.iter().map(|f| f.judged()).collect()
+        };
+        d.verdicts = judge(&d, &figures, limit.0 / 100.0);
     }
     let write = |path: &Option<PathBuf>, data: &[u8]| -> Result<()> {
         if let Some(p) = path {
@@ -75,22 +81,21 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         &a.markdown,
         gmem_prof_reports::diff::markdown(&d, &base_name, &new_name).as_bytes(),
     )?;
-
-    let Some(limit) = a.fail_above else {
+    // Printed after the files are written: a closed stdout (`| head`)
+    // ends the command early but must not cost CI its files.
+    if !a.quiet {
+        let stdout = std::io::stdout();
+        gmem_prof_reports::diff::text(&d, &base_name, &new_name, &mut stdout.lock())?;
+    }
+    let Some(limit) = limit else {
         return Ok(0);
     };
-    let figures = if a.fail_on.is_empty() {
-        Judged::DEFAULT.to_vec()
-    } else {
-        a.fail_on.iter().map(|f| f.judged()).collect()
-    };
-    let verdicts = judge(&d, &figures, limit.0 / 100.0);
-    let above: Vec<_> = verdicts.iter().filter(|v| v.above).collect();
+    let above: Vec<_> = d.verdicts.iter().filter(|v| v.above).collect();
     if above.is_empty() {
         crate::out(format_args!(
             "gmem-prof diff: no change above +{}% ({} judged)\n",
             limit.0,
-            verdicts.len()
+            d.verdicts.len()
         ))?;
         Ok(0)
     } else {

@@ -33,6 +33,10 @@ pub struct Diff {
     /// allocated peak; `leaked_bytes`: live at exit), largest change first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tensor_sites: Vec<SiteDiff>,
+    /// The figures `--fail-above` judged, with their verdicts (absent when
+    /// nothing was judged).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<Verdict>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -531,6 +535,7 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
         devices,
         sites: sites.into_iter().map(|(_, s)| s).collect(),
         tensor_sites: tensor_site_diffs(base, new),
+        verdicts: Vec::new(),
     }
 }
 

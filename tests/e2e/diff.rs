@@ -137,12 +137,28 @@ fn fail_above_judges_the_figures_it_is_told_to() {
         String::from_utf8_lossy(&o.stdout)
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("(3 judged)"));
+    let dir = scratch("diff-verdicts");
+    let json = dir.join("d.json");
     let o = diff(
         base,
         new,
-        &["-q", "--fail-above", "5%", "--fail-on", "fragmentation"],
+        &[
+            "-q",
+            "--fail-above",
+            "5%",
+            "--fail-on",
+            "fragmentation",
+            "--json",
+            json.to_str().unwrap(),
+        ],
     );
     assert_eq!(o.status.code(), Some(1));
+    // The JSON holds what was judged and the verdict.
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = &d["verdicts"];
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["figure"], "fragmentation");
+    assert_eq!(v[0]["above"], true);
     assert!(String::from_utf8_lossy(&o.stdout).contains("worst fragmentation 0.604 → 0.994"));
     // OOMs are judged by default: oom.cu's two failed requests, from none.
     let o = diff("kinds.bin", "oom.bin", &["-q", "--fail-above", "1000000%"]);
