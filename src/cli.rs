@@ -340,15 +340,17 @@ pub struct DiffArgs {
     /// of the base (e.g. 5%), or grew at all from zero.
     #[arg(long, value_name = "PERCENT")]
     pub fail_above: Option<crate::diff::Percent>,
-    /// The figures --fail-above judges, comma-separated (default: peak,
-    /// leaked, ooms).
+    /// The figures --fail-above judges, comma-separated, of: peak (each
+    /// device's), allocated (tensors' peak), leaked, library (held by CUDA
+    /// libraries at exit), ooms, fragmentation (the worst pool's), growth
+    /// (the largest growing site). Default: peak,leaked,ooms.
     #[arg(
         long,
         value_name = "FIGURE",
         value_delimiter = ',',
         requires = "fail_above"
     )]
-    pub fail_on: Vec<DiffFigure>,
+    pub fail_on: Vec<gmem_prof_analyzer::diff::Judged>,
     /// Write the comparison as a self-contained HTML page, curves overlaid.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
@@ -361,40 +363,6 @@ pub struct DiffArgs {
     /// Print nothing but the threshold verdict.
     #[arg(short, long)]
     pub quiet: bool,
-}
-
-/// A figure of `diff` that `--fail-above` can judge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DiffFigure {
-    /// Each device's peak.
-    Peak,
-    /// The highest tensor bytes a framework allocator held at once.
-    Allocated,
-    /// The program's leaks (memory held at exit by its own code).
-    Leaked,
-    /// Memory held at exit by CUDA libraries (handles, workspaces, graph pools).
-    Library,
-    /// Out-of-memory errors that reached the program.
-    Ooms,
-    /// The worst pool's fragmentation.
-    Fragmentation,
-    /// The largest growth of any site.
-    Growth,
-}
-
-impl DiffFigure {
-    pub fn judged(self) -> gmem_prof_analyzer::diff::Judged {
-        use gmem_prof_analyzer::diff::Judged;
-        match self {
-            DiffFigure::Peak => Judged::Peak,
-            DiffFigure::Allocated => Judged::Allocated,
-            DiffFigure::Leaked => Judged::Leaked,
-            DiffFigure::Library => Judged::Library,
-            DiffFigure::Ooms => Judged::Ooms,
-            DiffFigure::Fragmentation => Judged::Fragmentation,
-            DiffFigure::Growth => Judged::Growth,
-        }
-    }
 }
 
 #[derive(Args, Debug)]

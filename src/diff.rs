@@ -58,7 +58,7 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         let figures = if a.fail_on.is_empty() {
             Judged::DEFAULT.to_vec()
         } else {
-            a.fail_on.iter().map(|f| f.judged()).collect()
+            a.fail_on.clone()
         };
         d.verdicts = judge(&d, &figures, limit.0 / 100.0);
     }

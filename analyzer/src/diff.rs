@@ -85,6 +85,34 @@ pub enum Judged {
 impl Judged {
     /// What `--fail-above` judges unless told otherwise.
     pub const DEFAULT: [Judged; 3] = [Judged::Peak, Judged::Leaked, Judged::Ooms];
+    /// Every figure, with its name on the command line and in the JSON.
+    pub const ALL: [(Judged, &'static str); 7] = [
+        (Judged::Peak, "peak"),
+        (Judged::Allocated, "allocated"),
+        (Judged::Leaked, "leaked"),
+        (Judged::Library, "library"),
+        (Judged::Ooms, "ooms"),
+        (Judged::Fragmentation, "fragmentation"),
+        (Judged::Growth, "growth"),
+    ];
+}
+
+impl std::str::FromStr for Judged {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Judged::ALL
+            .iter()
+            .find(|(_, name)| *name == s.trim())
+            .map(|(j, _)| *j)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Judged::ALL.iter().map(|(_, n)| *n).collect();
+                format!(
+                    "{s:?} is not a figure diff judges (one of {})",
+                    names.join(", ")
+                )
+            })
+    }
 }
 
 /// One figure of the diff judged against a threshold.
@@ -123,57 +151,49 @@ pub fn judge(d: &Diff, figures: &[Judged], threshold: f64) -> Vec<Verdict> {
         });
     };
     let (b, n) = (&d.base, &d.new);
+    // One figure of whole counts (bytes, errors).
+    let one = |what: &str, base: u64, new: u64| vec![(what.to_string(), base as f64, new as f64)];
     let mut figures = figures.to_vec();
     figures.sort();
     figures.dedup();
     for f in figures {
-        match f {
-            Judged::Peak => {
-                for dev in &d.devices {
-                    push(
-                        f,
+        let rows = match f {
+            Judged::Peak => d
+                .devices
+                .iter()
+                .map(|dev| {
+                    (
                         format!("device {} peak", dev.device),
                         dev.base_peak_bytes.unwrap_or(0) as f64,
                         dev.new_peak_bytes.unwrap_or(0) as f64,
-                    );
-                }
-            }
-            Judged::Allocated => push(
-                f,
-                "allocated peak (tensors)".into(),
-                b.allocated_peak_bytes as f64,
-                n.allocated_peak_bytes as f64,
+                    )
+                })
+                .collect(),
+            Judged::Allocated => one(
+                "allocated peak (tensors)",
+                b.allocated_peak_bytes,
+                n.allocated_peak_bytes,
             ),
-            Judged::Leaked => push(
-                f,
-                "leaked at exit".into(),
-                b.leaked_bytes as f64,
-                n.leaked_bytes as f64,
+            Judged::Leaked => one("leaked at exit", b.leaked_bytes, n.leaked_bytes),
+            Judged::Library => one(
+                "held by libraries at exit",
+                b.library_held_bytes,
+                n.library_held_bytes,
             ),
-            Judged::Library => push(
-                f,
-                "held by libraries at exit".into(),
-                b.library_held_bytes as f64,
-                n.library_held_bytes as f64,
+            Judged::Ooms => one(
+                "out-of-memory errors",
+                b.ooms_reached_program,
+                n.ooms_reached_program,
             ),
-            Judged::Ooms => push(
-                f,
-                "out-of-memory errors".into(),
-                b.ooms_reached_program as f64,
-                n.ooms_reached_program as f64,
-            ),
-            Judged::Fragmentation => push(
-                f,
-                "worst fragmentation".into(),
+            Judged::Fragmentation => vec![(
+                "worst fragmentation".to_string(),
                 b.worst_fragmentation,
                 n.worst_fragmentation,
-            ),
-            Judged::Growth => push(
-                f,
-                "largest growth".into(),
-                b.max_growth_bytes as f64,
-                n.max_growth_bytes as f64,
-            ),
+            )],
+            Judged::Growth => one("largest growth", b.max_growth_bytes, n.max_growth_bytes),
+        };
+        for (what, base, new) in rows {
+            push(f, what, base, new);
         }
     }
     out

@@ -307,6 +307,24 @@ fn sites_section(a: &Analysis, out: &mut String) {
     out.push_str("</table>");
 }
 
+/// A table of sites holding memory at exit: (site, bytes, allocations),
+/// the first 50.
+fn held_table(a: &Analysis, title: &str, column: &str, rows: &[(u32, u64, u64)], out: &mut String) {
+    let _ = write!(
+        out,
+        "<h3>{title}</h3><table><tr><th>site</th><th class=\"n\">{column}</th><th class=\"n\">allocations</th></tr>"
+    );
+    for &(site, held, count) in rows.iter().take(50) {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{count}</td></tr>",
+            site_link(a, site),
+            bytes(held)
+        );
+    }
+    out.push_str("</table>");
+}
+
 fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"leaks\">Leaks and growth</h2>");
     out.push_str("<table><tr><th>pid</th><th>exit</th><th class=\"n\">leaked (never freed)</th><th class=\"n\">cached by an allocator</th><th class=\"n\">held by libraries (handles, workspaces, graph pools)</th><th class=\"n\">module globals</th><th class=\"n\">profiler</th></tr>");
@@ -330,33 +348,21 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     out.push_str("</table><p class=\"meta\">Memory a caching allocator (PyTorch, CuPy, XLA) still holds at exit is cached, not leaked: the allocator keeps freed blocks for reuse and the driver reclaims them when the process ends. Memory allocated inside a CUDA library (cuBLAS, cuDNN, NCCL, cuFFT, …: its frames are on the stack) or by a framework for a library's handles, and CUDA graph pools, is held by libraries for the process's life, not leaked; a library that keeps allocating shows as growth.</p>");
     let library = a.sites_held_at_exit(Category::Library);
     if !library.is_empty() {
-        out.push_str("<h3>Held by libraries at exit, by site</h3><table><tr><th>site</th><th class=\"n\">held</th><th class=\"n\">allocations</th></tr>");
-        for s in library.iter().take(50) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                site_link(a, s.id),
-                bytes(s.held_at_exit_bytes),
-                s.held_at_exit_count
-            );
-        }
-        out.push_str("</table>");
+        let rows: Vec<_> = library
+            .iter()
+            .map(|s| (s.id, s.held_at_exit_bytes, s.held_at_exit_count))
+            .collect();
+        held_table(a, "Held by libraries at exit, by site", "held", &rows, out);
     }
     let leaking = a.leaking_sites();
     if leaking.is_empty() {
         out.push_str("<p>No leaks: everything the programs allocated was freed or is held by an allocator cache.</p>");
     } else {
-        out.push_str("<h3>Leaked, by site</h3><table><tr><th>site</th><th class=\"n\">leaked</th><th class=\"n\">allocations</th></tr>");
-        for s in leaking.iter().take(50) {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                site_link(a, s.id),
-                bytes(s.leaked_bytes),
-                s.leaked_count
-            );
-        }
-        out.push_str("</table>");
+        let rows: Vec<_> = leaking
+            .iter()
+            .map(|s| (s.id, s.leaked_bytes, s.leaked_count))
+            .collect();
+        held_table(a, "Leaked, by site", "leaked", &rows, out);
     }
     out.push_str("<h3>Growth after the warm-up</h3>");
     if a.growth.is_empty() {
