@@ -75,10 +75,12 @@ pub struct Options<'a> {
 /// Sites whose live bytes rise by at least this much after the warm-up are
 /// reported as growing.
 pub const GROWTH_MIN_BYTES: u64 = 1 << 20;
-/// The warm-up: this share of each process's lifetime is not judged.
+/// The warm-up: growth is not judged over this share of each process's
+/// allocations (`build::judge_growth`).
 pub const WARM_UP: f64 = 0.2;
-/// The end of the judged window (process teardown frees are not judged).
-pub(crate) const JUDGED_UNTIL: f64 = 0.95;
+/// The end of the judged window, as a share of the allocations (what comes
+/// after, such as an interpreter's shutdown, is not judged).
+pub const JUDGED_UNTIL: f64 = 0.95;
 
 /// Analyzes trace files (or per-process files of one run) together.
 pub fn analyze_files(paths: &[PathBuf], opts: &Options) -> Result<Analysis, AnalyzeError> {
