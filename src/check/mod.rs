@@ -74,6 +74,34 @@ pub struct Outcome {
     pub details: Vec<String>,
 }
 
+impl Outcome {
+    /// A budget applied to one target of run `r`: passed when the figure is
+    /// within the limit.
+    #[allow(clippy::too_many_arguments)]
+    fn judged(
+        r: &Run,
+        budget: &'static str,
+        target: String,
+        unit: Unit,
+        figure: f64,
+        limit: f64,
+        summary: String,
+        details: Vec<String>,
+    ) -> Outcome {
+        Outcome {
+            run: r.name.clone(),
+            budget,
+            target,
+            unit,
+            figure: Figure(figure),
+            limit: Figure(limit),
+            passed: figure <= limit,
+            summary,
+            details,
+        }
+    }
+}
+
 /// One run's analysis with its name.
 pub struct Run {
     pub name: String,
@@ -197,18 +225,6 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
             details: missing,
         });
     }
-    let outcome =
-        |budget, target: String, unit, figure: f64, limit: f64, summary, details| Outcome {
-            run: r.name.clone(),
-            budget,
-            target,
-            unit,
-            figure: Figure(figure),
-            limit: Figure(limit),
-            passed: figure <= limit,
-            summary,
-            details,
-        };
 
     // Per device: peak, fragmentation, OOMs.
     for (d, _) in b.devices() {
@@ -226,7 +242,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
         };
         let target = format!("device {}", d.device);
         if let Some(max) = limits.max_peak {
-            out.push(outcome(
+            out.push(Outcome::judged(
+                r,
                 "max_peak",
                 target.clone(),
                 Unit::Bytes,
@@ -256,7 +273,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
         }
         if let Some(max) = limits.max_pinned {
             let pinned = d.pinned_host_peak_bytes;
-            out.push(outcome(
+            out.push(Outcome::judged(
+                r,
                 "max_pinned",
                 target.clone(),
                 Unit::Bytes,
@@ -292,7 +310,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                 .is_none_or(|r| w.at.fragmentation > r.fragmentation)
         });
         if let (Some(max), true, Some((pid, w))) = (limits.max_fragmentation, pool_worse, pool) {
-            out.push(outcome(
+            out.push(Outcome::judged(
+                r,
                 "max_fragmentation",
                 target.clone(),
                 Unit::Fraction,
@@ -336,7 +355,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
                     d.fragmentation.blind_spots.clone(),
                 ),
             };
-            out.push(outcome(
+            out.push(Outcome::judged(
+                r,
                 "max_fragmentation",
                 target.clone(),
                 Unit::Fraction,
@@ -356,7 +376,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
     // The whole run: leaks, growth, OOMs.
     if let Some(max) = b.run.max_leaked {
         let leaked = a.leaked_bytes();
-        out.push(outcome(
+        out.push(Outcome::judged(
+            r,
             "max_leaked",
             "run".into(),
             Unit::Bytes,
@@ -399,7 +420,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
         for p in matching {
             let target = format!("process {} ({key})", p.pid);
             if let Some(max) = limits.max_peak {
-                out.push(outcome(
+                out.push(Outcome::judged(
+                    r,
                     "max_peak",
                     target.clone(),
                     Unit::Bytes,
@@ -418,7 +440,8 @@ pub fn evaluate(r: &Run, b: &Budgets, allow_unprofiled: bool) -> (Vec<Outcome>, 
             }
             if let Some(max) = limits.max_leaked {
                 let leaked = p.at_exit.leaked_bytes;
-                out.push(outcome(
+                out.push(Outcome::judged(
+                    r,
                     "max_leaked",
                     target.clone(),
                     Unit::Bytes,
@@ -502,21 +525,19 @@ fn held_outcome(
         .filter(|p| pid.is_none_or(|x| p.pid == x))
         .map(of)
         .sum();
-    Outcome {
-        run: r.name.clone(),
+    Outcome::judged(
+        r,
         budget,
         target,
-        unit: Unit::Bytes,
-        figure: Figure(figure as f64),
-        limit: Figure(max as f64),
-        passed: figure <= max,
-        summary: format!(
+        Unit::Bytes,
+        figure as f64,
+        max as f64,
+        format!(
             "{} ({figure} bytes) {what} at exit; budget {} ({max} bytes)",
             bytes(figure),
             bytes(max)
         ),
-        details: a
-            .sites_held_at_exit(category)
+        a.sites_held_at_exit(category)
             .iter()
             .filter(|s| pid.is_none_or(|x| s.pids.contains(&x)))
             .take(SITES_SHOWN)
@@ -529,7 +550,7 @@ fn held_outcome(
                 )
             })
             .collect(),
-    }
+    )
 }
 
 /// Leaking sites, largest first (of one process when `pid` is given).
@@ -580,21 +601,20 @@ fn growth_outcome(r: &Run, target: String, pid: Option<u32>, max: u64) -> Outcom
             bytes(most)
         )
     };
-    Outcome {
-        run: r.name.clone(),
-        budget: "max_growth",
+    Outcome::judged(
+        r,
+        "max_growth",
         target,
-        unit: Unit::Bytes,
-        figure: Figure(most as f64),
-        limit: Figure(max as f64),
-        passed: most <= max,
+        Unit::Bytes,
+        most as f64,
+        max as f64,
         summary,
-        details: growing
+        growing
             .iter()
             .take(SITES_SHOWN)
             .map(|(g, label)| format!("+{} in pid {} from {label}", bytes(g.growth_bytes), g.pid))
             .collect(),
-    }
+    )
 }
 
 /// The allocated budget: the highest tensor bytes of the framework views
@@ -609,15 +629,14 @@ fn allocated_outcome(
     let views: Vec<_> = a.frameworks.iter().filter(|v| of_target(v)).collect();
     let top = views.iter().max_by_key(|v| v.allocated_peak);
     let figure = top.map_or(0, |v| v.allocated_peak);
-    Outcome {
-        run: r.name.clone(),
-        budget: "max_allocated",
+    Outcome::judged(
+        r,
+        "max_allocated",
         target,
-        unit: Unit::Bytes,
-        figure: Figure(figure as f64),
-        limit: Figure(max as f64),
-        passed: figure <= max,
-        summary: match top {
+        Unit::Bytes,
+        figure as f64,
+        max as f64,
+        match top {
             Some(v) => format!(
                 "tensors peaked at {} ({figure} bytes) in pid {} on device {} at {:.3} s; budget {} ({max} bytes)",
                 bytes(figure),
@@ -631,7 +650,7 @@ fn allocated_outcome(
                 bytes(max)
             ),
         },
-        details: top
+        top
             .map(|v| {
                 v.peak_sites
                     .iter()
@@ -640,7 +659,7 @@ fn allocated_outcome(
                     .collect()
             })
             .unwrap_or_default(),
-    }
+    )
 }
 
 /// Tensors still allocated when processes ended (of one process when `pid`
@@ -660,25 +679,24 @@ fn tensors_at_exit_outcome(r: &Run, target: String, max: u64, pid: Option<u32>) 
         .filter(|s| s.live_at_exit_bytes > 0 && pid.is_none_or(|p| s.pids.contains(&p)))
         .collect();
     sites.sort_by_key(|s| std::cmp::Reverse(s.live_at_exit_bytes));
-    Outcome {
-        run: r.name.clone(),
-        budget: "max_tensors_at_exit",
+    Outcome::judged(
+        r,
+        "max_tensors_at_exit",
         target,
-        unit: Unit::Bytes,
-        figure: Figure(figure as f64),
-        limit: Figure(max as f64),
-        passed: figure <= max,
-        summary: format!(
+        Unit::Bytes,
+        figure as f64,
+        max as f64,
+        format!(
             "{} ({figure} bytes) in {count} tensor(s) still allocated when the process ended; budget {} ({max} bytes)",
             bytes(figure),
             bytes(max)
         ),
-        details: sites
+        sites
             .iter()
             .take(SITES_SHOWN)
             .map(|s| format!("{} in {} tensor(s) from {}", bytes(s.live_at_exit_bytes), s.live_at_exit_count, s.label))
             .collect(),
-    }
+    )
 }
 
 /// The OOMs budget of one target: errors that reached the program among
@@ -699,16 +717,15 @@ fn oom_outcome(r: &Run, target: String, max: u64, of_target: impl Fn(u32, u32) -
         .filter(|o| of_target(o.pid, o.device))
         .collect();
     let n = driver.len() + raised.len();
-    Outcome {
-        run: r.name.clone(),
-        budget: "max_ooms",
+    Outcome::judged(
+        r,
+        "max_ooms",
         target,
-        unit: Unit::Count,
-        figure: Figure(n as f64),
-        limit: Figure(max as f64),
-        passed: n as u64 <= max,
-        summary: format!("{n} out-of-memory error(s) reached the program; budget {max}"),
-        details: raised
+        Unit::Count,
+        n as f64,
+        max as f64,
+        format!("{n} out-of-memory error(s) reached the program; budget {max}"),
+        raised
             .iter()
             .map(|o| {
                 format!(
@@ -729,5 +746,5 @@ fn oom_outcome(r: &Run, target: String, max: u64, of_target: impl Fn(u32, u32) -
             }))
             .take(SITES_SHOWN)
             .collect(),
-    }
+    )
 }
