@@ -487,6 +487,15 @@ impl FrameworkState {
 
     /// Applies one event at time `t`.
     pub fn apply(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv, driver: &dyn DriverMemory) {
+        if ev.action == AllocatorAction::FREE {
+            for action in [
+                AllocatorAction::FREE_REQUESTED,
+                AllocatorAction::FREE_COMPLETED,
+            ] {
+                self.apply(t, axis, &AllocatorEv { action, ..*ev }, driver);
+            }
+            return;
+        }
         let site = match ev.action {
             AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device)),
             _ => None,
@@ -886,21 +895,27 @@ mod tests {
         let dev = &f.devices[&0];
         assert_eq!(dev.allocated, 20 * MIB);
         assert_eq!(dev.segments_matched, 1);
-        // Free the 3 and 7 MiB blocks: two holes, the larger 7 MiB.
-        for at in [base, base + 8 * MIB] {
-            f.apply(
-                4,
-                &axis,
-                &ev(AllocatorAction::FREE_REQUESTED, at, 0),
-                &driver,
-            );
-            f.apply(
-                4,
-                &axis,
-                &ev(AllocatorAction::FREE_COMPLETED, at, 0),
-                &driver,
-            );
-        }
+        // Free the 3 and 7 MiB blocks: two holes, the larger 7 MiB. The
+        // first free comes as its two steps, the second as one record.
+        f.apply(
+            4,
+            &axis,
+            &ev(AllocatorAction::FREE_REQUESTED, base, 0),
+            &driver,
+        );
+        f.apply(
+            4,
+            &axis,
+            &ev(AllocatorAction::FREE_COMPLETED, base, 0),
+            &driver,
+        );
+        f.apply(
+            4,
+            &axis,
+            &ev(AllocatorAction::FREE, base + 8 * MIB, 0),
+            &driver,
+        );
+        assert_eq!(f.devices[&0].frees, 2);
         let dev = &f.devices[&0];
         assert_eq!(dev.allocated, 10 * MIB);
         let e = dev.extents();

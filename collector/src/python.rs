@@ -344,8 +344,27 @@ impl Python {
     /// thread runs no Python). A code object met for the first time is
     /// given to `define` (before any frame that names it is returned).
     /// Returns whether the stack went deeper than `MAX_PYTHON_FRAMES`.
-    pub fn walk(&self, out: &mut Vec<PyFrame>, mut define: impl FnMut(PyCode)) -> bool {
+    pub fn walk(&self, out: &mut Vec<PyFrame>, define: impl FnMut(PyCode)) -> bool {
         out.clear();
+        // The thread's line cache, borrowed once for the whole walk (a
+        // borrow per frame was a visible part of the walk's cost).
+        LINE_CACHE.with(|cache| {
+            let Ok(mut cache) = cache.try_borrow_mut() else {
+                return false;
+            };
+            if cache.is_empty() {
+                cache.resize(1 << LINE_CACHE_BITS, CachedLine::default());
+            }
+            self.walk_with(&mut cache, out, define)
+        })
+    }
+
+    fn walk_with(
+        &self,
+        cache: &mut [CachedLine],
+        out: &mut Vec<PyFrame>,
+        mut define: impl FnMut(PyCode),
+    ) -> bool {
         // SAFETY: PyGILState_GetThisThreadState takes no lock and no GIL;
         // it returns this thread's state or NULL.
         let tstate = unsafe { (self.thread_state)() } as usize;
@@ -390,7 +409,7 @@ impl Python {
                         ((instr as isize - (code + l.code_start) as isize) / 2) as i32
                     }
                 };
-                let Some((id, line)) = self.code_and_line(code, lasti, &mut define) else {
+                let Some((id, line)) = self.code_and_line(cache, code, lasti, &mut define) else {
                     return false;
                 };
                 out.push(PyFrame {
@@ -411,6 +430,7 @@ impl Python {
     #[inline]
     fn code_and_line(
         &self,
+        cache: &mut [CachedLine],
         code: usize,
         lasti: i32,
         define: &mut impl FnMut(PyCode),
@@ -425,30 +445,20 @@ impl Python {
         let slot = ((code as u64 ^ (lasti as u64).wrapping_mul(0x9e37_79b9))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             >> (64 - LINE_CACHE_BITS)) as usize;
-        let hit = LINE_CACHE.with(|c| {
-            let c = c.borrow();
-            let e = c.get(slot)?;
-            (e.key == key && e.lasti == lasti).then_some((e.id, e.line))
-        });
-        if hit.is_some() {
-            return hit;
+        let e = &mut cache[slot];
+        if e.key == key && e.lasti == lasti {
+            return Some((e.id, e.line));
         }
         let mut codes = self.codes.lock().ok()?;
         let id = self.code_id(&mut codes, key, define);
         let line = self.line(&mut codes, id, code, lasti);
         drop(codes);
-        LINE_CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.is_empty() {
-                c.resize(1 << LINE_CACHE_BITS, CachedLine::default());
-            }
-            c[slot] = CachedLine {
-                key,
-                lasti,
-                id,
-                line,
-            };
-        });
+        *e = CachedLine {
+            key,
+            lasti,
+            id,
+            line,
+        };
         Some((id, line))
     }
 

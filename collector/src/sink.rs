@@ -16,8 +16,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gmem_prof_traces::record::{
-    AllocatorEvent, ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd, PyCodeId, StackDef,
-    StackId,
+    AllocatorAction, AllocatorEvent, ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd,
+    PyCodeId, StackDef, StackId,
 };
 use gmem_prof_traces::{file_header, ChunkEncoder, Record};
 
@@ -27,6 +27,11 @@ use crate::python;
 /// bytes, so a stalled writer costs the program at most ~200 MiB; at 100,000
 /// events/s the writer would have to stall for ten seconds to get there.
 pub const MAX_PENDING: usize = 1 << 20;
+/// The writer is woken when this many items wait (else it wakes on its
+/// timer): the two batches it swaps with the app threads then stay a few
+/// MiB, in cache, rather than growing to a whole flush period's events
+/// (tens of MiB under a busy allocator, touched once and evicted).
+const WAKE_AT: usize = 8192;
 /// A chunk is written when its payload reaches this size…
 const CHUNK_BYTES: usize = 512 << 10;
 
@@ -87,6 +92,11 @@ impl Sink {
         let Ok(mut p) = self.pending.lock() else {
             return;
         };
+        if let Stacked::Allocator(completed) = &record {
+            if merge_free(p.items.last_mut(), completed) {
+                return;
+            }
+        }
         if p.items.len() >= MAX_PENDING {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
@@ -99,6 +109,9 @@ impl Sink {
             frames_len: frames.len(),
             truncated,
         });
+        if p.items.len() == WAKE_AT {
+            self.wake.notify_one();
+        }
     }
 
     pub fn push_records(&self, records: Vec<Record>) {
@@ -140,6 +153,30 @@ impl Sink {
         std::mem::swap(&mut *p, into);
         self.closing.load(Ordering::Acquire)
     }
+}
+
+/// A framework allocator's free completed right after it was requested, by
+/// the same thread for the same block (the allocator does both under its
+/// lock when no other stream uses the block): turns the request waiting
+/// last in the queue into one `FREE` record. Returns whether it did.
+fn merge_free(last: Option<&mut Item>, completed: &AllocatorEvent) -> bool {
+    let Some(Item::WithStack {
+        record: Stacked::Allocator(requested),
+        ..
+    }) = last
+    else {
+        return false;
+    };
+    let same = completed.action == AllocatorAction::FREE_COMPLETED
+        && requested.action == AllocatorAction::FREE_REQUESTED
+        && requested.address == completed.address
+        && requested.device == completed.device
+        && requested.allocator == completed.allocator
+        && requested.tid == completed.tid;
+    if same {
+        requested.action = AllocatorAction::FREE;
+    }
+    same
 }
 
 /// Everything the writer needs from the rest of the collector.
@@ -416,5 +453,53 @@ mod tests {
         assert_eq!(stacks, 8);
         assert!(matches!(recs.last(), Some(Record::Trailer(_))));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A free completed right after its request, by the same thread, is one
+    /// `FREE` record; a completion that follows anything else stays apart.
+    #[test]
+    fn a_free_completed_with_its_request_is_one_record() {
+        let sink = Sink::new();
+        let event = |action, address, tid| AllocatorEvent {
+            action,
+            address,
+            tid,
+            ..Default::default()
+        };
+        sink.push_allocator(event(AllocatorAction::ALLOC, 0x10, 1), &[0x1000], false);
+        sink.push_allocator(event(AllocatorAction::FREE_REQUESTED, 0x10, 1), &[], false);
+        sink.push_allocator(event(AllocatorAction::FREE_COMPLETED, 0x10, 1), &[], false);
+        // Another block's request, completed later after other events (a
+        // block other streams still used), or by another thread.
+        sink.push_allocator(event(AllocatorAction::FREE_REQUESTED, 0x20, 1), &[], false);
+        sink.push_allocator(event(AllocatorAction::FREE_COMPLETED, 0x20, 2), &[], false);
+        sink.push_allocator(event(AllocatorAction::FREE_REQUESTED, 0x30, 1), &[], false);
+        sink.push_allocator(event(AllocatorAction::ALLOC, 0x40, 1), &[0x1000], false);
+        sink.push_allocator(event(AllocatorAction::FREE_COMPLETED, 0x30, 1), &[], false);
+        let p = sink.pending.lock().unwrap();
+        let actions: Vec<_> = p
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::WithStack {
+                    record: Stacked::Allocator(e),
+                    ..
+                } => (e.action, e.address),
+                _ => panic!("only allocator events were pushed"),
+            })
+            .collect();
+        use AllocatorAction as A;
+        assert_eq!(
+            actions,
+            [
+                (A::ALLOC, 0x10),
+                (A::FREE, 0x10),
+                (A::FREE_REQUESTED, 0x20),
+                (A::FREE_COMPLETED, 0x20),
+                (A::FREE_REQUESTED, 0x30),
+                (A::ALLOC, 0x40),
+                (A::FREE_COMPLETED, 0x30),
+            ]
+        );
     }
 }

@@ -127,7 +127,7 @@ for bench in $BENCHES; do
                 done
             done
             "$BIN/gmem-prof" dump "$WORK/overhead/allocnative-full-1.bin" | awk '
-                / allocator_event .* alloc / {alloc++} / allocator_event .* free_requested / {free++}
+                / allocator_event .* alloc / {alloc++} / allocator_event .* (free_requested|free) / {free++}
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
             for t in "$WORK"/overhead/allocnative-*-1.bin; do
                 echo "  $(basename "$t"):"

@@ -230,6 +230,11 @@ impl AllocatorAction {
     /// (`torch.cuda.memory._snapshot()`): the state at this instant is the
     /// one the snapshot shows.
     pub const SNAPSHOT: AllocatorAction = AllocatorAction(10);
+    /// `FREE_REQUESTED` and `FREE_COMPLETED` at once: the block went back
+    /// to the cache in the same call that let go of it (no other stream
+    /// was using it), the common case. One record instead of two saves a
+    /// third of a training step's allocator events.
+    pub const FREE: AllocatorAction = AllocatorAction(11);
 
     const NAMES: &'static [(AllocatorAction, &'static str)] = &[
         (Self::ALLOC, "alloc"),
@@ -242,6 +247,7 @@ impl AllocatorAction {
         (Self::OOM, "oom"),
         (Self::OOM_REPORT, "oom_report"),
         (Self::SNAPSHOT, "snapshot"),
+        (Self::FREE, "free"),
     ];
 
     pub fn name(self) -> &'static str {
