@@ -216,40 +216,40 @@ pub struct CheckArgs {
     /// managed memory in full (CUDA does not say where its pages are).
     /// Pinned host memory is host RAM: --max-pinned budgets it.
     #[arg(long, value_name = "SIZE")]
-    pub max_peak: Option<crate::check::budget::ByteSize>,
+    pub max_peak: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Highest pinned host memory (cudaHostAlloc, cudaMallocHost,
     /// PyTorch's pin_memory) live at once, per device's contexts.
     #[arg(long, value_name = "SIZE")]
-    pub max_pinned: Option<crate::check::budget::ByteSize>,
+    pub max_pinned: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Highest bytes of tensors a framework allocator (PyTorch's) may have
     /// allocated at once on any device (its `max_memory_allocated`).
     #[arg(long, value_name = "SIZE")]
-    pub max_allocated: Option<crate::check::budget::ByteSize>,
+    pub max_allocated: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Bytes of tensors allowed to stay allocated when a process ends (a
     /// framework's live objects at exit; what its allocator caches is not
     /// counted).
     #[arg(long, value_name = "SIZE")]
-    pub max_tensors_at_exit: Option<crate::check::budget::ByteSize>,
+    pub max_tensors_at_exit: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Bytes the program leaked: allocated by its own code (or a framework
     /// on its behalf) and still allocated when it ended. Memory held at
     /// exit of the other three kinds is not counted, and has its own
     /// budget: --max-cached-at-exit, --max-library-held,
     /// --max-module-globals.
     #[arg(long, value_name = "SIZE")]
-    pub max_leaked: Option<crate::check::budget::ByteSize>,
+    pub max_leaked: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Bytes a caching allocator (PyTorch's, CuPy's, XLA's) still held at
     /// exit: freed by the program, kept for reuse.
     #[arg(long, value_name = "SIZE")]
-    pub max_cached_at_exit: Option<crate::check::budget::ByteSize>,
+    pub max_cached_at_exit: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Bytes CUDA libraries held at exit for the process's life: memory
     /// allocated inside cuBLAS, cuDNN, NCCL, cuFFT, … (their frames are on
     /// the stack) or by a framework for their handles and workspaces, and
     /// CUDA graph pools. A library that keeps allocating shows as growth.
     #[arg(long, value_name = "SIZE")]
-    pub max_library_held: Option<crate::check::budget::ByteSize>,
+    pub max_library_held: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Bytes of module globals (__device__ / __managed__ variables).
     #[arg(long, value_name = "SIZE")]
-    pub max_module_globals: Option<crate::check::budget::ByteSize>,
+    pub max_module_globals: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Growth allowed for any one site (CUDA allocation sites and tensor
     /// sites). A site grows when its live bytes keep rising through the
     /// steady part of its process's run (from 20% to 95% of its
@@ -260,7 +260,7 @@ pub struct CheckArgs {
     /// Memory filled and then released is a peak, not growth; so is a
     /// sawtooth. The figure is the rise from 20% to 95%.
     #[arg(long, value_name = "SIZE")]
-    pub max_growth: Option<crate::check::budget::ByteSize>,
+    pub max_growth: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,
     /// VMM reservations and the pools of a framework allocator (0 to 1).
     #[arg(long, value_name = "F")]

@@ -24,6 +24,7 @@
 //! }
 //! ```
 
+pub mod budgets;
 mod build;
 pub mod diff;
 mod engine;

@@ -13,6 +13,7 @@
 //! - Reads only the model: never wire records, never polars.
 
 mod charts;
+pub mod check;
 pub mod diff;
 pub mod format;
 mod framework;

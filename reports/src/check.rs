@@ -1,19 +1,204 @@
-//! What `check` writes: the terminal text, and for CI systems a JSON summary
-//! (schema in docs/formats.md), Markdown for a pull-request comment or
-//! GitHub's step summary, and JUnit XML with one test case per budget.
+//! `gmem-prof check`'s outcomes in words: the terminal text, and for CI
+//! systems a JSON summary (schema in docs/formats.md), Markdown for a
+//! pull-request comment or GitHub's step summary, and JUnit XML with one
+//! test case per budget. The outcomes themselves are the analyzer's
+//! (`gmem_prof_analyzer::budgets`).
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
-use gmem_prof_analyzer::model::OomOutcome;
-use gmem_prof_reports::format::{bytes, markdown as md};
+use gmem_prof_analyzer::budgets::{Budget, Evidence, OomError, Outcome, Share, Unit};
+use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome};
 use serde::Serialize;
 
-use super::{Outcome, Run, Unit};
+use crate::format::{bytes, markdown as md};
+use crate::framework::oom_limit;
 
 /// Version of the check JSON summary; bumped when a field changes meaning or
 /// disappears.
 pub const CHECK_SCHEMA_VERSION: u32 = 1;
+
+/// One checked run: its name and its analysis.
+pub struct Run {
+    pub name: String,
+    pub analysis: Analysis,
+}
+
+/// One line: the figure against the budget, in words.
+pub fn summary(o: &Outcome) -> String {
+    let (figure, limit) = (o.figure.0, o.limit.0);
+    let (fig_b, max) = (figure as u64, limit as u64);
+    let budget = || format!("budget {} ({max} bytes)", bytes(max));
+    match &o.evidence {
+        Evidence::NotProfiled { parts, allowed } => format!(
+            "not profiled: {} part(s) of the run are missing from the trace{}",
+            parts.len(),
+            if *allowed {
+                " (allowed by --allow-unprofiled)"
+            } else {
+                ""
+            }
+        ),
+        Evidence::DevicePeak {
+            device, time_ns, ..
+        } => format!(
+            "device {device}'s memory peaked at {} ({fig_b} bytes) at {:.3} s; {}",
+            bytes(fig_b),
+            *time_ns as f64 / 1e9,
+            budget()
+        ),
+        Evidence::ProcessPeak { pid } => format!(
+            "process {pid} peaked at {} ({fig_b} bytes); {}",
+            bytes(fig_b),
+            budget()
+        ),
+        Evidence::Pinned { device } => format!(
+            "pinned host memory of device {device}'s contexts peaked at {} ({fig_b} bytes); {}",
+            bytes(fig_b),
+            budget()
+        ),
+        Evidence::Allocated { peak, .. } => match peak {
+            Some(p) => format!(
+                "tensors peaked at {} ({fig_b} bytes) in pid {} on device {} at {:.3} s; {}",
+                bytes(fig_b),
+                p.pid,
+                p.device,
+                p.time_ns as f64 / 1e9,
+                budget()
+            ),
+            None => format!(
+                "no framework allocator's inside was seen (no tensors to count); budget {}",
+                bytes(max)
+            ),
+        },
+        Evidence::PoolFragmentation {
+            device,
+            pid,
+            pool,
+            time_ns,
+            ..
+        } => format!(
+            "device {device} fragmentation reached {figure:.3} at {:.3} s in pid {pid}'s PyTorch pool ({pool}); budget {limit}",
+            *time_ns as f64 / 1e9
+        ),
+        Evidence::RegionFragmentation { device, worst, .. } => match worst {
+            Some(w) => format!(
+                "device {device} fragmentation reached {figure:.3} at {:.3} s; budget {limit}",
+                w.time_ns as f64 / 1e9
+            ),
+            None => format!(
+                "device {device} has no pool or VMM reservation with free space to fragment; budget {limit}"
+            ),
+        },
+        Evidence::Leaked { pid, .. } => format!(
+            "{}{} ({fig_b} bytes) never freed; {}",
+            pid.map_or_else(String::new, |p| format!("process {p}: ")),
+            bytes(fig_b),
+            budget()
+        ),
+        Evidence::HeldAtExit { category, .. } => format!(
+            "{} ({fig_b} bytes) {} at exit; {}",
+            bytes(fig_b),
+            held_what(*category),
+            budget()
+        ),
+        Evidence::TensorsAtExit { count, .. } => format!(
+            "{} ({fig_b} bytes) in {count} tensor(s) still allocated when the process ended; {}",
+            bytes(fig_b),
+            budget()
+        ),
+        Evidence::Growth { over, .. } => {
+            if *over == 0 {
+                format!(
+                    "no site grew by more than {} after the warm-up (most: {})",
+                    bytes(max),
+                    bytes(fig_b)
+                )
+            } else {
+                format!(
+                    "{over} site(s) grew by more than {} after the warm-up (most: {})",
+                    bytes(max),
+                    bytes(fig_b)
+                )
+            }
+        }
+        Evidence::Ooms { .. } => {
+            format!("{fig_b} out-of-memory error(s) reached the program; budget {max}")
+        }
+        Evidence::None => format!("{} {}: {figure} against {limit}", o.budget, o.target),
+    }
+}
+
+fn held_what(category: Category) -> &'static str {
+    match category {
+        Category::AllocatorCache => "cached by an allocator",
+        Category::Library => "held by CUDA libraries (handles, workspaces, graph pools)",
+        _ => "in module globals",
+    }
+}
+
+/// The sites (or regions, or errors) responsible, one per line.
+pub fn details(o: &Outcome) -> Vec<String> {
+    let shares = |sites: &[Share], what: &str| -> Vec<String> {
+        sites
+            .iter()
+            .map(|s| format!("{} in {} {what} from {}", bytes(s.bytes), s.count, s.label))
+            .collect()
+    };
+    match &o.evidence {
+        Evidence::NotProfiled { parts, .. } => parts.clone(),
+        Evidence::DevicePeak { sites, .. } => sites
+            .iter()
+            .map(|s| format!("{} live at the peak from {}", bytes(s.bytes), s.label))
+            .collect(),
+        Evidence::Allocated { sites, .. } => sites
+            .iter()
+            .map(|s| format!("{} allocated at the peak from {}", bytes(s.bytes), s.label))
+            .collect(),
+        Evidence::PoolFragmentation {
+            free_bytes,
+            largest_free_bytes,
+            ..
+        } => vec![format!(
+            "{} free inside the pool's segments, largest free block {}",
+            bytes(*free_bytes),
+            bytes(*largest_free_bytes)
+        )],
+        Evidence::RegionFragmentation {
+            worst, blind_spots, ..
+        } => match worst {
+            Some(w) => vec![format!(
+                "{} free in the worst pool or VMM region, largest free block {}",
+                bytes(w.free_bytes),
+                bytes(w.largest_free_bytes)
+            )],
+            None => blind_spots.clone(),
+        },
+        Evidence::Leaked { sites, .. } | Evidence::HeldAtExit { sites, .. } => {
+            shares(sites, "allocation(s)")
+        }
+        Evidence::TensorsAtExit { sites, .. } => shares(sites, "tensor(s)"),
+        Evidence::Growth { sites, .. } => sites
+            .iter()
+            .map(|g| format!("+{} in pid {} from {}", bytes(g.bytes), g.pid, g.label))
+            .collect(),
+        Evidence::Ooms { errors } => errors
+            .iter()
+            .map(|e| match e {
+                OomError::Framework { oom, site } => format!(
+                    "PyTorch OutOfMemoryError for {} from {site}: refused by {}",
+                    bytes(oom.requested_bytes),
+                    oom_limit(oom)
+                ),
+                OomError::Driver {
+                    function,
+                    requested_bytes,
+                    site,
+                } => format!("{function} of {} from {site}", bytes(*requested_bytes)),
+            })
+            .collect(),
+        Evidence::ProcessPeak { .. } | Evidence::Pinned { .. } | Evidence::None => Vec::new(),
+    }
+}
 
 fn figure(unit: Unit, v: f64) -> String {
     match unit {
@@ -35,13 +220,13 @@ pub fn text(outcomes: &[Outcome], several_runs: bool) -> String {
     };
     for o in outcomes.iter().filter(|o| !o.passed) {
         // The "profiled" outcome's summary says what it is.
-        let over = if o.budget == super::PROFILED {
+        let over = if o.budget == Budget::Profiled {
             ""
         } else {
             "over budget: "
         };
-        let _ = writeln!(out, "{over}{}{}", run(o), o.summary);
-        for d in &o.details {
+        let _ = writeln!(out, "{over}{}{}", run(o), summary(o));
+        for d in &details(o) {
             let _ = writeln!(out, "    {d}");
         }
     }
@@ -64,8 +249,17 @@ struct Summary<'a> {
     schema: &'static str,
     schema_version: u32,
     passed: bool,
-    budgets: &'a [Outcome],
+    budgets: Vec<OutcomeWithWords<'a>>,
     runs: Vec<RunSummary>,
+}
+
+/// An outcome as the JSON summary holds it: with its words.
+#[derive(Serialize)]
+struct OutcomeWithWords<'a> {
+    #[serde(flatten)]
+    outcome: &'a Outcome,
+    summary: String,
+    details: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -143,12 +337,19 @@ fn run_summary(r: &Run) -> RunSummary {
     }
 }
 
-pub fn json(runs: &[Run], outcomes: &[Outcome]) -> Result<String> {
+pub fn json(runs: &[Run], outcomes: &[Outcome]) -> serde_json::Result<String> {
     let s = Summary {
         schema: "gmem-prof-check",
         schema_version: CHECK_SCHEMA_VERSION,
         passed: outcomes.iter().all(|o| o.passed),
-        budgets: outcomes,
+        budgets: outcomes
+            .iter()
+            .map(|o| OutcomeWithWords {
+                outcome: o,
+                summary: summary(o),
+                details: details(o),
+            })
+            .collect(),
         runs: runs.iter().map(run_summary).collect(),
     };
     Ok(serde_json::to_string_pretty(&s)? + "\n")
@@ -178,22 +379,23 @@ pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
             if o.passed { "✅" } else { "❌" },
             md(&o.run),
             o.budget,
-            md(&o.target),
+            md(&o.target.to_string()),
             figure(o.unit, o.figure.0),
             figure(o.unit, o.limit.0)
         );
     }
-    for o in outcomes
-        .iter()
-        .filter(|o| !o.passed && !o.details.is_empty())
-    {
+    for o in outcomes.iter().filter(|o| !o.passed) {
+        let lines = details(o);
+        if lines.is_empty() {
+            continue;
+        }
         let _ = writeln!(
             out,
             "\n<details><summary>{}: {}</summary>\n",
             md(&o.run),
-            md(&o.summary)
+            md(&summary(o))
         );
-        for d in &o.details {
+        for d in &lines {
             let _ = writeln!(out, "- {}", md(d));
         }
         out.push_str("\n</details>\n");
@@ -288,7 +490,7 @@ pub fn junit(outcomes: &[Outcome]) -> String {
                 "    <testcase classname=\"gmem-prof.{}\" name=\"{} {}\"",
                 xml(run),
                 o.budget,
-                xml(&o.target)
+                xml(&o.target.to_string())
             );
             if o.passed {
                 out.push_str(" />\n");
@@ -297,8 +499,8 @@ pub fn junit(outcomes: &[Outcome]) -> String {
                     out,
                     ">\n      <failure type=\"{}\" message=\"{}\">{}</failure>\n    </testcase>",
                     o.budget,
-                    xml(&o.summary),
-                    xml(&o.details.join("\n"))
+                    xml(&summary(o)),
+                    xml(&details(o).join("\n"))
                 );
             }
         }

@@ -1,0 +1,998 @@
+//! Budgets for CI (`gmem-prof check`): limits for the whole run, per device
+//! and per process, applied to a finished analysis.
+//!
+//! Each budget applied to one target (the run, a device, a process) gives
+//! an [`Outcome`]: the figure, the limit, whether it held, and the evidence
+//! behind the figure (sites, pools, errors), which the reports crate puts in
+//! words. Reading limits from flags or TOML, and exit codes, are the CLI's.
+//!
+//! ```toml
+//! [run]                      # the whole run (every device for max_peak)
+//! max_peak = "8GiB"
+//! max_allocated = "6GiB"     # tensors inside PyTorch's caching allocator
+//! max_leaked = 0
+//! max_tensors_at_exit = 0
+//! max_growth = "64MiB"
+//! max_fragmentation = 0.3
+//! max_ooms = 0
+//! max_library_held = "1GiB"  # held at exit by CUDA libraries' handles
+//! max_cached_at_exit = "8GiB" # held at exit by a caching allocator
+//! max_module_globals = "64MiB"
+//! max_pinned = "2GiB"        # pinned host memory live at once
+//!
+//! [device.1]                 # device 1 only: max_peak, max_pinned,
+//! max_peak = "20GiB"         # max_allocated, max_fragmentation, max_ooms
+//!
+//! [process."train.py"]       # processes whose command line contains "train.py":
+//! max_leaked = "16MiB"       # all but max_fragmentation and max_pinned
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Analysis, Category, FrameworkOom, FrameworkView, Oom, ProcessReport};
+
+/// Sites (or errors) kept as evidence under one budget.
+pub const SITES_SHOWN: usize = 5;
+
+/// A byte count: "0", "512", "64MiB", "8GiB", "1.5GB" (binary units
+/// KiB/MiB/GiB/TiB, decimal KB/MB/GB/TB); in TOML also a plain integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size (examples: 0, 512MiB, 8GiB, 1.5GB)"))?;
+        let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "kib" | "k" => 1024.0,
+            "mib" | "m" => 1024.0 * 1024.0,
+            "gib" | "g" => 1024.0 * 1024.0 * 1024.0,
+            "tib" | "t" => 1024f64.powi(4),
+            "kb" => 1e3,
+            "mb" => 1e6,
+            "gb" => 1e9,
+            "tb" => 1e12,
+            u => {
+                return Err(format!(
+                    "unknown unit {u:?} in {s:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+                ))
+            }
+        };
+        let v = value * scale;
+        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+            return Err(format!("{s:?} is out of range"));
+        }
+        Ok(ByteSize(v.round() as u64))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A set of limits; any may be absent.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_peak: Option<ByteSize>,
+    pub max_allocated: Option<ByteSize>,
+    pub max_leaked: Option<ByteSize>,
+    pub max_tensors_at_exit: Option<ByteSize>,
+    pub max_growth: Option<ByteSize>,
+    pub max_fragmentation: Option<f64>,
+    pub max_ooms: Option<u64>,
+    /// Memory held at exit in its other three kinds (DESIGN.md): cached by
+    /// an allocator, held by CUDA libraries, module globals.
+    pub max_cached_at_exit: Option<ByteSize>,
+    pub max_library_held: Option<ByteSize>,
+    pub max_module_globals: Option<ByteSize>,
+    /// Pinned host memory live at once (host RAM, not the device's).
+    pub max_pinned: Option<ByteSize>,
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// `other`'s limits where it has them, ours elsewhere.
+    pub fn overridden_by(&self, other: &Limits) -> Limits {
+        Limits {
+            max_peak: other.max_peak.or(self.max_peak),
+            max_allocated: other.max_allocated.or(self.max_allocated),
+            max_leaked: other.max_leaked.or(self.max_leaked),
+            max_tensors_at_exit: other.max_tensors_at_exit.or(self.max_tensors_at_exit),
+            max_growth: other.max_growth.or(self.max_growth),
+            max_fragmentation: other.max_fragmentation.or(self.max_fragmentation),
+            max_ooms: other.max_ooms.or(self.max_ooms),
+            max_cached_at_exit: other.max_cached_at_exit.or(self.max_cached_at_exit),
+            max_library_held: other.max_library_held.or(self.max_library_held),
+            max_module_globals: other.max_module_globals.or(self.max_module_globals),
+            max_pinned: other.max_pinned.or(self.max_pinned),
+        }
+    }
+
+    /// The budgets of memory held at exit that are not leaks, with their
+    /// limits.
+    fn held(&self) -> Vec<(Budget, u64)> {
+        [
+            (Budget::MaxCachedAtExit, self.max_cached_at_exit),
+            (Budget::MaxLibraryHeld, self.max_library_held),
+            (Budget::MaxModuleGlobals, self.max_module_globals),
+        ]
+        .into_iter()
+        .filter_map(|(b, m)| m.map(|m| (b, m.0)))
+        .collect()
+    }
+}
+
+/// Every budget of a check.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    #[serde(default)]
+    pub run: Limits,
+    /// By device number (TOML keys are text; `validate` checks they are
+    /// numbers).
+    #[serde(default)]
+    pub device: BTreeMap<String, Limits>,
+    /// By a piece of the command line (or executable name).
+    #[serde(default)]
+    pub process: BTreeMap<String, Limits>,
+}
+
+impl Budgets {
+    /// Device budgets by device number.
+    pub fn devices(&self) -> impl Iterator<Item = (u32, &Limits)> {
+        self.device
+            .iter()
+            .filter_map(|(d, l)| d.parse().ok().map(|d| (d, l)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.run.is_empty()
+            && self.device.values().all(Limits::is_empty)
+            && self.process.values().all(Limits::is_empty)
+    }
+
+    /// Budgets that cannot mean anything, said in words.
+    pub fn validate(&self) -> Result<(), String> {
+        let frac = |f: Option<f64>, what: &str| match f {
+            Some(f) if !(0.0..=1.0).contains(&f) => Err(format!(
+                "{what}: max_fragmentation takes a value between 0 and 1, not {f}"
+            )),
+            _ => Ok(()),
+        };
+        frac(self.run.max_fragmentation, "run")?;
+        for (d, l) in &self.device {
+            if d.parse::<u32>().is_err() {
+                return Err(format!(
+                    "device.{d}: devices are named by number, as in [device.0]"
+                ));
+            }
+            frac(l.max_fragmentation, &format!("device.{d}"))?;
+            if l.max_leaked.is_some()
+                || l.max_growth.is_some()
+                || l.max_tensors_at_exit.is_some()
+                || l.max_cached_at_exit.is_some()
+                || l.max_library_held.is_some()
+                || l.max_module_globals.is_some()
+            {
+                return Err(format!("device.{d}: device budgets take max_peak, max_pinned, max_allocated, max_fragmentation and max_ooms (memory held at exit and growth are budgeted per run or per process)"));
+            }
+        }
+        for (p, l) in &self.process {
+            if p.is_empty() {
+                return Err("process.\"\": give a piece of the command line to match".into());
+            }
+            if l.max_fragmentation.is_some() {
+                return Err(format!(
+                    "process.{p:?}: fragmentation is budgeted per run or per device, not per process"
+                ));
+            }
+            if l.max_pinned.is_some() {
+                return Err(format!("process.{p:?}: pinned host memory is budgeted per run or per device, not per process"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a budget limits; written as its TOML key ("max_peak"), or
+/// "profiled" for the outcome that says whether every process was profiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    Profiled,
+    MaxPeak,
+    MaxPinned,
+    MaxAllocated,
+    MaxFragmentation,
+    MaxOoms,
+    MaxLeaked,
+    MaxCachedAtExit,
+    MaxLibraryHeld,
+    MaxModuleGlobals,
+    MaxTensorsAtExit,
+    MaxGrowth,
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Budget::Profiled => "profiled",
+            Budget::MaxPeak => "max_peak",
+            Budget::MaxPinned => "max_pinned",
+            Budget::MaxAllocated => "max_allocated",
+            Budget::MaxFragmentation => "max_fragmentation",
+            Budget::MaxOoms => "max_ooms",
+            Budget::MaxLeaked => "max_leaked",
+            Budget::MaxCachedAtExit => "max_cached_at_exit",
+            Budget::MaxLibraryHeld => "max_library_held",
+            Budget::MaxModuleGlobals => "max_module_globals",
+            Budget::MaxTensorsAtExit => "max_tensors_at_exit",
+            Budget::MaxGrowth => "max_growth",
+        })
+    }
+}
+
+/// What a budget was applied to; written "run", "device 0",
+/// "process 1234 (train.py)".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Run,
+    Device(u32),
+    /// A process matched by a piece of its command line (`key`).
+    Process {
+        pid: u32,
+        key: String,
+    },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Run => f.write_str("run"),
+            Target::Device(d) => write!(f, "device {d}"),
+            Target::Process { pid, key } => write!(f, "process {pid} ({key})"),
+        }
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// What a figure counts.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    Bytes,
+    Fraction,
+    Count,
+}
+
+/// A figure or limit: written to JSON as an integer when it is one (bytes,
+/// counts), as a fraction otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Figure(pub f64);
+
+impl Serialize for Figure {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.fract() == 0.0 && (0.0..9.0e15).contains(&v) {
+            s.serialize_u64(v as u64)
+        } else {
+            s.serialize_f64(v)
+        }
+    }
+}
+
+/// One budget applied to one target of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The run (trace) it was checked on.
+    pub run: String,
+    pub budget: Budget,
+    pub target: Target,
+    pub unit: Unit,
+    pub figure: Figure,
+    pub limit: Figure,
+    pub passed: bool,
+    /// What the figure is made of, for the words the reports put on it.
+    #[serde(skip)]
+    pub evidence: Evidence,
+}
+
+/// A site's share of a figure: bytes in `count` allocations (or tensors).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Share {
+    pub bytes: u64,
+    pub count: u64,
+    pub label: String,
+}
+
+/// A site that grew, with the process it grew in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grew {
+    pub bytes: u64,
+    pub pid: u32,
+    /// CUDA allocation sites by their label; tensor sites as
+    /// "tensors at <label>".
+    pub label: String,
+}
+
+/// An out-of-memory error that reached the program.
+#[derive(Clone, Debug)]
+pub enum OomError {
+    /// Raised by a framework's allocator (`torch.OutOfMemoryError`), with
+    /// the tensor site that asked.
+    Framework { oom: FrameworkOom, site: String },
+    /// A failed CUDA allocation the program was told about.
+    Driver {
+        function: String,
+        requested_bytes: u64,
+        site: String,
+    },
+}
+
+/// The evidence behind an outcome's figure, by budget.
+#[derive(Clone, Debug, Default)]
+pub enum Evidence {
+    #[default]
+    None,
+    /// Parts of the run missing from the trace, and whether that was
+    /// allowed (`--allow-unprofiled`).
+    NotProfiled {
+        parts: Vec<String>,
+        allowed: bool,
+    },
+    /// A device's memory peak and the largest sites live at it.
+    DevicePeak {
+        device: u32,
+        time_ns: u64,
+        sites: Vec<Share>,
+    },
+    ProcessPeak {
+        pid: u32,
+    },
+    Pinned {
+        device: u32,
+    },
+    /// The highest tensor bytes among the framework views of the target
+    /// (`None`: no view), with the tensor sites at that peak.
+    Allocated {
+        peak: Option<AllocatedPeak>,
+        sites: Vec<Share>,
+    },
+    /// The device's worst fragmentation was in a framework's pool.
+    PoolFragmentation {
+        device: u32,
+        pid: u32,
+        pool: String,
+        time_ns: u64,
+        free_bytes: u64,
+        largest_free_bytes: u64,
+    },
+    /// The device's worst fragmentation in its driver pools and VMM regions
+    /// (`worst`: none had free space), with what the figure cannot see.
+    RegionFragmentation {
+        device: u32,
+        worst: Option<FragmentedAt>,
+        blind_spots: Vec<String>,
+    },
+    Leaked {
+        pid: Option<u32>,
+        sites: Vec<Share>,
+    },
+    /// Held at exit in one of the kinds that are not leaks.
+    HeldAtExit {
+        category: Category,
+        sites: Vec<Share>,
+    },
+    TensorsAtExit {
+        count: u64,
+        sites: Vec<Share>,
+    },
+    /// Every growing site, largest first; `over` of them above the limit.
+    Growth {
+        over: usize,
+        sites: Vec<Grew>,
+    },
+    Ooms {
+        errors: Vec<OomError>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocatedPeak {
+    pub pid: u32,
+    pub device: u32,
+    pub time_ns: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct FragmentedAt {
+    pub time_ns: u64,
+    pub free_bytes: u64,
+    pub largest_free_bytes: u64,
+}
+
+impl Outcome {
+    fn new(
+        run: &str,
+        budget: Budget,
+        target: Target,
+        unit: Unit,
+        figure: f64,
+        limit: f64,
+        evidence: Evidence,
+    ) -> Outcome {
+        Outcome {
+            run: run.to_string(),
+            budget,
+            target,
+            unit,
+            figure: Figure(figure),
+            limit: Figure(limit),
+            passed: figure <= limit,
+            evidence,
+        }
+    }
+
+    fn bytes(
+        run: &str,
+        budget: Budget,
+        target: Target,
+        figure: u64,
+        limit: u64,
+        e: Evidence,
+    ) -> Outcome {
+        Self::new(
+            run,
+            budget,
+            target,
+            Unit::Bytes,
+            figure as f64,
+            limit as f64,
+            e,
+        )
+    }
+}
+
+/// Applies every budget to the analysis of run `run`. Also returns
+/// warnings (a budget for a device or process the run does not have). A run
+/// with a process that was not profiled gets a first outcome, `Profiled`,
+/// that fails unless `allow_unprofiled`.
+pub fn evaluate(
+    run: &str,
+    a: &Analysis,
+    b: &Budgets,
+    allow_unprofiled: bool,
+) -> (Vec<Outcome>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    let missing = a.not_profiled();
+    if !missing.is_empty() {
+        let n = missing.len() as f64;
+        let mut o = Outcome::new(
+            run,
+            Budget::Profiled,
+            Target::Run,
+            Unit::Count,
+            n,
+            if allow_unprofiled { n } else { 0.0 },
+            Evidence::NotProfiled {
+                parts: missing,
+                allowed: allow_unprofiled,
+            },
+        );
+        o.passed = allow_unprofiled;
+        out.push(o);
+    }
+
+    // Per device: peak, pinned, allocated, fragmentation, OOMs.
+    for (d, _) in b.devices() {
+        if !a.devices.iter().any(|x| x.device == d) {
+            warnings.push(format!(
+                "the budget for device {d} checks nothing: the trace has no device {d}"
+            ));
+        }
+    }
+    for d in &a.devices {
+        let own = b.devices().find(|&(n, _)| n == d.device).map(|(_, l)| l);
+        let limits = match own {
+            Some(l) => b.run.overridden_by(l),
+            None => b.run.clone(),
+        };
+        let target = Target::Device(d.device);
+        if let Some(max) = limits.max_peak {
+            let sites = d
+                .peak_sites
+                .iter()
+                .take(SITES_SHOWN)
+                .map(|s| Share {
+                    bytes: s.bytes,
+                    count: 0,
+                    label: a.site_label(s.site),
+                })
+                .collect();
+            out.push(Outcome::bytes(
+                run,
+                Budget::MaxPeak,
+                target.clone(),
+                d.device_memory_peak_bytes,
+                max.0,
+                Evidence::DevicePeak {
+                    device: d.device,
+                    time_ns: d.device_memory_peak_time_ns,
+                    sites,
+                },
+            ));
+        }
+        if let Some(max) = limits.max_pinned {
+            out.push(Outcome::bytes(
+                run,
+                Budget::MaxPinned,
+                target.clone(),
+                d.pinned_host_peak_bytes,
+                max.0,
+                Evidence::Pinned { device: d.device },
+            ));
+        }
+        if let Some(max) = limits.max_allocated {
+            out.push(allocated(run, a, target.clone(), max.0, |v| {
+                v.device == d.device
+            }));
+        }
+        if let Some(max) = limits.max_fragmentation {
+            out.push(fragmentation(run, a, d, max));
+        }
+        // OOMs are budgeted per device only where the device has its own
+        // budget; [run]'s counts the whole run (below).
+        if let Some(max) = own.and_then(|l| l.max_ooms) {
+            out.push(ooms(run, a, target, max, |_, dev| dev == d.device));
+        }
+    }
+
+    // The whole run: leaks, held at exit, tensors, growth, OOMs.
+    if let Some(max) = b.run.max_leaked {
+        out.push(Outcome::bytes(
+            run,
+            Budget::MaxLeaked,
+            Target::Run,
+            a.leaked_bytes(),
+            max.0,
+            Evidence::Leaked {
+                pid: None,
+                sites: leaking(a, None),
+            },
+        ));
+    }
+    for (budget, max) in b.run.held() {
+        out.push(held(run, a, budget, Target::Run, max, None));
+    }
+    if let Some(max) = b.run.max_tensors_at_exit {
+        out.push(tensors_at_exit(run, a, Target::Run, max.0, None));
+    }
+    if let Some(max) = b.run.max_growth {
+        out.push(growth(run, a, Target::Run, None, max.0));
+    }
+    if let Some(max) = b.run.max_ooms {
+        out.push(ooms(run, a, Target::Run, max, |_, _| true));
+    }
+
+    // Per process, matched by a piece of its command line.
+    for (key, limits) in &b.process {
+        let matching: Vec<&ProcessReport> = a
+            .processes
+            .iter()
+            .filter(|p| {
+                p.exe.contains(key.as_str()) || p.cmdline.iter().any(|w| w.contains(key.as_str()))
+            })
+            .collect();
+        if matching.is_empty() {
+            warnings.push(format!("the budget for process {key:?} checks nothing: no process's command line contains it"));
+        }
+        for p in matching {
+            let target = Target::Process {
+                pid: p.pid,
+                key: key.clone(),
+            };
+            if let Some(max) = limits.max_peak {
+                out.push(Outcome::bytes(
+                    run,
+                    Budget::MaxPeak,
+                    target.clone(),
+                    p.peak_bytes,
+                    max.0,
+                    Evidence::ProcessPeak { pid: p.pid },
+                ));
+            }
+            if let Some(max) = limits.max_leaked {
+                out.push(Outcome::bytes(
+                    run,
+                    Budget::MaxLeaked,
+                    target.clone(),
+                    p.at_exit.leaked_bytes,
+                    max.0,
+                    Evidence::Leaked {
+                        pid: Some(p.pid),
+                        sites: leaking(a, Some(p.pid)),
+                    },
+                ));
+            }
+            if let Some(max) = limits.max_allocated {
+                out.push(allocated(run, a, target.clone(), max.0, |v| v.pid == p.pid));
+            }
+            for (budget, max) in limits.held() {
+                out.push(held(run, a, budget, target.clone(), max, Some(p.pid)));
+            }
+            if let Some(max) = limits.max_tensors_at_exit {
+                out.push(tensors_at_exit(run, a, target.clone(), max.0, Some(p.pid)));
+            }
+            if let Some(max) = limits.max_growth {
+                out.push(growth(run, a, target.clone(), Some(p.pid), max.0));
+            }
+            if let Some(max) = limits.max_ooms {
+                out.push(ooms(run, a, target.clone(), max, |pid, _| pid == p.pid));
+            }
+        }
+    }
+    (out, warnings)
+}
+
+/// A device's fragmentation: its worst pool's, whether a framework's pool
+/// or a driver pool or VMM region (DESIGN.md).
+fn fragmentation(run: &str, a: &Analysis, d: &crate::model::DeviceReport, max: f64) -> Outcome {
+    let target = Target::Device(d.device);
+    let pool = a
+        .frameworks
+        .iter()
+        .filter(|v| v.device == d.device)
+        .filter_map(|v| v.worst_fragmentation.as_ref().map(|w| (v.pid, w)))
+        .max_by(|x, y| x.1.at.fragmentation.total_cmp(&y.1.at.fragmentation));
+    let region = d.fragmentation.worst.as_ref();
+    match pool {
+        Some((pid, w)) if region.is_none_or(|r| w.at.fragmentation > r.fragmentation) => {
+            Outcome::new(
+                run,
+                Budget::MaxFragmentation,
+                target,
+                Unit::Fraction,
+                w.at.fragmentation,
+                max,
+                Evidence::PoolFragmentation {
+                    device: d.device,
+                    pid,
+                    pool: w.pool.clone(),
+                    time_ns: w.at.time_ns,
+                    free_bytes: w.at.free_bytes,
+                    largest_free_bytes: w.at.largest_free_bytes,
+                },
+            )
+        }
+        _ => Outcome::new(
+            run,
+            Budget::MaxFragmentation,
+            target,
+            Unit::Fraction,
+            region.map_or(0.0, |w| w.fragmentation),
+            max,
+            Evidence::RegionFragmentation {
+                device: d.device,
+                worst: region.map(|w| FragmentedAt {
+                    time_ns: w.time_ns,
+                    free_bytes: w.free_bytes,
+                    largest_free_bytes: w.largest_free_bytes,
+                }),
+                blind_spots: d.fragmentation.blind_spots.clone(),
+            },
+        ),
+    }
+}
+
+/// A budget of memory held at exit that is not leaked, for the run or one
+/// process (`pid`).
+fn held(
+    run: &str,
+    a: &Analysis,
+    budget: Budget,
+    target: Target,
+    max: u64,
+    pid: Option<u32>,
+) -> Outcome {
+    let (category, of): (Category, fn(&ProcessReport) -> u64) = match budget {
+        Budget::MaxCachedAtExit => (Category::AllocatorCache, |p| p.at_exit.cached_bytes),
+        Budget::MaxLibraryHeld => (Category::Library, |p| p.at_exit.library_bytes),
+        _ => (Category::Runtime, |p| p.at_exit.runtime_bytes),
+    };
+    let figure: u64 = a
+        .processes
+        .iter()
+        .filter(|p| pid.is_none_or(|x| p.pid == x))
+        .map(of)
+        .sum();
+    let sites = a
+        .sites_held_at_exit(category)
+        .iter()
+        .filter(|s| pid.is_none_or(|x| s.pids.contains(&x)))
+        .take(SITES_SHOWN)
+        .map(|s| Share {
+            bytes: s.held_at_exit_bytes,
+            count: s.held_at_exit_count,
+            label: s.label.clone(),
+        })
+        .collect();
+    Outcome::bytes(
+        run,
+        budget,
+        target,
+        figure,
+        max,
+        Evidence::HeldAtExit { category, sites },
+    )
+}
+
+/// Leaking sites, largest first (of one process when `pid` is given).
+fn leaking(a: &Analysis, pid: Option<u32>) -> Vec<Share> {
+    a.leaking_sites()
+        .iter()
+        .filter(|s| pid.is_none_or(|p| s.pids.contains(&p)))
+        .take(SITES_SHOWN)
+        .map(|s| Share {
+            bytes: s.leaked_bytes,
+            count: s.leaked_count,
+            label: s.label.clone(),
+        })
+        .collect()
+}
+
+/// The largest growth of any site (CUDA allocations and tensors) of the
+/// run or one process.
+fn growth(run: &str, a: &Analysis, target: Target, pid: Option<u32>, max: u64) -> Outcome {
+    let mut sites: Vec<Grew> = a
+        .growth
+        .iter()
+        .map(|g| (g, a.site_label(g.site)))
+        .chain(
+            a.tensor_growth
+                .iter()
+                .map(|g| (g, format!("tensors at {}", a.tensor_site_label(g.site)))),
+        )
+        .filter(|(g, _)| pid.is_none_or(|p| g.pid == p))
+        .map(|(g, label)| Grew {
+            bytes: g.growth_bytes,
+            pid: g.pid,
+            label,
+        })
+        .collect();
+    sites.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    let most = sites.first().map_or(0, |g| g.bytes);
+    let over = sites.iter().filter(|g| g.bytes > max).count();
+    sites.truncate(SITES_SHOWN);
+    Outcome::bytes(
+        run,
+        Budget::MaxGrowth,
+        target,
+        most,
+        max,
+        Evidence::Growth { over, sites },
+    )
+}
+
+/// The highest tensor bytes of the framework views `of_target` accepts.
+fn allocated(
+    run: &str,
+    a: &Analysis,
+    target: Target,
+    max: u64,
+    of_target: impl Fn(&FrameworkView) -> bool,
+) -> Outcome {
+    let top = a
+        .frameworks
+        .iter()
+        .filter(|v| of_target(v))
+        .max_by_key(|v| v.allocated_peak);
+    let sites = top.map_or_else(Vec::new, |v| {
+        v.peak_sites
+            .iter()
+            .take(SITES_SHOWN)
+            .map(|s| Share {
+                bytes: s.bytes,
+                count: 0,
+                label: a.tensor_site_label(s.site),
+            })
+            .collect()
+    });
+    Outcome::bytes(
+        run,
+        Budget::MaxAllocated,
+        target,
+        top.map_or(0, |v| v.allocated_peak),
+        max,
+        Evidence::Allocated {
+            peak: top.map(|v| AllocatedPeak {
+                pid: v.pid,
+                device: v.device,
+                time_ns: v.allocated_peak_time_ns,
+            }),
+            sites,
+        },
+    )
+}
+
+/// Tensors still allocated when processes ended (of one process when `pid`
+/// is given).
+fn tensors_at_exit(run: &str, a: &Analysis, target: Target, max: u64, pid: Option<u32>) -> Outcome {
+    let views: Vec<_> = a
+        .frameworks
+        .iter()
+        .filter(|v| pid.is_none_or(|p| v.pid == p))
+        .collect();
+    let figure: u64 = views.iter().map(|v| v.at_exit.live_tensor_bytes).sum();
+    let count: u64 = views.iter().map(|v| v.at_exit.live_tensors).sum();
+    let mut sites: Vec<_> = a
+        .tensor_sites
+        .iter()
+        .filter(|s| s.live_at_exit_bytes > 0 && pid.is_none_or(|p| s.pids.contains(&p)))
+        .collect();
+    sites.sort_by_key(|s| std::cmp::Reverse(s.live_at_exit_bytes));
+    let sites = sites
+        .iter()
+        .take(SITES_SHOWN)
+        .map(|s| Share {
+            bytes: s.live_at_exit_bytes,
+            count: s.live_at_exit_count,
+            label: s.label.clone(),
+        })
+        .collect();
+    Outcome::bytes(
+        run,
+        Budget::MaxTensorsAtExit,
+        target,
+        figure,
+        max,
+        Evidence::TensorsAtExit { count, sites },
+    )
+}
+
+/// Out-of-memory errors that reached the program among those of the
+/// (pid, device) `of_target` accepts: failed CUDA allocations not
+/// recovered, and errors a framework's allocator raised (a failure a
+/// framework turned into its own error counts once, as that error).
+fn ooms(
+    run: &str,
+    a: &Analysis,
+    target: Target,
+    max: u64,
+    of_target: impl Fn(u32, u32) -> bool,
+) -> Outcome {
+    let driver: Vec<&Oom> = a
+        .ooms
+        .iter()
+        .filter(|o| o.reached_program() && o.raised_as.is_none() && of_target(o.pid, o.device))
+        .collect();
+    let raised: Vec<&FrameworkOom> = a
+        .frameworks
+        .iter()
+        .flat_map(|v| v.ooms.iter())
+        .filter(|o| of_target(o.pid, o.device))
+        .collect();
+    let n = driver.len() + raised.len();
+    let errors = raised
+        .iter()
+        .map(|o| OomError::Framework {
+            oom: (*o).clone(),
+            site: o
+                .site
+                .map_or_else(|| "an unknown site".into(), |s| a.tensor_site_label(s)),
+        })
+        .chain(driver.iter().map(|o| OomError::Driver {
+            function: o.function.clone(),
+            requested_bytes: o.requested_bytes,
+            site: a.site_label(o.site),
+        }))
+        .take(SITES_SHOWN)
+        .collect();
+    Outcome::new(
+        run,
+        Budget::MaxOoms,
+        target,
+        Unit::Count,
+        n as f64,
+        max as f64,
+        Evidence::Ooms { errors },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        let p = |s: &str| s.parse::<ByteSize>().map(|b| b.0);
+        assert_eq!(p("0"), Ok(0));
+        assert_eq!(p("64MiB"), Ok(64 << 20));
+        assert_eq!(p("8GiB"), Ok(8 << 30));
+        assert_eq!(p("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(p(" 2 kib "), Ok(2048));
+        assert!(p("lots").is_err());
+        assert!(p("5 parsecs").is_err());
+        assert!(p("-1").is_err());
+    }
+
+    #[test]
+    fn budgets_that_mean_nothing_say_why() {
+        let with = |f: fn(&mut Budgets)| {
+            let mut b = Budgets::default();
+            f(&mut b);
+            b.validate().unwrap_err()
+        };
+        assert!(with(|b| {
+            b.device.insert(
+                "0".into(),
+                Limits {
+                    max_leaked: Some(ByteSize(0)),
+                    ..Default::default()
+                },
+            );
+        })
+        .contains("device budgets take"));
+        assert!(with(|b| {
+            b.process.insert(
+                "x".into(),
+                Limits {
+                    max_fragmentation: Some(0.1),
+                    ..Default::default()
+                },
+            );
+        })
+        .contains("per run or per device"));
+        assert!(with(|b| b.run.max_fragmentation = Some(3.0)).contains("between 0 and 1"));
+        assert!(with(|b| {
+            b.device.insert("gpu0".into(), Limits::default());
+        })
+        .contains("named by number"));
+    }
+
+    #[test]
+    fn names_are_the_budget_keys() {
+        assert_eq!(Budget::MaxCachedAtExit.to_string(), "max_cached_at_exit");
+        assert_eq!(Target::Device(1).to_string(), "device 1");
+        assert_eq!(
+            Target::Process {
+                pid: 7,
+                key: "train.py".into()
+            }
+            .to_string(),
+            "process 7 (train.py)"
+        );
+    }
+}
