@@ -243,12 +243,15 @@ pub fn build(
                 max_size: p.max_size,
                 estimated: true,
                 worst: p.worst.map(fragmentation_at(start)),
+                curve: p.curve.fragmentation.clone().finish(&axis, buckets),
+                largest_free: p.curve.largest_free.clone().finish(&axis, buckets),
             })
             .chain(
                 engine
                     .regions
                     .reservations
                     .values()
+                    .chain(&engine.regions.released)
                     .filter(|r| r.device == Some(d))
                     .map(|r| RegionSummary {
                         kind: RegionKind::VmmReservation,
@@ -257,6 +260,8 @@ pub fn build(
                         max_size: r.size,
                         estimated: false,
                         worst: r.worst.map(fragmentation_at(start)),
+                        curve: r.curve.fragmentation.clone().finish(&axis, buckets),
+                        largest_free: r.curve.largest_free.clone().finish(&axis, buckets),
                     }),
             )
             .collect();

@@ -1082,7 +1082,7 @@ impl Engine {
         let st = &mut self.streams[stream as usize];
         if !func.allocates() {
             if func == ApiFunc::MEM_ADDRESS_FREE && result == 0 {
-                if let Some(d) = self.regions.unreserve(stream, address) {
+                if let Some(d) = self.regions.unreserve(stream, address, self.axis.as_ref()) {
                     self.device(d).frag_dirty = true;
                 }
             }
@@ -1255,7 +1255,7 @@ impl Engine {
                 continue;
             }
             dev.frag_dirty = false;
-            let ext = self.regions.sample_device(d, now);
+            let ext = self.regions.sample_device(d, now, axis);
             dev.frag.put(
                 axis,
                 axis.current,

@@ -290,6 +290,10 @@ pub struct RegionSummary {
     /// This region's own most fragmented moment (none when it never had
     /// free space): the device's figure is the worst of these.
     pub worst: Option<FragmentationAt>,
+    /// Its own F(t), per mille, on the run's time axis (`None` where it
+    /// did not exist or was not sampled), and its largest free extent.
+    pub curve: Vec<Option<u16>>,
+    pub largest_free: Vec<Option<u64>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

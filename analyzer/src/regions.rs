@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::engine::FastMap;
+use crate::timeline::{Axis, Samples};
 
 /// A pool's index in `Regions::pools`; live pool blocks carry it, so that
 /// the sweep finds their pool without hashing.
@@ -39,6 +40,8 @@ pub struct Pool {
     used: u64,
     /// Its most fragmented sample.
     pub worst: Option<Worst>,
+    /// Its own curve: F (per mille) and the largest free extent.
+    pub curve: RegionCurve,
     /// Its live sub-allocations (address, bytes), in slots that frees empty
     /// and allocations fill again (`free_slots`): a fragmentation sample
     /// reads a pool's blocks from here rather than from the whole live set.
@@ -56,6 +59,26 @@ pub struct Reservation {
     used: u64,
     /// Its most fragmented sample: (time, F, free, largest).
     pub worst: Option<Worst>,
+    pub curve: RegionCurve,
+}
+
+/// One region's fragmentation over time, sampled with the device's.
+#[derive(Clone, Debug, Default)]
+pub struct RegionCurve {
+    /// F at the end of each sampled bucket, per mille.
+    pub fragmentation: Samples<u16>,
+    pub largest_free: Samples<u64>,
+}
+
+impl RegionCurve {
+    fn put(&mut self, axis: &Axis, e: Extents) {
+        self.fragmentation.put(
+            axis,
+            axis.current,
+            Some((e.fragmentation() * 1000.0).round() as u16),
+        );
+        self.largest_free.put(axis, axis.current, Some(e.largest));
+    }
 }
 
 /// A region's most fragmented sample: (time, F, free bytes, largest free
@@ -203,6 +226,11 @@ impl Reservation {
     }
 }
 
+/// Released reservations kept for the report: a program that reserves
+/// and releases address ranges by the thousand must not grow the analysis
+/// with it.
+const KEPT_RELEASED: usize = 64;
+
 /// Every region of the run.
 #[derive(Default)]
 pub struct Regions {
@@ -213,6 +241,10 @@ pub struct Regions {
     /// spares them the hash.
     last_pool: Option<((u32, u64), PoolId)>,
     pub reservations: BTreeMap<(u32, u64), Reservation>,
+    /// Reservations released while the run went on that had free space at
+    /// some point (their curves belong in the report), the first
+    /// `KEPT_RELEASED`.
+    pub released: Vec<Reservation>,
     /// Scratch for `Pool::extents`: one pool's live blocks gathered from
     /// its slots, and `largest_gap_bucketed`'s buckets.
     gathered: Vec<(u64, u64)>,
@@ -301,10 +333,19 @@ impl Regions {
         );
     }
 
-    pub fn unreserve(&mut self, stream: u32, base: u64) -> Option<u32> {
-        self.reservations
-            .remove(&(stream, base))
-            .and_then(|r| r.device)
+    /// Releases a reservation (its curve ends at the axis's current bucket);
+    /// returns its device.
+    pub fn unreserve(&mut self, stream: u32, base: u64, axis: Option<&Axis>) -> Option<u32> {
+        let mut r = self.reservations.remove(&(stream, base))?;
+        let device = r.device;
+        if r.worst.is_some() && self.released.len() < KEPT_RELEASED {
+            if let Some(axis) = axis {
+                r.curve.fragmentation.put(axis, axis.current, None);
+                r.curve.largest_free.put(axis, axis.current, None);
+            }
+            self.released.push(r);
+        }
+        device
     }
 
     /// The reservation of `stream` holding `address`, if any.
@@ -350,8 +391,9 @@ impl Regions {
     }
 
     /// Free extents of each of a device's regions (pools with a size, VMM
-    /// reservations); with `now`, each region also keeps its worst sample.
-    fn each_extents(&mut self, device: u32, now: Option<u64>) -> Vec<Extents> {
+    /// reservations); with `now`, each region also keeps its worst sample
+    /// and a point of its curve.
+    fn each_extents(&mut self, device: u32, now: Option<(u64, &Axis)>) -> Vec<Extents> {
         let mut out = Vec::new();
         for p in self
             .pools
@@ -359,8 +401,9 @@ impl Regions {
             .filter(|p| p.device == device && p.size > 0)
         {
             let e = p.extents(&mut self.gathered, &mut self.buckets);
-            if let Some(now) = now {
+            if let Some((now, axis)) = now {
                 note_worst(&mut p.worst, now, e);
+                p.curve.put(axis, e);
             }
             out.push(e);
         }
@@ -370,8 +413,9 @@ impl Regions {
             .filter(|r| r.device == Some(device))
         {
             let e = r.extents();
-            if let Some(now) = now {
+            if let Some((now, axis)) = now {
                 note_worst(&mut r.worst, now, e);
+                r.curve.put(axis, e);
             }
             out.push(e);
         }
@@ -391,9 +435,9 @@ impl Regions {
     /// space, so free space of unrelated regions is never added up. None
     /// when the device has no region; nothing free when none has free
     /// space. Each region also keeps its own worst sample (`Pool::worst`,
-    /// `Reservation::worst`).
-    pub fn sample_device(&mut self, device: u32, now: u64) -> Option<Extents> {
-        let each = self.each_extents(device, Some(now));
+    /// `Reservation::worst`) and curve, at the axis's current bucket.
+    pub fn sample_device(&mut self, device: u32, now: u64, axis: &Axis) -> Option<Extents> {
+        let each = self.each_extents(device, Some((now, axis)));
         Self::worst_region(each)
     }
 

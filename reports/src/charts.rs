@@ -168,17 +168,41 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
     )
 }
 
-/// Fragmentation F(t) (per mille) of a device's regions.
+/// Fragmentation F(t) (per mille) of a device: its figure (the worst
+/// region's at each moment) and, when it has several, each region's own
+/// line (the most fragmented first, as many as the palette holds).
 pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
+    let mut curves: Vec<(String, &Vec<Option<u16>>)> =
+        vec![("device (worst region)".into(), &d.fragmentation.curve)];
+    let mut regions: Vec<_> = d
+        .fragmentation
+        .regions
+        .iter()
+        .filter(|r| r.worst.is_some())
+        .collect();
+    if regions.len() > 1 {
+        regions.sort_by(|x, y| {
+            let f = |r: &&gmem_prof_analyzer::model::RegionSummary| {
+                r.worst.as_ref().map_or(0.0, |w| w.fragmentation)
+            };
+            f(y).total_cmp(&f(x))
+        });
+        curves.extend(
+            regions
+                .iter()
+                .take(PALETTE.len() - 1)
+                .map(|r| (format!("{} {:#x}", r.kind.as_str(), r.address), &r.curve)),
+        );
+    }
     fraction_chart(
         a,
         format!("device{}-fragmentation.svg", d.device),
         format!("Device {}: fragmentation", d.device),
         format!(
-            "Device {}: fragmentation F = 1 − largest free / total free",
+            "Device {}: fragmentation F = 1 − largest free / total free, per pool or VMM region",
             d.device
         ),
-        &[("regions".into(), &d.fragmentation.curve)],
+        &curves,
     )
 }
 

@@ -232,6 +232,50 @@ fn torch_spawn_four_processes_of_one_run() {
     );
 }
 
+/// two_pools.cu: each pool has its own fragmentation curve. The default
+/// pool holds its 32 MiB in one piece throughout (F 0); the custom pool's
+/// curve reaches 1 − 1 MiB / 32 MiB with every other block freed, then
+/// falls to 0 when the rest are freed; the device's curve is the worse of
+/// the two at each moment, never a sum of both pools' free space.
+#[test]
+fn two_pools_each_region_has_its_own_curve() {
+    let dir = scratch("sample-two-pools");
+    let out = std::process::Command::new(gmem())
+        .args(["export", "-q", "--format", "json", "-o"])
+        .arg(dir.join("a.json"))
+        .arg(sample("two_pools.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let a: Value = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
+    let f = &a["devices"][0]["fragmentation"];
+    let points = |c: &Value| -> Vec<u64> {
+        c.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .collect()
+    };
+    let regions = f["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), 2, "{regions:?}");
+    let (default, custom) = (&regions[0], &regions[1]);
+    assert_eq!(points(&default["curve"]).iter().max(), Some(&0));
+    assert_eq!(
+        points(&default["largest_free"]).iter().max(),
+        Some(&(32 * MIB))
+    );
+    let custom_curve = points(&custom["curve"]);
+    assert_eq!(custom_curve.iter().max(), Some(&969), "1 − 1/32 per mille");
+    assert_eq!(custom_curve.last(), Some(&0), "everything freed at the end");
+    assert!(points(&custom["largest_free"]).contains(&MIB));
+    // The device's curve at each moment is the worst region's.
+    let device = f["curve"].as_array().unwrap();
+    for (i, d) in device.iter().enumerate() {
+        let worst = regions.iter().filter_map(|r| r["curve"][i].as_u64()).max();
+        assert_eq!(d.as_u64(), worst, "bucket {i}");
+    }
+}
+
 /// The analysis (`export --format json`) of a sample, and the truth its
 /// program wrote beside it when it was recorded (tests/gpu/truth.py).
 fn analysis_and_truth(name: &str) -> (Value, Value) {
