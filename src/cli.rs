@@ -87,6 +87,13 @@ pub struct RecordArgs {
     /// allocated and freed inside the segments CUDA sees.
     #[arg(long)]
     pub no_frameworks: bool,
+    /// Do not record the device's own view. By default the collector reads
+    /// NVML (the library nvidia-smi reads) at each flush, right after a
+    /// failed allocation and at exit: used and free memory per device and
+    /// what each process uses, which the report sets beside what the trace
+    /// tracked (CUDA contexts, other processes, the driver's share).
+    #[arg(long)]
+    pub no_device_view: bool,
     /// Leave Python frames out of stacks. By default a stack taken on a
     /// thread running Python (CPython 3.10 to 3.13) holds the Python
     /// functions and lines where the interpreter ran them.

@@ -159,6 +159,22 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
             k.block, k.static_shared, k.dynamic_shared, k.registers
         ),
         Record::Dropped(d) => write!(l, "dropped t={} cupti={} collector={}", d.time.0, d.cupti, d.collector),
+        Record::DeviceMemory(m) => write!(
+            l,
+            "device_memory t={} dev={} reason={} total={} used={} free={} reserved={} processes={}",
+            m.time.0,
+            m.device,
+            m.reason,
+            m.total.0,
+            m.used.0,
+            m.free.0,
+            m.reserved.0,
+            m.processes
+                .iter()
+                .map(|p| format!("{}:{}", p.pid, p.used.0))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
         Record::Message(m) => write!(
             l,
             "message t={} {} {}",

@@ -146,6 +146,10 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         )
         .env("GMEM_PROF_PYTHON", if a.no_python { "0" } else { "1" })
         .env(
+            "GMEM_PROF_DEVICE_VIEW",
+            if a.no_device_view { "0" } else { "1" },
+        )
+        .env(
             "GMEM_PROF_TENSOR_NATIVE_STACKS",
             if a.tensor_native_stacks { "1" } else { "0" },
         )

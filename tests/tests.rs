@@ -19,6 +19,8 @@
 //!   traces' own records.
 //! - `frameworks`: Python frames on every interpreter present, and the
 //!   stand-in for PyTorch's caching allocator, recorded and analyzed.
+//! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
+//!   figures) taken apart beside what the trace tracked.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -48,3 +50,6 @@ mod export;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;
+
+#[path = "e2e/device_view.rs"]
+mod device_view;

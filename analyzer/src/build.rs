@@ -5,7 +5,7 @@
 use crate::engine::{self, Engine, SiteClass, KINDS};
 use crate::events::{self, SiteIds};
 use crate::model::*;
-use crate::{framework_view, input, sites, timeline, AnalyzeError, Options};
+use crate::{device_view, framework_view, input, sites, timeline, AnalyzeError, Options};
 use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 
 /// Whether a site grows: its live bytes keep rising through the steady
@@ -271,6 +271,7 @@ pub fn build(
                 .is_some_and(|f| f.devices.contains_key(&d))
         });
         let streams = &engine.streams;
+        let smi = device_view::view(&engine, d, &axis, buckets, start);
         let dev = engine.devices.get_mut(d).expect("device listed");
         // The framework's segments are the driver sites of its allocator
         // ("allocator cache"); the rest at the peak is outside it.
@@ -320,6 +321,7 @@ pub fn build(
             })
             .collect();
         devices.push(DeviceReport {
+            device_view: smi,
             device: d,
             name: info
                 .as_ref()
@@ -427,6 +429,7 @@ pub fn build(
                 largest_free_extent: o.largest_free,
                 live_by_site: by_site(&o.live_by_site).into_iter().take(10).collect(),
                 raised_as: None,
+                device_view: device_view::after_failure(&engine, st.pid(), o.device, o.time, start),
             }
         })
         .collect();

@@ -305,6 +305,8 @@ pub struct DeviceState {
     pub largest_free: Samples<u64>,
     /// (time, F, free, largest) at the worst sample.
     pub frag_worst: Option<(u64, f64, u64, u64)>,
+    /// Used on the device as NVML said (`nvidia-smi`), where sampled.
+    pub smi_used: Samples<u64>,
 }
 
 impl DeviceState {
@@ -335,8 +337,20 @@ impl DeviceState {
             frag: Samples::default(),
             largest_free: Samples::default(),
             frag_worst: None,
+            smi_used: Samples::default(),
         }
     }
+}
+
+/// What the trace tracked on a device when process `stream` sampled the
+/// device's own view at `time` (the sample's own time, to find it again).
+#[derive(Clone, Copy, Debug)]
+pub struct TrackedAt {
+    pub stream: u32,
+    pub time: u64,
+    pub device: u32,
+    /// Device memory live in the trace (every process of the run).
+    pub tracked: u64,
 }
 
 /// Device states by id. The sweep looks one up for almost every event, and
@@ -586,6 +600,9 @@ pub struct Engine {
     pub devices: Devices,
     pub regions: Regions,
     pub ooms: Vec<OomRaw>,
+    /// Device memory the trace had live at each sample of the device's own
+    /// view, in sweep order.
+    pub device_views: Vec<TrackedAt>,
     pub late_events: u64,
     pub memory_events: u64,
     pub api_calls: u64,
@@ -606,6 +623,7 @@ impl Engine {
             devices: Devices::default(),
             regions: Regions::default(),
             ooms: Vec::new(),
+            device_views: Vec::new(),
             late_events: 0,
             memory_events: 0,
             api_calls: 0,
@@ -825,6 +843,19 @@ impl Engine {
                 }
             }
             Event::Allocator(a) => self.allocator_event(stream, t, a),
+            &Event::DeviceView { device, used } => {
+                let tracked = self.device(device).on_device;
+                self.device_views.push(TrackedAt {
+                    stream,
+                    time: e.time,
+                    device,
+                    tracked,
+                });
+                if let Some(axis) = &self.axis {
+                    let dev = self.devices.get_or_insert(device);
+                    dev.smi_used.put(axis, axis.current, Some(used));
+                }
+            }
             Event::End => self.process_end(stream, t),
         }
     }

@@ -127,6 +127,12 @@ pub enum Event {
         device: u32,
         stream: u32,
     },
+    /// The device's own view was sampled (NVML: `used` bytes on the
+    /// device); the sample itself is among the stream's definitions.
+    DeviceView {
+        device: u32,
+        used: u64,
+    },
     /// The collector shut down cleanly in this process.
     End,
 }
@@ -566,7 +572,19 @@ fn decode_record<const BMI2: bool, const WIDE: bool>(
         None => push_event(r.tag, &mut Dec::new(r.body), base, seq, events)?,
     };
     if !pushed {
-        d.defs.push(Record::decode(r.tag, r.body, base)?);
+        let record = Record::decode(r.tag, r.body, base)?;
+        if let Record::DeviceMemory(m) = &record {
+            // In the sweep too: what the trace tracked at that moment.
+            d.events.push(TimedEvent {
+                time: m.time.0,
+                seq,
+                event: Event::DeviceView {
+                    device: m.device,
+                    used: m.used.0,
+                },
+            });
+        }
+        d.defs.push(record);
     }
     Ok(())
 }

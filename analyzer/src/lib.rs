@@ -26,6 +26,7 @@
 
 pub mod budgets;
 mod build;
+mod device_view;
 pub mod diff;
 mod engine;
 pub mod events;

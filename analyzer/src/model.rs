@@ -218,6 +218,10 @@ pub struct DeviceReport {
     /// what was live at the peak outside its segments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outside_frameworks: Option<OutsideFrameworks>,
+    /// What `nvidia-smi` showed for the device, when the collector could
+    /// read NVML.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_view: Option<SmiView>,
 }
 
 /// Device memory live at the peak that no framework allocator accounts
@@ -490,6 +494,57 @@ pub struct Oom {
     /// its own (its entry in `FrameworkView::ooms` has the details).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raised_as: Option<String>,
+    /// The device as `nvidia-smi` showed it right after the failure (the
+    /// collector samples NVML then), when it could.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_view: Option<SmiMoment>,
+}
+
+/// What `nvidia-smi` showed for a device (NVML, sampled by the collector at
+/// its flush ticks, right after failed allocations and at exit), beside
+/// what the trace tracked.
+#[derive(Clone, Debug, Serialize)]
+pub struct SmiView {
+    pub samples: u64,
+    /// Used on the device by everyone at the end of each bucket where it
+    /// was sampled (`None` before the first sample).
+    pub used_curve: Vec<Option<u64>>,
+    /// The sample where `nvidia-smi` showed the most used.
+    pub highest: SmiMoment,
+    /// The last sample (normally taken as a process of the run ended).
+    pub last: SmiMoment,
+}
+
+/// One sample of the device's own view, taken apart.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SmiMoment {
+    pub time_ns: u64,
+    /// The process whose collector took the sample.
+    pub pid: u32,
+    /// "flush tick", "failed allocation" or "exit".
+    pub reason: &'static str,
+    pub total_bytes: u64,
+    /// Used on the device (`nvidia-smi`'s Memory-Usage).
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+    /// What the driver keeps for itself, in neither used nor free (0 when
+    /// the driver does not say).
+    pub driver_reserved_bytes: u64,
+    /// Device memory live in the trace then (the run's processes).
+    pub tracked_bytes: u64,
+    /// What NVML charged to the run's processes; `None` when it listed none
+    /// of them (in a container NVML may list the host's pids).
+    pub run_processes_bytes: Option<u64>,
+    /// The run's processes' memory beyond what the trace tracked: their
+    /// CUDA contexts (code, stacks, the driver's per-context state) and
+    /// what no watched call allocated. `None` as above.
+    pub context_and_untracked_bytes: Option<u64>,
+    /// What NVML charged to every other process on the device.
+    pub other_processes_bytes: u64,
+    pub other_processes: u32,
+    /// Used, less every process's share: what NVML charges to no process
+    /// (the driver's own reservations). `None` as above.
+    pub unattributed_bytes: Option<u64>,
 }
 
 impl Oom {

@@ -32,7 +32,25 @@ pub struct StreamDefs {
     pub messages: Vec<(u8, String)>,
     /// Cumulative lost records (CUPTI, collector): the last report holds.
     pub dropped: (u64, u64),
+    /// The device's own view (NVML), in file order.
+    pub device_memory: Vec<gmem_prof_traces::record::DeviceMemory>,
     pub unknown_records: u64,
+}
+
+/// A kernel's name as people read it: C++ names demangled, without their
+/// parameter lists (the template arguments stay: they tell instances
+/// apart). Names that are not mangled C++ stay as they are.
+pub fn kernel_name(text: String) -> String {
+    if !text.starts_with("_Z") {
+        return text;
+    }
+    let options = cpp_demangle::DemangleOptions::new()
+        .no_params()
+        .no_return_type();
+    cpp_demangle::Symbol::new(text.as_bytes())
+        .ok()
+        .and_then(|s| s.demangle_with_options(&options).ok())
+        .unwrap_or(text)
 }
 
 impl StreamDefs {
@@ -43,7 +61,7 @@ impl StreamDefs {
                 self.devices.push(d);
             }
             Record::String(s) => {
-                self.strings.insert(s.id.0, s.text);
+                self.strings.insert(s.id.0, kernel_name(s.text));
             }
             Record::Module(m) => self.modules.push(m),
             Record::Stack(s) => {
@@ -58,6 +76,7 @@ impl StreamDefs {
             }
             Record::Allocator(a) => self.allocators.push(a),
             Record::Dropped(d) => self.dropped = (d.cupti, d.collector),
+            Record::DeviceMemory(m) => self.device_memory.push(m),
             Record::Unknown { .. } => self.unknown_records += 1,
             _ => {}
         }
@@ -621,4 +640,24 @@ pub fn rank(
         columns.insert(*c, get(c)?);
     }
     Ok(Ranked { order, columns })
+}
+
+#[cfg(test)]
+mod kernel_name_tests {
+    use super::kernel_name;
+
+    #[test]
+    fn kernel_names_are_demangled_without_parameters() {
+        // From the UnifiedMemoryStreams sample (cuBLAS's dot kernel).
+        assert_eq!(
+            kernel_name("_Z10dot_kernelIdLi128ELi0E15cublasDotParamsI30cublasGemvTensorStridedBatchedIKdES1_IdEEEvT2_".into()),
+            "dot_kernel<double, 128, 0, cublasDotParams<cublasGemvTensorStridedBatched<double const>, cublasGemvTensorStridedBatched<double> > >"
+        );
+        assert_eq!(
+            kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_".into()),
+            "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, (unsigned long)1> >"
+        );
+        assert_eq!(kernel_name("k_one".into()), "k_one");
+        assert_eq!(kernel_name("_Znot a symbol".into()), "_Znot a symbol");
+    }
 }

@@ -117,6 +117,7 @@ impl Collector {
     /// As for `buffer_completed`.
     unsafe fn take_activity(&self, buffer: *mut u8, valid: usize) {
         let mut out = Vec::new();
+        let mut devices = Vec::new();
         let Ok(mut names) = self.kernel_names.lock() else {
             return;
         };
@@ -133,13 +134,20 @@ impl Collector {
                         let k = kernel_record(r, &mut names, &mut out);
                         out.push(Record::Kernel(k));
                     }
-                    KIND_DEVICE => out.push(Record::Device(device_record(r))),
+                    KIND_DEVICE => {
+                        let d = device_record(r);
+                        devices.push((d.device, d.uuid));
+                        out.push(Record::Device(d));
+                    }
                     _ => {}
                 });
         }
         drop(names);
         self.note_cupti_drops();
         self.sink.push_records(out);
+        for (device, uuid) in devices {
+            self.device_seen(device, uuid);
+        }
     }
 }
 

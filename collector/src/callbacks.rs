@@ -510,6 +510,10 @@ impl Collector {
             (0, false)
         };
         self.sink.push_api(call, &frames[..n], truncated);
+        if func.allocates() && result != 0 {
+            // The device as nvidia-smi saw it when the allocation failed.
+            self.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
+        }
         if func.allocates() {
             let caller = self.stacks.is_some().then_some(&frames[..n]);
             self.torch.poll(self, caller);

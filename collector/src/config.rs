@@ -28,6 +28,12 @@ pub const ENV_PYTHON: &str = "GMEM_PROF_PYTHON";
 /// "1": events inside framework allocators take native frames too on
 /// threads running Python (see stack.rs).
 pub const ENV_TENSOR_NATIVE_STACKS: &str = "GMEM_PROF_TENSOR_NATIVE_STACKS";
+/// "0": no device view (NVML's used and free memory per device and per
+/// process, as `nvidia-smi` shows them).
+pub const ENV_DEVICE_VIEW: &str = "GMEM_PROF_DEVICE_VIEW";
+/// Path of the libnvidia-ml to load. Default: the driver's
+/// `libnvidia-ml.so.1` on the linker's path.
+pub const ENV_NVML: &str = "GMEM_PROF_NVML";
 /// "1" makes the collector do nothing in this process.
 pub const ENV_DISABLE: &str = "GMEM_PROF_DISABLE";
 /// Set by `gmem-prof record`: the collector then leaves messages to the CLI
@@ -47,6 +53,8 @@ pub struct Config {
     pub frameworks: bool,
     pub python: bool,
     pub tensor_native_stacks: bool,
+    pub device_view: bool,
+    pub nvml: Option<String>,
     pub flush_ms: u64,
     pub allow_any_cupti: bool,
     pub disabled: bool,
@@ -82,6 +90,8 @@ impl Config {
             frameworks: flag(ENV_FRAMEWORKS, true),
             python: flag(ENV_PYTHON, true),
             tensor_native_stacks: flag(ENV_TENSOR_NATIVE_STACKS, false),
+            device_view: flag(ENV_DEVICE_VIEW, true),
+            nvml: std::env::var(ENV_NVML).ok().filter(|s| !s.is_empty()),
             flush_ms: number(ENV_FLUSH_MS, 200).clamp(10, 10_000),
             allow_any_cupti: flag(ENV_ANY_CUPTI, false),
             disabled: flag(ENV_DISABLE, false),

@@ -26,6 +26,7 @@ pub mod config;
 mod cupti;
 mod elf;
 mod modules;
+mod nvml;
 pub mod python;
 mod session;
 mod sink;

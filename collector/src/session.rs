@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
-use gmem_prof_traces::record::{Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
+use gmem_prof_traces::record::{device_memory, Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
 use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
@@ -17,6 +17,7 @@ use crate::callbacks::{self, current_tid, WATCHED};
 use crate::clock::Clock;
 use crate::config::{self, Config};
 use crate::cupti::{self, Cupti};
+use crate::nvml::Nvml;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
 use crate::torch_allocator::TorchHook;
@@ -35,6 +36,11 @@ pub struct Collector {
     /// Whether PyTorch's trace entries carry the private pool id (2.11+).
     torch_pool_ids: AtomicBool,
     pub kernel_names: Mutex<Names>,
+    /// The device's own view (NVML), opened at first use; `None` inside
+    /// when it could not be (the trace says why once).
+    nvml: OnceLock<Option<Nvml>>,
+    /// Devices CUPTI reported: (CUDA number, UUID).
+    devices_seen: Mutex<Vec<(u32, [u8; 16])>>,
     pid: u32,
     /// Callbacks record only while this is set (cleared at exit, in a fork
     /// child, and when CUPTI could not be set up).
@@ -152,6 +158,8 @@ fn start_with(config: Config) -> Result<(), String> {
         torch: TorchHook::default(),
         torch_pool_ids: AtomicBool::new(false),
         kernel_names: Mutex::new(Names::default()),
+        nvml: OnceLock::new(),
+        devices_seen: Mutex::new(Vec::new()),
         pid,
         enabled: AtomicBool::new(false),
         shutting_down: AtomicBool::new(false),
@@ -436,6 +444,50 @@ impl Collector {
         }));
     }
 
+    /// Opens NVML for the device view, on the flush thread only: loading a
+    /// library from an app thread inside a CUDA call could wait on a
+    /// loader lock another thread holds while it waits on CUDA.
+    fn open_nvml(&self) {
+        self.nvml.get_or_init(|| {
+            if !self.config.device_view {
+                return None;
+            }
+            Nvml::open(self.config.nvml.as_deref())
+                .map_err(|e| self.report(0, format!("no device view (nvidia-smi's figures): {e}")))
+                .ok()
+        });
+    }
+
+    /// A device CUPTI reported: the device view samples it from now on.
+    pub fn device_seen(&self, device: u32, uuid: [u8; 16]) {
+        if let Ok(mut seen) = self.devices_seen.lock() {
+            if !seen.iter().any(|(d, _)| *d == device) {
+                seen.push((device, uuid));
+            }
+        }
+    }
+
+    /// Records the device view of every known device (`reason`:
+    /// `device_memory::*`), once NVML is open.
+    pub fn sample_devices(&self, reason: u8) {
+        let Some(Some(n)) = self.nvml.get() else {
+            return;
+        };
+        let seen = self
+            .devices_seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        for (device, uuid) in seen {
+            if let Err(e) = n.add_device(device, uuid) {
+                self.report(1, e);
+            }
+        }
+        let samples = n.sample(self.clock.now(), reason);
+        self.sink
+            .push_records(samples.into_iter().map(Record::DeviceMemory).collect());
+    }
+
     pub fn note_cupti_drops(&self) {
         let n = self.cupti.dropped_records();
         if n > 0 {
@@ -457,12 +509,29 @@ impl Collector {
             .spawn(move || {
                 COLLECTOR_THREAD.with(|c| c.set(true));
                 let _ = tx.send(current_tid());
+                // NVML is opened here, off the program's threads, as soon
+                // as profiling runs (a short program's exit sample needs
+                // it; nvmlInit can take tens of milliseconds).
+                let step = Duration::from_millis(5);
+                let mut waited = Duration::ZERO;
+                while !self.enabled.load(Ordering::Acquire)
+                    && !self.shutting_down.load(Ordering::Acquire)
+                    && waited < period
+                {
+                    std::thread::sleep(step);
+                    waited += step;
+                }
+                if self.enabled.load(Ordering::Acquire) {
+                    no_unwind((), || self.open_nvml());
+                }
                 while !self.shutting_down.load(Ordering::Acquire) {
                     std::thread::sleep(period);
                     if self.enabled.load(Ordering::Relaxed) {
                         no_unwind((), || {
                             self.flush_activity(0);
                             self.note_cupti_drops();
+                            self.open_nvml();
+                            self.sample_devices(device_memory::TICK);
                         });
                     }
                 }
@@ -512,6 +581,8 @@ impl Collector {
         if was_enabled {
             self.flush_activity(cupti::FLUSH_FORCED);
             self.note_cupti_drops();
+            // What the process still holds as it ends, as nvidia-smi shows it.
+            self.sample_devices(device_memory::EXIT);
         }
         let events = self.torch.events.load(Ordering::Relaxed);
         if events > 0 {

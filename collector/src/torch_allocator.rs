@@ -256,6 +256,7 @@ unsafe extern "C" fn on_oom(
             limit,
         };
         c.push_allocator_event(event, true);
+        c.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
     });
 }
 

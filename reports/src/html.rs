@@ -164,6 +164,25 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     for c in charts.iter().filter(|c| c.name == memory) {
         out.push_str(&chart_html(c));
     }
+    if let Some(v) = &d.device_view {
+        let _ = write!(
+            out,
+            "<h3>What nvidia-smi showed</h3><p>At its highest, {}.</p>",
+            escape(&crate::device_view::sentence(&v.highest))
+        );
+        if v.last != v.highest {
+            let _ = write!(
+                out,
+                "<p>Last, {}.</p>",
+                escape(&crate::device_view::sentence(&v.last))
+            );
+        }
+        let _ = write!(
+            out,
+            "<p class=\"meta\">{} samples of NVML (the library nvidia-smi reads), taken at the collector's flush ticks, right after failed allocations and at exit; \"tracked\" is device memory the trace saw allocated and not yet freed at that moment.</p>",
+            v.samples
+        );
+    }
     out.push_str("<h3>Live at the peak</h3>");
     let kinds: Vec<String> = d
         .peak_by_kind
@@ -419,6 +438,13 @@ fn oom_section(a: &Analysis, out: &mut String) {
                 .get(o.site as usize)
                 .map_or_else(|| format!("site {}", o.site), site_frames)
         );
+        if let Some(m) = &o.device_view {
+            let _ = write!(
+                out,
+                "<p>Right after, {}.</p>",
+                escape(&crate::device_view::sentence(m))
+            );
+        }
         out.push_str(&site_bytes_table(
             a,
             &o.live_by_site,

@@ -14,6 +14,7 @@
 
 mod charts;
 pub mod check;
+mod device_view;
 pub mod diff;
 pub mod format;
 mod framework;

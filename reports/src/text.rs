@@ -102,6 +102,16 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(d.reserved_peak)
             )?;
         }
+        if let Some(v) = &d.device_view {
+            writeln!(
+                w,
+                "  at its highest, {}",
+                crate::device_view::sentence(&v.highest)
+            )?;
+            if v.last != v.highest {
+                writeln!(w, "  last, {}", crate::device_view::sentence(&v.last))?;
+            }
+        }
         peak_lines(w, &d.peak_sites, d.peak_bytes, |s| a.site_label(s))?;
         if let Some(o) = &d.outside_frameworks {
             let top: Vec<String> = o
@@ -267,6 +277,9 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 o.device,
                 a.site_label(o.site)
             )?;
+            if let Some(m) = &o.device_view {
+                writeln!(w, "    right after, {}", crate::device_view::sentence(m))?;
+            }
         }
     }
     for warning in &a.input.warnings {

@@ -276,6 +276,38 @@ fn two_pools_each_region_has_its_own_curve() {
     }
 }
 
+/// device_view.py on the H200: the trace's device view (NVML samples the
+/// collector took) against what nvidia-smi printed in the same run while
+/// the program held a 1 GiB tensor.
+#[test]
+fn device_view_agrees_with_nvidia_smi_read_in_the_same_run() {
+    let (a, t) = analysis_and_truth("device_view");
+    let v = &a["devices"][0]["device_view"];
+    let h = &v["highest"];
+    let mib = |v: &Value| v.as_u64().unwrap() / MIB;
+    assert_eq!(mib(&h["total_bytes"]), t["gpu_total_mib"].as_u64().unwrap());
+    // This process's share: exactly nvidia-smi's per-process figure.
+    let pid = t["pid"].as_u64().unwrap();
+    assert_eq!(h["pid"], pid);
+    assert_eq!(
+        mib(&h["run_processes_bytes"]),
+        t["apps"][pid.to_string()].as_u64().unwrap()
+    );
+    // The device's used figure moves with the machine: within 16 MiB.
+    let used = mib(&h["used_bytes"]) as i64;
+    assert!(
+        (used - t["gpu_used_mib"].as_i64().unwrap()).abs() <= 16,
+        "{h}"
+    );
+    assert!(h["tracked_bytes"].as_u64().unwrap() >= 1 << 30, "{h}");
+    assert_eq!(
+        h["context_and_untracked_bytes"].as_u64().unwrap(),
+        h["run_processes_bytes"].as_u64().unwrap() - h["tracked_bytes"].as_u64().unwrap()
+    );
+    assert!(h["driver_reserved_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["last"]["reason"], "exit");
+}
+
 /// The analysis (`export --format json`) of a sample, and the truth its
 /// program wrote beside it when it was recorded (tests/gpu/truth.py).
 fn analysis_and_truth(name: &str) -> (Value, Value) {

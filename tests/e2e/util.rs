@@ -91,6 +91,28 @@ pub fn fake() -> &'static Fake {
     })
 }
 
+/// The stand-in for NVML (tests/fake_cupti/fake_nvml.c), built once per
+/// test run beside the fake CUPTI.
+pub fn fake_nvml() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = fake().cupti.with_file_name("libfake_nvml.so");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = Command::new(&cc)
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(repo().join("tests/fake_cupti/fake_nvml.c"))
+            .output()
+            .expect("a C compiler (cc) is needed");
+        assert!(
+            out.status.success(),
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lib
+    })
+}
+
 /// The stand-in for PyTorch's libc10_cuda.so (tests/fake_cupti/fake_torch.cpp),
 /// built with the system C++ compiler once per test run, at
 /// `<dir>/torch/lib/libc10_cuda.so` beside a `torch/version.py` that says

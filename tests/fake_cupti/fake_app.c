@@ -70,6 +70,15 @@ int main(int argc, char **argv) {
         basic();
         return argc > 2 ? atoi(argv[2]) : 0;
     }
+    if (!strcmp(mode, "device_view")) {
+        /* 3 MiB live when a 2 TiB request fails, after the collector has
+         * had time to flush (and so to know the device): see fake_nvml.c. */
+        for (int i = 0; i < 3; i++) site_alpha(1 << 20);
+        usleep(300 * 1000);
+        if (site_too_big() != 2) exit(11);
+        usleep(100 * 1000);
+        return 0;
+    }
     if (!strcmp(mode, "threads")) {
         pthread_t t[8];
         for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, thread_worker, NULL);

@@ -64,6 +64,16 @@ typedef struct {
     const char *name;
 } Kernel10;
 
+/* CUpti_ActivityDevice5 (CUPTI 13.0), the fields the collector reads at
+ * their offsets (184 bytes in all). */
+typedef struct {
+    uint8_t bytes[184];
+} Device5;
+enum {
+    DEV_KIND = 0, DEV_GLOBAL_MEMORY = 16, DEV_MULTIPROCESSORS = 44, DEV_MAJOR = 104,
+    DEV_MINOR = 108, DEV_ID = 112, DEV_UUID = 120, DEV_NAME = 136
+};
+
 #define SLOT 256 /* every fake record takes one slot in a buffer */
 #define MAX_QUEUED 65536
 
@@ -228,6 +238,25 @@ void fake_kernel(const char *name) {
     enqueue(&k, sizeof k);
 }
 
+/* Device 0, as CUPTI describes a device when its context is created: an
+ * 80 GiB "Fake GPU" whose UUID bytes are 0x10, 0x11, … 0x1f (NVML's text
+ * GPU-10111213-1415-1617-1819-1a1b1c1d1e1f; fake_nvml.c knows it). */
+static void device_record(void) {
+    Device5 d = {{0}};
+    uint32_t kind = 8, sms = 132, major = 9, minor = 0, id = 0;
+    uint64_t total = 80ull << 30;
+    static const char *name = "Fake GPU";
+    memcpy(d.bytes + DEV_KIND, &kind, 4);
+    memcpy(d.bytes + DEV_GLOBAL_MEMORY, &total, 8);
+    memcpy(d.bytes + DEV_MULTIPROCESSORS, &sms, 4);
+    memcpy(d.bytes + DEV_MAJOR, &major, 4);
+    memcpy(d.bytes + DEV_MINOR, &minor, 4);
+    memcpy(d.bytes + DEV_ID, &id, 4);
+    for (int i = 0; i < 16; i++) d.bytes[DEV_UUID + i] = (uint8_t)(0x10 + i);
+    memcpy(d.bytes + DEV_NAME, &name, sizeof name);
+    enqueue(&d, sizeof d);
+}
+
 /* cuInit: load the injection library named by CUDA_INJECTION64_PATH and
  * call its InitializeInjection, as the real driver does. */
 int fake_cuInit(void) {
@@ -236,5 +265,7 @@ int fake_cuInit(void) {
     void *h = dlopen(path, RTLD_NOW);
     if (!h) { fprintf(stderr, "fake driver: %s\n", dlerror()); return -1; }
     int (*init)(void) = (int (*)(void))dlsym(h, "InitializeInjection");
-    return init ? init() : -1;
+    int rc = init ? init() : -1;
+    if (rc == 1) device_record();
+    return rc;
 }

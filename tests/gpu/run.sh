@@ -3,6 +3,7 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
+#                                   deviceview ums
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -139,6 +140,29 @@ fixtures() {
     "$GMEM" dump "$WORK/traces/torch_oom.bin" | grep -E " api .*result=[1-9]" | cut -c1-200 | sed 's/^/    /'
 }
 
+device_view_phase() {
+    note "device view: NVML's samples against nvidia-smi read in the same run"
+    record device_view python3 "$ROOT/tests/gpu/device_view.py" "$WORK/device_view.json"
+    python3 "$ROOT/tests/gpu/device_view_check.py" "$GMEM" "$WORK/traces/device_view.bin" "$WORK/device_view.json" || FAILED=1
+    "$GMEM" report "$WORK/traces/device_view.bin" -o "$WORK/logs/device-view-report" | grep -E "nvidia-smi" | sed 's/^/    /'
+}
+
+# NVIDIA's UnifiedMemoryStreams sample (cuda-samples, not in this repo: put
+# Samples/0_Introduction/UnifiedMemoryStreams and Common/ under
+# $CUDA_SAMPLES, default .gpu-extra/cuda-samples): managed memory filled by
+# tasks and freed at the end, which an earlier growth rule called growth.
+ums_phase() {
+    note "UnifiedMemoryStreams: fill then free is a peak, not growth"
+    local src=${CUDA_SAMPLES:-$ROOT/.gpu-extra/cuda-samples}
+    nvcc -O2 -arch=sm_90 -I"$src/Common" -o "$WORK/bin/UnifiedMemoryStreams" \
+        "$src/Samples/0_Introduction/UnifiedMemoryStreams/UnifiedMemoryStreams.cu" -lcublas -Xcompiler -fopenmp \
+        || { echo "    UnifiedMemoryStreams did not build"; FAILED=1; return; }
+    record unified_memory_streams "$WORK/bin/UnifiedMemoryStreams"
+    "$GMEM" check "$WORK/traces/unified_memory_streams.bin" --max-growth 64MiB | sed 's/^/    /'
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "    FAIL: check --max-growth 64MiB"; FAILED=1; }
+    "$GMEM" report "$WORK/traces/unified_memory_streams.bin" -o "$WORK/logs/ums-report" | grep -E "growth|peak|leak" | sed 's/^/    /'
+}
+
 jax_phase() {
     note "JAX: XLA's BFC allocator preallocates most of the GPU and sub-allocates inside"
     record jax python3 "$ROOT/tests/gpu/jax_train.py" "$WORK/jax.json"
@@ -154,6 +178,8 @@ for phase in $PHASES; do
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;
+        deviceview) device_view_phase ;;
+        ums) ums_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;

@@ -58,6 +58,7 @@ pub mod tag {
     pub const PY_CODE: u8 = 15;
     pub const ALLOCATOR_EVENT: u8 = 16;
     pub const ALLOCATOR: u8 = 17;
+    pub const DEVICE_MEMORY: u8 = 18;
 }
 
 /// One decoded record.
@@ -81,6 +82,7 @@ pub enum Record {
     PyCode(PyCode),
     AllocatorEvent(AllocatorEvent),
     Allocator(AllocatorInfo),
+    DeviceMemory(DeviceMemory),
     /// A record with a tag this reader does not know (written by a newer
     /// writer). Its body was skipped.
     Unknown {
@@ -517,6 +519,49 @@ pub struct KernelEvent {
     pub registers: u32,
 }
 
+/// The device's own view of its memory (NVML, as `nvidia-smi` shows it),
+/// sampled by the collector of one process.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct DeviceMemory {
+    pub time: Nanos,
+    /// The CUDA device number in the sampling process.
+    pub device: u32,
+    /// Why it was sampled: `device_memory::*`.
+    pub reason: u8,
+    pub total: Bytes,
+    /// Used on the device by everyone (`nvidia-smi`'s Memory-Usage): every
+    /// process's memory and what the driver keeps for itself.
+    pub used: Bytes,
+    pub free: Bytes,
+    /// What the driver keeps for itself, counted in neither `used` nor
+    /// `free` (NVML 11.6+; 0 from older drivers, whose `used` includes it).
+    pub reserved: Bytes,
+    /// The processes NVML lists on the device with what it charges each
+    /// (their CUDA contexts, allocations and library state); pids as NVML
+    /// sees them (the host's, in a container).
+    pub processes: Vec<ProcessMemory>,
+}
+
+/// One process's memory on a device, as NVML charges it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct ProcessMemory {
+    pub pid: u32,
+    /// `u64::MAX` when NVML could not say.
+    pub used: Bytes,
+}
+
+/// Why a `DeviceMemory` was sampled.
+pub mod device_memory {
+    /// The collector's periodic flush.
+    pub const TICK: u8 = 0;
+    /// An allocation failed (right after it returned).
+    pub const FAILED_ALLOCATION: u8 = 1;
+    /// The process is ending (what it still holds is in `process_used`).
+    pub const EXIT: u8 = 2;
+}
+
 /// Cumulative counts of records lost so far. The last one in a stream wins.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
@@ -755,6 +800,7 @@ impl Record {
             Record::Pool(_) => tag::POOL,
             Record::Kernel(_) => tag::KERNEL,
             Record::Dropped(_) => tag::DROPPED,
+            Record::DeviceMemory(_) => tag::DEVICE_MEMORY,
             Record::Message(_) => tag::MESSAGE,
             Record::ProcessEnd(_) => tag::PROCESS_END,
             Record::Symbol(_) => tag::SYMBOL,
@@ -909,6 +955,20 @@ impl Record {
                 e.var(d.cupti);
                 e.var(d.collector);
             }
+            Record::DeviceMemory(m) => {
+                put_time(e, m.time, base);
+                e.var(m.device.into());
+                e.u8(m.reason);
+                e.var(m.total.0);
+                e.var(m.used.0);
+                e.var(m.free.0);
+                e.var(m.reserved.0);
+                e.var(m.processes.len() as u64);
+                for p in &m.processes {
+                    e.var(p.pid.into());
+                    e.var(p.used.0);
+                }
+            }
             Record::Message(m) => {
                 put_time(e, m.time, base);
                 e.u8(m.level);
@@ -1060,6 +1120,26 @@ impl Record {
                 time: get_time(d, base)?,
                 cupti: d.var()?,
                 collector: d.var()?,
+            }),
+            tag::DEVICE_MEMORY => Record::DeviceMemory(DeviceMemory {
+                time: get_time(d, base)?,
+                device: d.var32()?,
+                reason: d.u8()?,
+                total: Bytes(d.var()?),
+                used: Bytes(d.var()?),
+                free: Bytes(d.var()?),
+                reserved: Bytes(d.var()?),
+                processes: {
+                    let n = d.var()?;
+                    let mut v = Vec::new();
+                    for _ in 0..n {
+                        v.push(ProcessMemory {
+                            pid: d.var32()?,
+                            used: Bytes(d.var()?),
+                        });
+                    }
+                    v
+                },
             }),
             tag::MESSAGE => Record::Message(Message {
                 time: get_time(d, base)?,

@@ -191,6 +191,31 @@ fn record() -> impl Strategy<Value = Record> {
                 collector: k
             }
         )),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u8>(),
+            any::<[u64; 4]>(),
+            proptest::collection::vec((any::<u32>(), any::<u64>()), 0..4)
+        )
+            .prop_map(
+                |(t, device, reason, b, procs)| Record::DeviceMemory(DeviceMemory {
+                    time: Nanos(t),
+                    device,
+                    reason,
+                    total: Bytes(b[0]),
+                    used: Bytes(b[1]),
+                    free: Bytes(b[2]),
+                    reserved: Bytes(b[3]),
+                    processes: procs
+                        .into_iter()
+                        .map(|(pid, used)| ProcessMemory {
+                            pid,
+                            used: Bytes(used)
+                        })
+                        .collect(),
+                })
+            ),
         (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message {
             time: Nanos(t),
             level: l,
