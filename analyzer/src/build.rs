@@ -25,10 +25,14 @@ use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 /// A rising site grows when at least half of the rise is still held when
 /// its process ends (`held_at_end`: killed, failed, or exited without
 /// freeing), or when it is one allocation among the loop's others (`share`:
-/// the site's allocations, the process's: at most half): a Python program's
-/// objects are freed when the interpreter shuts down, after the run. A site
-/// that makes most of the allocations, rises, and is freed before the end
-/// filled memory and released it: a peak, not growth.
+/// the site's allocations, the process's: at most half) and its bytes also
+/// rise through its life in time (`rises_through_its_life`): a Python
+/// program's objects are freed when the interpreter shuts down, after the
+/// run. A site that makes most of the allocations, rises, and is freed
+/// before the end filled memory and released it: a peak, not growth. So
+/// did sites that filled memory during a set-up phase, held it flat while
+/// the work ran and freed it at the end (NVIDIA's UnifiedMemoryStreams: a
+/// third of the allocations each, all rising by count, flat in time).
 ///
 /// Returns (bytes at the start of the steady part, bytes at its end, the
 /// site's curve over time) for a growing site.
@@ -55,12 +59,29 @@ pub fn judge_growth(
         .collect();
     let (from, to) = steady_rise(&by_count, allocations, count_axis.width)?;
     let held = held_at_end >= from + (to - from) / 2;
-    let among_others = share.0 * 2 <= share.1;
+    let curve: Vec<u64> = curve.finish(axis, buckets).iter().map(|p| p.last).collect();
+    let among_others = share.0 * 2 <= share.1 && rises_through_its_life(&curve);
     if !(held || among_others) {
         return None;
     }
-    let curve = curve.finish(axis, buckets).iter().map(|p| p.last).collect();
     Some((from, to, curve))
+}
+
+/// Whether a site's live bytes over time (`curve`, one value per bucket)
+/// rise steadily through its life, as `steady_rise` judges a curve by
+/// allocation count: from its first allocation to the last moment it held
+/// its most (after which it was only freed: the shutdown).
+fn rises_through_its_life(curve: &[u64]) -> bool {
+    let first = curve.iter().position(|&v| v > 0);
+    let most = curve.iter().copied().max().unwrap_or(0);
+    let last = curve.iter().rposition(|&v| v == most && v > 0);
+    match (first, last) {
+        (Some(a), Some(b)) => {
+            let life = &curve[a..=b];
+            steady_rise(life, life.len() as u64, 1).is_some()
+        }
+        _ => false,
+    }
 }
 
 /// The rise of a curve of live bytes by allocation count (`by_count`, one

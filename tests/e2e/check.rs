@@ -147,6 +147,16 @@ fn fragmentation_budget_judges_the_worst_pool_of_two() {
 }
 
 #[test]
+fn filled_in_a_set_up_phase_then_freed_is_not_growth() {
+    // NVIDIA's UnifiedMemoryStreams: 40 tasks' managed buffers from three
+    // allocation lines, held while the tasks run, freed at the end. An
+    // earlier growth rule called it +77 MiB of growth.
+    let o = check("unified_memory_streams.bin", &["--max-growth", "64MiB"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("max_growth run: 0 B"), "{}", out(&o));
+}
+
+#[test]
 fn growth_budget_catches_the_leaking_loop_only() {
     let o = check("torch_growth_leak.bin", &["--max-growth", "64MiB"]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
