@@ -263,9 +263,11 @@ pub struct CheckArgs {
     /// allocations: the lowest level of each quarter and the level at 95%
     /// never fall and end at least 1 MiB higher) and are still held when
     /// the process ends, or rise as one allocation among its loop's others
-    /// (a Python program frees its objects at shutdown, after the run).
-    /// Memory filled and then released is a peak, not growth; so is a
-    /// sawtooth. The figure is the rise from 20% to 95%.
+    /// and keep rising in time until they are freed (a Python program
+    /// frees its objects at shutdown, after the run). Memory filled and
+    /// then released is a peak, not growth; so is a sawtooth, and so is
+    /// memory filled during set-up and held flat while the work runs. The
+    /// figure is the rise from 20% to 95%.
     #[arg(long, value_name = "SIZE")]
     pub max_growth: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,

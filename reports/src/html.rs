@@ -387,7 +387,7 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     if a.growth.is_empty() {
         let _ = write!(
             out,
-            "<p>No site keeps growing: none rose steadily by {} or more through the steady part of its process's run (from {}% to {}% of its allocations) as one allocation among its loop's others, or held such a rise until its process ended. Memory filled and then released is a peak, not growth (<code>check --help</code> gives the rule).</p>",
+            "<p>No site keeps growing: none rose steadily by {} or more through the steady part of its process's run (from {}% to {}% of its allocations) as one allocation among its loop's others still rising in time until freed, or held such a rise until its process ended. Memory filled and then released is a peak, not growth (<code>check --help</code> gives the rule).</p>",
             bytes(gmem_prof_analyzer::GROWTH_MIN_BYTES),
             (gmem_prof_analyzer::WARM_UP * 100.0) as u32,
             (gmem_prof_analyzer::JUDGED_UNTIL * 100.0).round() as u32
