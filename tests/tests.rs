@@ -19,6 +19,7 @@
 //!   traces' own records.
 //! - `frameworks`: Python frames on every interpreter present, and the
 //!   stand-in for PyTorch's caching allocator, recorded and analyzed.
+//! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
 //!
@@ -53,3 +54,6 @@ mod frameworks;
 
 #[path = "e2e/device_view.rs"]
 mod device_view;
+
+#[path = "e2e/remedies.rs"]
+mod remedies;

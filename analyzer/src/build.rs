@@ -162,6 +162,7 @@ pub fn build(
             frameworks: Vec::new(),
             tensor_sites: Vec::new(),
             tensor_growth: Vec::new(),
+            remedies: Vec::new(),
         };
         return Ok((analysis, SiteIds::default()));
     };
@@ -507,7 +508,10 @@ pub fn build(
         frameworks,
         tensor_sites,
         tensor_growth,
+        remedies: Vec::new(),
     };
+    let mut analysis = analysis;
+    analysis.remedies = crate::remedies::remedies(&analysis);
     Ok((analysis, site_ids))
 }
 
@@ -523,9 +527,13 @@ fn process_reports(
         let mut at_exit = AtExit::default();
         let mut view = "direct";
         let mut cache_sites = false;
+        let mut devices: Vec<u32> = Vec::new();
         for (i, s) in engine.sites.iter().enumerate() {
             if s.stream as usize != si {
                 continue;
+            }
+            if s.count > 0 && !devices.contains(&s.device) {
+                devices.push(s.device);
             }
             match categories.get(i).copied().unwrap_or(Category::Unknown) {
                 Category::AllocatorCache => {
@@ -605,7 +613,9 @@ fn process_reports(
                     .into(),
             );
         }
+        devices.sort_unstable();
         out.push(ProcessReport {
+            devices,
             pid: p.pid,
             ppid: p.ppid,
             exe: p.exe.clone(),

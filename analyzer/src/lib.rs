@@ -36,6 +36,7 @@ mod input;
 pub mod model;
 mod pipeline;
 mod regions;
+mod remedies;
 mod sites;
 pub mod synth;
 mod timeline;

@@ -39,6 +39,65 @@ pub struct Analysis {
     /// leak of a Python program), largest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tensor_growth: Vec<Growth>,
+    /// What to change, each with the evidence for it (`remedies.rs`),
+    /// errors first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub remedies: Vec<Remedy>,
+}
+
+/// A finding turned into the change a user would make (`change`), with
+/// the figures from the trace that justify it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Remedy {
+    /// PyTorch refused a request because of its memory fraction
+    /// (`torch.cuda.set_per_process_memory_fraction`): `needed_fraction`
+    /// would have let it through (what was allocated plus the request).
+    MemoryFraction {
+        pid: u32,
+        device: u32,
+        fraction: f64,
+        limit_bytes: u64,
+        requested_bytes: u64,
+        allocated_bytes: u64,
+        device_total_bytes: u64,
+        device_free_bytes: u64,
+        needed_fraction: f64,
+        change: String,
+        site: Option<String>,
+    },
+    /// PyTorch ran out with enough free inside its segments but no block
+    /// large enough: expandable segments map pages where they are needed.
+    ExpandableSegments {
+        pid: u32,
+        device: u32,
+        requested_bytes: u64,
+        free_in_segments: u64,
+        largest_free_block: u64,
+        change: String,
+        site: Option<String>,
+    },
+    /// A line whose memory keeps growing (`tensors`: tensors inside a
+    /// framework's allocator; else CUDA allocations): the rise through the
+    /// steady part, the most it held at once, and what it still held when
+    /// its process ended (0 when shutdown freed it).
+    GrowingLine {
+        pid: u32,
+        site: String,
+        tensors: bool,
+        growth_bytes: u64,
+        held_most_bytes: u64,
+        held_at_end_bytes: u64,
+    },
+    /// JAX/XLA took this share of the device at start for its own pool.
+    JaxPreallocation {
+        pids: Vec<u32>,
+        device: u32,
+        preallocated_bytes: u64,
+        device_total_bytes: u64,
+        fraction: f64,
+        change: String,
+    },
 }
 
 impl Analysis {
@@ -303,6 +362,8 @@ pub struct RegionSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
+    /// The devices it allocated on.
+    pub devices: Vec<u32>,
     pub ppid: u32,
     pub exe: String,
     pub cmdline: Vec<String>,

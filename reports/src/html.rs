@@ -527,6 +527,20 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     for warning in &a.input.warnings {
         let _ = write!(out, "<p class=\"warn\">{}</p>", escape(warning));
     }
+    // What to change, before the figures it rests on.
+    let advice = crate::remedies::all(a);
+    if !advice.is_empty() {
+        out.push_str("<h2 id=\"remedies\">What to change</h2><ol class=\"remedies\">");
+        for r in &advice {
+            let _ = write!(
+                out,
+                "<li><b>{}</b><br>because {}.</li>",
+                escape(&r.change),
+                escape(&r.because)
+            );
+        }
+        out.push_str("</ol>");
+    }
     // The answers first.
     out.push_str("<ul class=\"answers\">");
     for d in &a.devices {

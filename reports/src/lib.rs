@@ -19,6 +19,7 @@ pub mod diff;
 pub mod format;
 mod framework;
 mod html;
+pub mod remedies;
 pub mod runs;
 mod text;
 

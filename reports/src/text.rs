@@ -65,6 +65,15 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(w)?;
     }
+    let advice = crate::remedies::all(a);
+    if !advice.is_empty() {
+        writeln!(w, "WHAT TO CHANGE (from the evidence below):")?;
+        for (i, r) in advice.iter().enumerate() {
+            writeln!(w, "  {}. {}", i + 1, r.change)?;
+            writeln!(w, "     because {}", r.because)?;
+        }
+        writeln!(w)?;
+    }
     writeln!(
         w,
         "{} process{}, {} device{}, {} events over {}",

@@ -4,8 +4,6 @@
 //! fake_app's `device_view` scenario keeps 3 MiB live and then fails a
 //! 2 TiB request.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 use crate::util::*;
@@ -24,7 +22,7 @@ fn recorded(name: &str, env: &[(&str, String)]) -> (Value, String) {
     }
     let out = run(&mut cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let a = analysis(&dir.join("t.bin"), &dir);
+    let a = export_json(&dir.join("t.bin"), &dir);
     let report = std::process::Command::new(gmem())
         .arg("report")
         .arg("-o")
@@ -34,17 +32,6 @@ fn recorded(name: &str, env: &[(&str, String)]) -> (Value, String) {
         .unwrap();
     assert!(report.status.success(), "{}", stderr(&report));
     (a, String::from_utf8_lossy(&report.stdout).into_owned())
-}
-
-fn analysis(trace: &Path, dir: &Path) -> Value {
-    let out = std::process::Command::new(gmem())
-        .args(["export", "-q", "--format", "json", "-o"])
-        .arg(dir.join("a.json"))
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap()
 }
 
 #[test]
@@ -127,6 +114,6 @@ fn without_nvml_there_is_no_device_view_and_the_trace_says_why() {
             .any(|m| m["text"].as_str().unwrap().contains("no device view")),
         "{recs:?}"
     );
-    let a = analysis(&dir.join("t.bin"), &dir);
+    let a = export_json(&dir.join("t.bin"), &dir);
     assert!(a["devices"][0].get("device_view").is_none());
 }

@@ -254,6 +254,18 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The analysis of a trace (`export --format json`), written in `dir`.
+pub fn export_json(trace: &Path, dir: &Path) -> Value {
+    let out = Command::new(gmem())
+        .args(["export", "-q", "--format", "json", "-o"])
+        .arg(dir.join("analysis.json"))
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "export failed: {}", stderr(&out));
+    serde_json::from_slice(&std::fs::read(dir.join("analysis.json")).unwrap()).unwrap()
+}
+
 /// Every record of a trace, as `dump --json` prints it.
 pub fn dump_json(trace: &Path) -> Vec<Value> {
     let out = Command::new(gmem())

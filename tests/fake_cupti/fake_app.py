@@ -4,8 +4,9 @@ known lines, marked with a `line:` comment, which the trace's Python frames must
 name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
 (driver allocations from nested functions and a thread), `torch` (tensors
 from the stand-in caching allocator of fake_torch.cpp, whose library is
-argv[3]) or `torch_direct_first` (the same after a CUDA allocation of its
-own)."""
+argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
+own) or `torch_fragmented_oom` (an out-of-memory error with enough free in
+the segment but in pieces)."""
 
 import ctypes
 import sys
@@ -38,13 +39,19 @@ def main():
     t.join()
 
 
-def torch(library, direct_first=False):
+def load_c10(library):
+    """The stand-in libc10_cuda, its caching allocator initialized."""
     c10 = ctypes.CDLL(library)
     c10.fake_torch_malloc.argtypes = [ctypes.c_size_t]
     c10.fake_torch_malloc.restype = ctypes.c_uint64
     c10.fake_torch_free.argtypes = [ctypes.c_uint64]
     c10.fake_torch_oom.argtypes = [ctypes.c_size_t] * 3
     c10.fake_torch_init()
+    return c10
+
+
+def torch(library, direct_first=False):
+    c10 = load_c10(library)
     if direct_first:
         # A CUDA allocation that is not the caching allocator's: the
         # collector must not attach from it.
@@ -61,8 +68,22 @@ def torch(library, direct_first=False):
     return kept
 
 
+def torch_fragmented_oom(library):
+    """Ten 2 MiB tensors fill a 20 MiB segment; every other one is freed
+    (10 MiB free in 2 MiB holes); then a 4 MiB request fails: enough free
+    in the segment, no block large enough."""
+    c10 = load_c10(library)
+    blocks = [c10.fake_torch_malloc(2 << 20) for _ in range(10)]  # line:blocks
+    for b in blocks[::2]:
+        c10.fake_torch_free(b)
+    c10.fake_torch_oom(4 << 20, 80 << 30, 100 << 20)  # line:fragmented_oom
+    return blocks
+
+
 if sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
+elif sys.argv[2:3] == ["torch_fragmented_oom"]:
+    torch_fragmented_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_direct_first"]:
     torch(sys.argv[3], direct_first=True)
 else:

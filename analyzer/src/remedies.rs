@@ -1,0 +1,143 @@
+//! Findings turned into the change a user would make, each only when its
+//! evidence is in the trace, with the figures that justify it
+//! (`model::Remedy`; the reports crate puts them in words).
+//!
+//! - an out-of-memory error against PyTorch's memory fraction → the
+//!   fraction that would have let the request through;
+//! - an out-of-memory error with enough free in the allocator's segments
+//!   but no block large enough → expandable segments;
+//! - a line that keeps more memory step after step → that line, what it
+//!   holds at the end;
+//! - JAX/XLA preallocating most of the device → its environment variables.
+
+use crate::model::{Analysis, FrameText, Remedy};
+
+/// A preallocation this large a share of the device is named as such.
+const PREALLOCATION_SHARE: f64 = 0.4;
+
+/// Every remedy the analysis has evidence for, the errors' first.
+pub fn remedies(a: &Analysis) -> Vec<Remedy> {
+    let mut out = Vec::new();
+    memory_fraction(a, &mut out);
+    expandable_segments(a, &mut out);
+    growing_lines(a, &mut out);
+    jax_preallocation(a, &mut out);
+    out
+}
+
+fn tensor_site(a: &Analysis, site: Option<u32>) -> Option<String> {
+    site.map(|s| a.tensor_site_label(s))
+}
+
+fn memory_fraction(a: &Analysis, out: &mut Vec<Remedy>) {
+    for v in &a.frameworks {
+        // One remedy per process and device: the largest request refused.
+        let Some(o) = v
+            .ooms
+            .iter()
+            .filter(|o| o.limit == "memory fraction" && o.device_total_bytes > 0)
+            .max_by_key(|o| o.requested_bytes)
+        else {
+            continue;
+        };
+        let Some(limit) = o.limit_bytes else { continue };
+        let total = o.device_total_bytes as f64;
+        let needed = o.allocated_bytes.saturating_add(o.requested_bytes);
+        // Rounded up to the hundredth, as people write fractions.
+        let needed_fraction = ((needed as f64 / total) * 100.0).ceil() / 100.0;
+        out.push(Remedy::MemoryFraction {
+            pid: o.pid,
+            device: o.device,
+            fraction: limit as f64 / total,
+            limit_bytes: limit,
+            requested_bytes: o.requested_bytes,
+            allocated_bytes: o.allocated_bytes,
+            device_total_bytes: o.device_total_bytes,
+            device_free_bytes: o.device_free_bytes,
+            needed_fraction,
+            change: format!("torch.cuda.set_per_process_memory_fraction({needed_fraction:.2})"),
+            site: tensor_site(a, o.site),
+        });
+    }
+}
+
+fn expandable_segments(a: &Analysis, out: &mut Vec<Remedy>) {
+    for v in &a.frameworks {
+        let Some(o) = v
+            .ooms
+            .iter()
+            .filter(|o| {
+                o.free_in_segments >= o.requested_bytes && o.largest_free_block < o.requested_bytes
+            })
+            .max_by_key(|o| o.free_in_segments)
+        else {
+            continue;
+        };
+        out.push(Remedy::ExpandableSegments {
+            pid: o.pid,
+            device: o.device,
+            requested_bytes: o.requested_bytes,
+            free_in_segments: o.free_in_segments,
+            largest_free_block: o.largest_free_block,
+            change: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
+            site: tensor_site(a, o.site),
+        });
+    }
+}
+
+fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
+    for g in &a.tensor_growth {
+        let Some(s) = a.tensor_sites.get(g.site as usize) else {
+            continue;
+        };
+        out.push(Remedy::GrowingLine {
+            pid: g.pid,
+            site: s.label.clone(),
+            tensors: true,
+            growth_bytes: g.growth_bytes,
+            held_most_bytes: s.max_live,
+            held_at_end_bytes: s.live_at_exit_bytes,
+        });
+    }
+    for g in &a.growth {
+        let Some(s) = a.sites.get(g.site as usize) else {
+            continue;
+        };
+        out.push(Remedy::GrowingLine {
+            pid: g.pid,
+            site: s.label.clone(),
+            tensors: false,
+            growth_bytes: g.growth_bytes,
+            held_most_bytes: s.max_live,
+            held_at_end_bytes: s.leaked_bytes.max(s.held_at_exit_bytes),
+        });
+    }
+}
+
+/// XLA's BFC allocator takes most of the device at start (75% by default)
+/// and sub-allocates inside: nvidia-smi shows it all as used.
+fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
+    let xla = |f: &FrameText| f.function.contains("BFCAllocator") && f.module.contains("xla");
+    for d in &a.devices {
+        if d.total_memory == 0 {
+            continue;
+        }
+        for s in &a.sites {
+            let one = s.count.max(1);
+            let largest = s.total_bytes / one;
+            let share = largest as f64 / d.total_memory as f64;
+            if share < PREALLOCATION_SHARE || !s.frames.iter().any(xla) {
+                continue;
+            }
+            out.push(Remedy::JaxPreallocation {
+                pids: s.pids.clone(),
+                device: d.device,
+                preallocated_bytes: largest,
+                device_total_bytes: d.total_memory,
+                fraction: share,
+                change: "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=…)"
+                    .into(),
+            });
+        }
+    }
+}

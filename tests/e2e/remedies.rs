@@ -1,0 +1,176 @@
+//! What to change: each remedy appears with its evidence, on the real
+//! samples where one shows the case, and on no sample without it.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const MIB: u64 = 1 << 20;
+
+fn analysis(trace: &Path, name: &str) -> Value {
+    export_json(trace, &scratch(&format!("remedies-analysis-{name}")))
+}
+
+fn remedies(a: &Value) -> Vec<Value> {
+    a.get("remedies")
+        .and_then(|r| r.as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn truth(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(sample(&format!("{name}.truth.json"))).unwrap()).unwrap()
+}
+
+fn summary(name: &str) -> String {
+    let dir = scratch(&format!("remedies-report-{name}"));
+    let out = std::process::Command::new(gmem())
+        .arg("report")
+        .arg("-o")
+        .arg(&dir)
+        .arg(sample(&format!("{name}.bin")))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_oom_against_the_memory_fraction_names_the_fraction_that_fits() {
+    // torch_fraction_oom.py: fraction 0.05, 256 MiB tensors until refused.
+    let a = analysis(&sample("torch_fraction_oom.bin"), "fraction");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let r = &r[0];
+    assert_eq!(r["kind"], "memory_fraction");
+    assert_eq!(r["fraction"], 0.05);
+    assert_eq!(r["requested_bytes"], 256 * MIB);
+    // What was allocated plus the request, as a share of the device,
+    // rounded up to the hundredth: (7,247,757,312 + 268,435,456) /
+    // 150,109,880,320 = 0.0501 → 0.06.
+    let needed = (r["allocated_bytes"].as_u64().unwrap() + r["requested_bytes"].as_u64().unwrap())
+        as f64
+        / r["device_total_bytes"].as_u64().unwrap() as f64;
+    assert!(r["needed_fraction"].as_f64().unwrap() >= needed);
+    assert_eq!(r["needed_fraction"], 0.06);
+    assert_eq!(
+        r["change"],
+        "torch.cuda.set_per_process_memory_fraction(0.06)"
+    );
+    let t = truth("torch_fraction_oom");
+    let line = t["lines"]["oom"].as_u64().unwrap();
+    assert_eq!(r["site"], format!("main at torch_fraction_oom.py:{line}"));
+    let s = summary("torch_fraction_oom");
+    assert!(
+        s.starts_with("WHAT TO CHANGE") && s.contains("set_per_process_memory_fraction(0.06)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_leaking_line_is_named_with_what_it_held() {
+    // torch_leak.py keeps a 4 MiB tensor every fifth step: 40 of them.
+    let a = analysis(&sample("torch_leak.bin"), "leak");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "growing_line");
+    assert_eq!(r[0]["tensors"], true);
+    let t = truth("torch_leak");
+    let line = t["lines"]["leak"].as_u64().unwrap();
+    assert_eq!(r[0]["site"], format!("main at torch_leak.py:{line}"));
+    assert_eq!(r[0]["held_most_bytes"], 40 * 4 * MIB);
+    assert!(summary("torch_leak").contains("keeping its tensors alive"));
+    // CUDA allocations that keep growing: killed.cu's loop (killed while
+    // holding them) and torch_growth.py --leak (one 1 MiB tensor kept per
+    // step, with the cudaMallocAsync backend: every tensor a CUDA
+    // allocation).
+    let a = analysis(&sample("killed.bin"), "killed");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["site"], "alloc_forever_step at killed.cu:15");
+    assert_eq!(r[0]["tensors"], false);
+    assert_eq!(r[0]["held_at_end_bytes"], r[0]["held_most_bytes"]);
+    let a = analysis(&sample("torch_growth_leak.bin"), "growth-leak");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "growing_line");
+    assert!(r[0]["growth_bytes"].as_u64().unwrap() >= 180 * MIB, "{r:?}");
+}
+
+#[test]
+fn jax_preallocation_is_named_with_its_share() {
+    // jax_train.py with JAX's defaults: XLA's pool is 75% of the GPU
+    // (jax.stats.json: pool_bytes).
+    let a = analysis(&sample("jax.bin"), "jax");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "jax_preallocation");
+    let stats: Value =
+        serde_json::from_slice(&std::fs::read(sample("jax.stats.json")).unwrap()).unwrap();
+    assert_eq!(r[0]["preallocated_bytes"], stats["pool_bytes"]);
+    assert!((r[0]["fraction"].as_f64().unwrap() - 0.75).abs() < 0.001);
+    assert!(r[0]["change"]
+        .as_str()
+        .unwrap()
+        .contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"));
+}
+
+#[test]
+fn samples_without_the_evidence_get_no_remedy() {
+    for name in [
+        "kinds",
+        "pools",
+        "two_pools",
+        "vmm",
+        "graph",
+        "oom",
+        "torch_native",
+        "torch_async",
+        "torch_growth",
+        "torch_fragment",
+        "torch_spawn",
+        "cupy",
+        "ctypes_cuda",
+        "device_view",
+        "unified_memory_streams",
+    ] {
+        let a = analysis(&sample(&format!("{name}.bin")), name);
+        assert_eq!(remedies(&a), Vec::<Value>::new(), "{name}");
+    }
+}
+
+/// The stand-in caching allocator (fake_torch.cpp): a 4 MiB request fails
+/// with 10 MiB free in the segment in 2 MiB pieces.
+#[test]
+fn a_fragmented_oom_points_to_expandable_segments() {
+    let lines = marked_lines(&repo().join("tests/fake_cupti/fake_app.py"));
+    let dir = scratch("remedies-fragmented");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("torch_fragmented_oom"), fake_torch().as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let a = analysis(&dir.join("t.bin"), "fragmented");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "expandable_segments");
+    assert_eq!(r[0]["requested_bytes"], 4 * MIB);
+    assert_eq!(r[0]["free_in_segments"], 10 * MIB);
+    assert_eq!(r[0]["largest_free_block"], 2 * MIB);
+    assert_eq!(
+        r[0]["change"],
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    );
+    assert_eq!(
+        r[0]["site"],
+        format!(
+            "torch_fragmented_oom at fake_app.py:{}",
+            lines["fragmented_oom"]
+        )
+    );
+}
