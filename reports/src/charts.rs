@@ -28,6 +28,8 @@ pub struct Chart {
 struct Series<'a> {
     label: String,
     values: &'a [u64],
+    /// Values before this index are not drawn (not known then).
+    from: usize,
     area: bool,
     /// Seconds per value (the bucket width of the values' timeline).
     step_s: f64,
@@ -80,6 +82,7 @@ fn bytes_chart(
                 .values
                 .iter()
                 .enumerate()
+                .skip(s.from)
                 .map(|(j, &v)| (j as f64 * s.step_s, v as f64))
                 .collect();
             let legend = move |(x, y): (i32, i32)| {
@@ -138,6 +141,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
     let mut series = vec![Series {
         label: "live (all kinds)".into(),
         values: &live,
+        from: 0,
         area: true,
         step_s: step(a),
     }];
@@ -145,6 +149,27 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
         series.push(Series {
             label: "reserved by allocators".into(),
             values: &reserved,
+            from: 0,
+            area: false,
+            step_s: step(a),
+        });
+    }
+    // What nvidia-smi showed (everyone's use of the device), from its first
+    // sample on.
+    let smi: Vec<u64> = d
+        .device_view
+        .as_ref()
+        .map(|v| v.used_curve.iter().map(|u| u.unwrap_or(0)).collect())
+        .unwrap_or_default();
+    if let Some(first) = d
+        .device_view
+        .as_ref()
+        .and_then(|v| v.used_curve.iter().position(Option::is_some))
+    {
+        series.push(Series {
+            label: "used on the device (nvidia-smi)".into(),
+            values: &smi,
+            from: first,
             area: false,
             step_s: step(a),
         });
@@ -154,6 +179,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
             series.push(Series {
                 label: k.kind.clone(),
                 values: v,
+                from: 0,
                 area: false,
                 step_s: step(a),
             });
@@ -295,12 +321,14 @@ pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
         Series {
             label: "allocated (tensors)".into(),
             values: &allocated,
+            from: 0,
             area: true,
             step_s: step(a),
         },
         Series {
             label: "reserved (segments)".into(),
             values: &reserved,
+            from: 0,
             area: false,
             step_s: step(a),
         },
@@ -368,6 +396,7 @@ fn growth_chart(
         .map(|g| Series {
             label: format!("{what} {} (pid {})", g.site, g.pid),
             values: &g.curve,
+            from: 0,
             area: false,
             step_s: step(a),
         })
@@ -409,6 +438,7 @@ pub fn processes(a: &Analysis) -> Option<Chart> {
         .map(|(p, c)| Series {
             label: format!("pid {}", p.pid),
             values: c,
+            from: 0,
             area: false,
             step_s: step(a),
         })
@@ -459,6 +489,7 @@ pub fn runs_overlay(name: String, title: String, device: u32, runs: &[(&str, &An
         .map(|(label, values, step_s)| Series {
             label: label.clone(),
             values,
+            from: 0,
             area: false,
             step_s: *step_s,
         })

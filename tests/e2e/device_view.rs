@@ -31,6 +31,9 @@ fn recorded(name: &str, env: &[(&str, String)]) -> (Value, String) {
         .output()
         .unwrap();
     assert!(report.status.success(), "{}", stderr(&report));
+    // The memory chart draws what nvidia-smi showed beside the live bytes.
+    let chart = std::fs::read_to_string(dir.join("report/t-device0-memory.svg")).unwrap();
+    assert!(chart.contains("used on the device (nvidia-smi)"));
     (a, String::from_utf8_lossy(&report.stdout).into_owned())
 }
 
