@@ -159,6 +159,7 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
             k.block, k.static_shared, k.dynamic_shared, k.registers
         ),
         Record::Dropped(d) => write!(l, "dropped t={} cupti={} collector={}", d.time.0, d.cupti, d.collector),
+        Record::CallDevice(c) => write!(l, "call_device t={} tid={} dev={}", c.time.0, c.tid, c.device),
         Record::DeviceMemory(m) => write!(
             l,
             "device_memory t={} dev={} reason={} total={} used={} free={} reserved={} processes={}",

@@ -856,6 +856,10 @@ impl Engine {
                     dev.smi_used.put(axis, axis.current, Some(used));
                 }
             }
+            &Event::CallDevice { device } => {
+                // The failed call that follows is charged to this device.
+                self.streams[stream as usize].last_device = device;
+            }
             Event::End => self.process_end(stream, t),
         }
     }

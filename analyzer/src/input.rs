@@ -133,6 +133,10 @@ pub enum Event {
         device: u32,
         used: u64,
     },
+    /// The device of the process's next (failed) allocation call.
+    CallDevice {
+        device: u32,
+    },
     /// The collector shut down cleanly in this process.
     End,
 }
@@ -573,6 +577,13 @@ fn decode_record<const BMI2: bool, const WIDE: bool>(
     };
     if !pushed {
         let record = Record::decode(r.tag, r.body, base)?;
+        if let Record::CallDevice(c) = &record {
+            d.events.push(TimedEvent {
+                time: c.time.0,
+                seq,
+                event: Event::CallDevice { device: c.device },
+            });
+        }
         if let Record::DeviceMemory(m) = &record {
             // In the sweep too: what the trace tracked at that moment.
             d.events.push(TimedEvent {

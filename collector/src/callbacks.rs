@@ -9,7 +9,8 @@ use std::ffi::c_void;
 use std::mem::offset_of;
 
 use cudarc::cupti::sys::{self as cs, CUpti_driver_api_trace_cbid as Cb};
-use gmem_prof_traces::record::{ApiCall, ApiFunc, Bytes, Nanos};
+use gmem_prof_traces::record::{ApiCall, ApiFunc, Bytes, CallDevice, Nanos};
+use gmem_prof_traces::Record;
 
 use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::session::Collector;
@@ -422,6 +423,7 @@ const OFF_PARAMS: usize = offset_of!(cs::CUpti_CallbackData, functionParams);
 const OFF_RETURN: usize = offset_of!(cs::CUpti_CallbackData, functionReturnValue);
 const OFF_CORR_DATA: usize = offset_of!(cs::CUpti_CallbackData, correlationData);
 const OFF_CORR_ID: usize = offset_of!(cs::CUpti_CallbackData, correlationId);
+const OFF_CONTEXT: usize = offset_of!(cs::CUpti_CallbackData, context);
 
 thread_local! {
     static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -502,6 +504,20 @@ impl Collector {
             stack: Default::default(),
             internal: crate::session::on_collector_thread(),
         };
+        if func.allocates() && result != 0 {
+            // The Api record does not say which device: charge the failure
+            // to the device of this thread's current context.
+            // SAFETY: the context field of the same CUpti_CallbackData.
+            let context = unsafe { field::<*mut c_void>(data, OFF_CONTEXT) };
+            if let Some(device) = self.cupti.device_of(context) {
+                // At the call's start: where the analyzer places the call.
+                self.sink.push(Record::CallDevice(CallDevice {
+                    time: Nanos(entered),
+                    tid: call.tid,
+                    device,
+                }));
+            }
+        }
         let wants_stack = func.allocates() || result != 0 || self.config.free_stacks;
         let mut frames = [0u64; crate::stack::MAX_FRAMES];
         let (n, truncated) = if wants_stack {

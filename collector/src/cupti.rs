@@ -55,6 +55,7 @@ type FlushAll = unsafe extern "C" fn(u32) -> u32;
 type GetNumDropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32;
 type GetAttribute = unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32;
 type GetTimestamp = unsafe extern "C" fn(*mut u64) -> u32;
+type GetDeviceId = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
 
 /// The functions we call, resolved from one loaded libcupti.
 pub struct Cupti {
@@ -70,6 +71,8 @@ pub struct Cupti {
     activity_get_num_dropped: GetNumDropped,
     activity_get_attribute: GetAttribute,
     get_timestamp: GetTimestamp,
+    /// `cuptiGetDeviceId`, optional: only failed allocations ask it.
+    get_device_id: Option<GetDeviceId>,
 }
 
 /// The loaded library's handle is kept open for the life of the process.
@@ -117,6 +120,13 @@ impl Cupti {
             activity_get_num_dropped: sym!("cuptiActivityGetNumDroppedRecords", GetNumDropped),
             activity_get_attribute: sym!("cuptiActivityGetAttribute", GetAttribute),
             get_timestamp: sym!("cuptiGetTimestamp", GetTimestamp),
+            get_device_id: {
+                // SAFETY: a live handle and a NUL-terminated name.
+                let p = unsafe { libc::dlsym(handle, c"cuptiGetDeviceId".as_ptr()) };
+                // SAFETY: CUPTI's function of that name (cupti_activity.h).
+                (!p.is_null())
+                    .then(|| unsafe { std::mem::transmute::<*mut c_void, GetDeviceId>(p) })
+            },
         })
     }
 
@@ -218,6 +228,17 @@ impl Cupti {
         // SAFETY: t is a valid out pointer.
         unsafe { (self.get_timestamp)(&mut t) };
         t
+    }
+
+    /// The device of a CUDA context (`None` when CUPTI cannot say).
+    pub fn device_of(&self, context: *mut c_void) -> Option<u32> {
+        let f = self.get_device_id?;
+        if context.is_null() {
+            return None;
+        }
+        let mut id = 0u32;
+        // SAFETY: a context CUPTI handed to a callback, and an out pointer.
+        (unsafe { f(context, &mut id) } == 0).then_some(id)
     }
 
     /// Calls `f` with each record of a completed activity buffer, as a pointer

@@ -476,3 +476,38 @@ fn help_explains_record() {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
 }
+
+/// One process on two devices (the fake driver's current device per
+/// thread): each device has its own peak, and a failed request is charged
+/// to the device it was made on, not to the one the process allocated on
+/// last.
+#[test]
+fn two_devices_each_its_figures_and_its_own_failure() {
+    let dir = scratch("two-devices");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["two_devices"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let calls = of_type(&recs, "CallDevice");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["device"], 1);
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let peak = |d: u64| {
+        a["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["device"] == d)
+            .map(|x| x["peak_bytes"].as_u64().unwrap())
+    };
+    assert_eq!(peak(0), Some(1 << 20));
+    assert_eq!(peak(1), Some(2 << 20));
+    let ooms = a["ooms"].as_array().unwrap();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(ooms[0]["device"], 1);
+    assert_eq!(
+        ooms[0]["device_live_bytes"],
+        2 << 20,
+        "device 1's live bytes"
+    );
+    assert_eq!(a["processes"][0]["devices"], serde_json::json!([0, 1]));
+}

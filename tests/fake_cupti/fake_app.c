@@ -15,6 +15,7 @@
 uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 void fake_kernel(const char *name);
+void fake_cuSetDevice(uint32_t device);
 int fake_cuInit(void);
 
 #define NOINLINE __attribute__((noinline))
@@ -69,6 +70,18 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "basic")) {
         basic();
         return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (!strcmp(mode, "two_devices")) {
+        /* 2 MiB on device 1, then 1 MiB on device 0, then a 2 TiB request
+         * that fails on device 1: the failure is device 1's, though the
+         * process's last allocation was on device 0. */
+        fake_cuSetDevice(1);
+        site_alpha(2 << 20);
+        fake_cuSetDevice(0);
+        site_beta(1 << 20);
+        fake_cuSetDevice(1);
+        if (site_too_big() != 2) exit(11);
+        return 0;
     }
     if (!strcmp(mode, "device_view")) {
         /* 3 MiB live when a 2 TiB request fails, after the collector has

@@ -164,6 +164,16 @@ static void enqueue(const void *rec, size_t len) {
 
 /* ---- the fake driver ---------------------------------------------------- */
 
+/* The calling thread's current device (cuCtxSetCurrent's effect): its
+ * context is the pointer device + 1, which cuptiGetDeviceId maps back. */
+static __thread uint32_t current_device;
+void fake_cuSetDevice(uint32_t device) { current_device = device; }
+uint32_t cuptiGetDeviceId(void *context, uint32_t *id) {
+    if (!context) return 1;
+    *id = (uint32_t)((uintptr_t)context - 1);
+    return 0;
+}
+
 enum { CB_MEM_ALLOC = 243, CB_MEM_FREE = 245 };
 
 struct alloc_params { uint64_t *dptr; size_t bytesize; };
@@ -179,6 +189,7 @@ static void raise_call(uint32_t cbid, uint32_t corr, const void *params, uint32_
     d.functionReturnValue = site == 1 ? ret : NULL;
     d.correlationData = &corr_data;
     d.correlationId = corr;
+    d.context = (void *)(uintptr_t)(current_device + 1);
     callback(callback_userdata, 1, cbid, &d);
 }
 
@@ -191,7 +202,8 @@ static void memory_record(int alloc, uint64_t addr, uint64_t bytes, uint32_t cor
     m.address = addr;
     m.bytes = bytes;
     m.timestamp = now_ns();
-    m.contextId = 1;
+    m.deviceId = current_device;
+    m.contextId = 1 + current_device;
     m.streamId = 7;
     enqueue(&m, sizeof m);
 }

@@ -214,6 +214,7 @@ pub fn record_time(r: &Record) -> Option<u64> {
         Record::Kernel(k) => k.start.0,
         Record::Dropped(d) => d.time.0,
         Record::DeviceMemory(m) => m.time.0,
+        Record::CallDevice(c) => c.time.0,
         Record::Message(m) => m.time.0,
         Record::ProcessEnd(p) => p.time.0,
         _ => return None,

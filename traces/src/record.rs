@@ -59,6 +59,7 @@ pub mod tag {
     pub const ALLOCATOR_EVENT: u8 = 16;
     pub const ALLOCATOR: u8 = 17;
     pub const DEVICE_MEMORY: u8 = 18;
+    pub const CALL_DEVICE: u8 = 19;
 }
 
 /// One decoded record.
@@ -83,6 +84,7 @@ pub enum Record {
     AllocatorEvent(AllocatorEvent),
     Allocator(AllocatorInfo),
     DeviceMemory(DeviceMemory),
+    CallDevice(CallDevice),
     /// A record with a tag this reader does not know (written by a newer
     /// writer). Its body was skipped.
     Unknown {
@@ -552,6 +554,18 @@ pub struct ProcessMemory {
     pub used: Bytes,
 }
 
+/// The device of the calling thread's current context when a watched
+/// allocation call failed: written just before that call's `Api` record
+/// (which does not say), at the call's start, so that the failure is
+/// charged to its device in a process that uses several.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct CallDevice {
+    pub time: Nanos,
+    pub tid: u32,
+    pub device: u32,
+}
+
 /// Why a `DeviceMemory` was sampled.
 pub mod device_memory {
     /// The collector's periodic flush.
@@ -801,6 +815,7 @@ impl Record {
             Record::Kernel(_) => tag::KERNEL,
             Record::Dropped(_) => tag::DROPPED,
             Record::DeviceMemory(_) => tag::DEVICE_MEMORY,
+            Record::CallDevice(_) => tag::CALL_DEVICE,
             Record::Message(_) => tag::MESSAGE,
             Record::ProcessEnd(_) => tag::PROCESS_END,
             Record::Symbol(_) => tag::SYMBOL,
@@ -954,6 +969,11 @@ impl Record {
                 put_time(e, d.time, base);
                 e.var(d.cupti);
                 e.var(d.collector);
+            }
+            Record::CallDevice(c) => {
+                put_time(e, c.time, base);
+                e.var(c.tid.into());
+                e.var(c.device.into());
             }
             Record::DeviceMemory(m) => {
                 put_time(e, m.time, base);
@@ -1120,6 +1140,11 @@ impl Record {
                 time: get_time(d, base)?,
                 cupti: d.var()?,
                 collector: d.var()?,
+            }),
+            tag::CALL_DEVICE => Record::CallDevice(CallDevice {
+                time: get_time(d, base)?,
+                tid: d.var32()?,
+                device: d.var32()?,
             }),
             tag::DEVICE_MEMORY => Record::DeviceMemory(DeviceMemory {
                 time: get_time(d, base)?,

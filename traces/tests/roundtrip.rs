@@ -216,6 +216,13 @@ fn record() -> impl Strategy<Value = Record> {
                         .collect(),
                 })
             ),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(t, tid, device)| {
+            Record::CallDevice(CallDevice {
+                time: Nanos(t),
+                tid,
+                device,
+            })
+        }),
         (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message {
             time: Nanos(t),
             level: l,
