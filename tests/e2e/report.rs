@@ -204,10 +204,17 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// The page in a real browser: its DOM after load holds the sections, and a
-/// screenshot is drawn. Skipped with a printed reason without chromium.
+/// screenshot is drawn. Skipped with a printed reason without chromium,
+/// except where GMEM_PROF_REQUIRE_BROWSER is set (CI: .ci/run installs it).
 #[test]
 fn report_renders_in_headless_chromium() {
     let Some(browser) = chromium() else {
+        // CI (.ci/run) installs chromium and sets this: there the test must
+        // run, never pass by skipping.
+        assert!(
+            std::env::var_os("GMEM_PROF_REQUIRE_BROWSER").is_none(),
+            "no chromium on this machine, and GMEM_PROF_REQUIRE_BROWSER is set"
+        );
         eprintln!("skipped: no chromium on this machine (apt-get install chromium)");
         return;
     };
