@@ -118,6 +118,40 @@ fn fragmentation_at(start: u64) -> impl Fn(crate::regions::Worst) -> Fragmentati
     }
 }
 
+/// Sites shown as bands of a device's timeline: the largest at its peak.
+const TIMELINE_SITES: usize = 8;
+
+/// The live bytes over time (at each bucket's end) of the largest sites at
+/// a device's peak (`peak`, largest first), each summed over its raw sites
+/// on that device.
+fn site_curves(
+    sites: &mut [engine::SiteStats],
+    device: u32,
+    peak: &[SiteBytes],
+    site_id: &impl Fn(u32) -> u32,
+    axis: &timeline::Axis,
+    buckets: usize,
+) -> Vec<SiteCurve> {
+    peak.iter()
+        .take(TIMELINE_SITES)
+        .map(|top| {
+            let mut live = vec![0u64; buckets];
+            for (raw, s) in sites.iter_mut().enumerate() {
+                if s.device != device || site_id(raw as u32) != top.site {
+                    continue;
+                }
+                for (sum, p) in live.iter_mut().zip(s.curve.finish(axis, buckets)) {
+                    *sum += p.last;
+                }
+            }
+            SiteCurve {
+                site: top.site,
+                live,
+            }
+        })
+        .collect()
+}
+
 /// (raw site, bytes, count) rows summed by final site id, largest first.
 pub fn site_bytes(rows: &[(u32, u64, u64)], id: impl Fn(u32) -> u32) -> Vec<SiteBytes> {
     let mut acc: std::collections::BTreeMap<u32, (u64, u64)> = Default::default();
@@ -294,6 +328,21 @@ pub fn build(
         });
         let streams = &engine.streams;
         let smi = device_view::view(&engine, d, &axis, buckets, start);
+        let timeline_sites = {
+            let peak = engine
+                .devices
+                .get(d)
+                .map(|x| x.peak_sites.clone())
+                .unwrap_or_default();
+            site_curves(
+                &mut engine.sites,
+                d,
+                &by_site(&peak),
+                &site_id,
+                &axis,
+                buckets,
+            )
+        };
         let dev = engine.devices.get_mut(d).expect("device listed");
         // The framework's segments are the driver sites of its allocator
         // ("allocator cache"); the rest at the peak is outside it.
@@ -363,6 +412,7 @@ pub fn build(
                 })
                 .collect(),
             peak_sites: by_site(&dev.peak_sites),
+            timeline_sites,
             kernels_at_peak: dev
                 .kernels_at_peak
                 .iter()

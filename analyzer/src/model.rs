@@ -230,6 +230,13 @@ pub struct Point {
     pub last: u64,
 }
 
+/// One site's live bytes on a device at the end of each bucket.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteCurve {
+    pub site: u32,
+    pub live: Vec<u64>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct KindCurve {
     /// "device", "pinned host", "managed", "array", "static (modules)", …
@@ -281,6 +288,9 @@ pub struct DeviceReport {
     /// read NVML.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_view: Option<SmiView>,
+    /// The largest sites at the peak (at most eight), each with its live
+    /// bytes at the end of each bucket: the bands of the report's timeline.
+    pub timeline_sites: Vec<SiteCurve>,
 }
 
 /// Device memory live at the peak that no framework allocator accounts

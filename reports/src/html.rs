@@ -1,6 +1,8 @@
-//! The HTML report: one file, inline CSS and SVG, no script, nothing fetched
-//! from the network. Stacks expand with `<details>`. Every string from the
-//! trace goes through `escape`.
+//! The HTML report: one file, inline CSS and SVG, nothing fetched from the
+//! network. Stacks expand with `<details>`. One inline script draws the
+//! interactive timelines (`timeline.rs`); everything else reads without it.
+//! Every string from the trace goes through `escape` (or, in the
+//! timelines' JSON, cannot close its script element).
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -15,6 +17,9 @@ use crate::format::{bytes, escape, percent, time};
 pub(crate) const STYLE: &str = r#"
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 48px;color:#222}
 h1{margin:24px 0 4px}h2{margin-top:36px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.timeline{position:relative;margin:8px 0}.timeline svg{user-select:none;touch-action:none}
+.timeline .tip{position:absolute;top:4px;right:4px;max-width:60%;background:#fffffff0;border:1px solid #999;padding:6px 8px;font-size:12px;pointer-events:none}
+.timeline .tip ol{margin:4px 0 0;padding-left:18px}
 .meta{color:#555;margin:0 0 12px}
 table{border-collapse:collapse;width:100%;margin:8px 0 16px;font-size:14px}
 th,td{border-bottom:1px solid #eee;padding:4px 6px;text-align:left;vertical-align:top}
@@ -161,6 +166,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     );
     let memory = format!("device{}-memory.svg", d.device);
     let frag = format!("device{}-fragmentation.svg", d.device);
+    out.push_str(&crate::timeline::html(a, d));
     for c in charts.iter().filter(|c| c.name == memory) {
         out.push_str(&chart_html(c));
     }
@@ -614,6 +620,10 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     leaks_section(a, &charts, &mut out);
     oom_section(a, &mut out);
     processes_section(a, &charts, &mut out);
-    out.push_str("<p class=\"meta\">Written by gmem-prof. Times are measured from the first event of the trace.</p></body></html>\n");
+    out.push_str("<p class=\"meta\">Written by gmem-prof. Times are measured from the first event of the trace.</p>");
+    if !a.devices.is_empty() {
+        let _ = write!(out, "<script>{}</script>", crate::timeline::SCRIPT);
+    }
+    out.push_str("</body></html>\n");
     w.write_all(out.as_bytes())
 }

@@ -22,6 +22,7 @@ mod html;
 pub mod remedies;
 pub mod runs;
 mod text;
+mod timeline;
 
 use std::io::{self, Write};
 

@@ -44,7 +44,14 @@ fn report_writes_html_json_and_charts_and_prints_the_answers() {
         !html.contains("https://") && !html.contains("src=\"http"),
         "nothing fetched"
     );
-    assert!(!html.contains("<script"), "no script, nothing fetched");
+    // Our own script (the timelines) and one data block per device: none
+    // fetched from anywhere.
+    assert_eq!(
+        html.matches("<script").count(),
+        2,
+        "the timeline's script and data only"
+    );
+    assert!(!html.contains("<script src"), "nothing fetched");
     assert!(html.contains("<svg"), "charts inline");
 }
 
@@ -182,10 +189,15 @@ fn hostile_strings_are_escaped() {
     let o = report(&[&trace], &dir);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let html = std::fs::read_to_string(dir.join("evil.html")).unwrap();
-    assert!(
-        !html.contains("<script"),
+    // Only the page's own script and the timeline's data block: the
+    // trace's markup is escaped in the HTML and cannot close the JSON's
+    // script element.
+    assert_eq!(
+        html.matches("<script").count(),
+        2,
         "markup from the trace was not escaped"
     );
+    assert!(!html.contains("<script>alert"));
     assert!(!html.contains("<img"));
     assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"));
     assert!(html.contains("&amp;amp;"));
@@ -242,6 +254,34 @@ fn report_renders_in_headless_chromium() {
     ] {
         assert!(dom.contains(text), "{text} missing from the rendered page");
     }
+    // The timeline's interaction: a pointer on the largest band at the
+    // peak shows that band's site, its bytes and its stack (the page's
+    // #selftest dispatches the pointer event and leaves what was shown).
+    let dom = run(Command::new(&browser)
+        .args(flags)
+        .arg("--virtual-time-budget=3000")
+        .arg("--dump-dom")
+        .arg(format!("{url}#selftest")));
+    let dom = stdout(&dom);
+    let shown = dom
+        .split("<pre id=\"selftest\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no #selftest output in the page"));
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("torch_oom.json")).unwrap()).unwrap();
+    let top = a["devices"][0]["peak_sites"][0]["site"].as_u64().unwrap() as usize;
+    let label = a["sites"][top]["label"].as_str().unwrap();
+    assert!(
+        shown.starts_with(
+            &label
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        ),
+        "the pointer showed {shown:?}, not the top site {label:?}"
+    );
+    assert!(shown.contains(" live at "), "{shown}");
     let shot = dir.join("page.png");
     let o = run(Command::new(&browser)
         .args(flags)
