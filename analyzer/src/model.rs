@@ -89,6 +89,18 @@ pub enum Remedy {
         held_most_bytes: u64,
         held_at_end_bytes: u64,
     },
+    /// Several processes held memory on one device at the same time and
+    /// together came close to its memory, or one ran out of a request the
+    /// others' memory would have made room for.
+    SharedDevice {
+        device: u32,
+        /// (pid, its peak bytes)
+        processes: Vec<(u32, u64)>,
+        combined_peak_bytes: u64,
+        device_total_bytes: u64,
+        ran_out: bool,
+        change: String,
+    },
     /// JAX/XLA took this share of the device at start for its own pool.
     JaxPreallocation {
         pids: Vec<u32>,

@@ -8,10 +8,15 @@
 //!   but no block large enough → expandable segments;
 //! - a line that keeps more memory step after step → that line, what it
 //!   holds at the end;
-//! - JAX/XLA preallocating most of the device → its environment variables.
+//! - JAX/XLA preallocating most of the device → its environment variables;
+//! - several processes on one device that came close to its memory, or
+//!   one ran out of what the others held → a share per process.
 
 use crate::model::{Analysis, FrameText, Remedy};
 
+/// Several processes on a device are a finding when together they came
+/// this close to its memory.
+const SHARED_DEVICE_SHARE: f64 = 0.5;
 /// A preallocation this large a share of the device is named as such.
 const PREALLOCATION_SHARE: f64 = 0.4;
 
@@ -22,6 +27,7 @@ pub fn remedies(a: &Analysis) -> Vec<Remedy> {
     expandable_segments(a, &mut out);
     growing_lines(a, &mut out);
     jax_preallocation(a, &mut out);
+    shared_devices(a, &mut out);
     out
 }
 
@@ -139,5 +145,56 @@ fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
                     .into(),
             });
         }
+    }
+}
+
+/// Several processes of the run held memory on one device at the same
+/// time, and together came close to its memory, or one of them ran out of
+/// a request that the others' memory would have made room for.
+fn shared_devices(a: &Analysis, out: &mut Vec<Remedy>) {
+    for d in &a.devices {
+        let on_device: Vec<_> = a
+            .processes
+            .iter()
+            .filter(|p| p.devices.contains(&d.device) && p.peak_bytes > 0)
+            .collect();
+        let sharing: Vec<_> = on_device
+            .iter()
+            .copied()
+            .filter(|p| {
+                on_device
+                    .iter()
+                    .any(|q| q.pid != p.pid && q.start_ns < p.end_ns && p.start_ns < q.end_ns)
+            })
+            .collect();
+        if sharing.len() < 2 || d.total_memory == 0 {
+            continue;
+        }
+        let others_peak = |pid: u32| -> u64 {
+            sharing
+                .iter()
+                .filter(|p| p.pid != pid)
+                .map(|p| p.peak_bytes)
+                .sum()
+        };
+        let ran_out = a.ooms.iter().any(|o| {
+            o.device == d.device && o.reached_program() && o.requested_bytes <= others_peak(o.pid)
+        });
+        let close = d.peak_bytes as f64 >= SHARED_DEVICE_SHARE * d.total_memory as f64;
+        if !(ran_out || close) {
+            continue;
+        }
+        let share = (0.95 / sharing.len() as f64 * 100.0).floor() / 100.0;
+        out.push(Remedy::SharedDevice {
+            device: d.device,
+            processes: sharing.iter().map(|p| (p.pid, p.peak_bytes)).collect(),
+            combined_peak_bytes: d.peak_bytes,
+            device_total_bytes: d.total_memory,
+            ran_out,
+            change: format!(
+                "torch.cuda.set_per_process_memory_fraction({share:.2}) in each of the {} processes, or a GPU each (CUDA_VISIBLE_DEVICES)",
+                sharing.len()
+            ),
+        });
     }
 }

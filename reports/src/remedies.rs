@@ -83,6 +83,32 @@ pub fn advice(r: &Remedy) -> Advice {
                 }
             ),
         },
+        Remedy::SharedDevice {
+            device,
+            processes,
+            combined_peak_bytes,
+            device_total_bytes,
+            ran_out,
+            change,
+        } => Advice {
+            change: format!("give each process a share of device {device}: {change}"),
+            because: format!(
+                "{} processes held memory on device {device} at once ({}), together up to {} of {}{}",
+                processes.len(),
+                processes
+                    .iter()
+                    .map(|(pid, peak)| format!("pid {pid} up to {}", bytes(*peak)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                bytes(*combined_peak_bytes),
+                bytes(*device_total_bytes),
+                if *ran_out {
+                    ", and one ran out of a request the others' memory would have held"
+                } else {
+                    ""
+                }
+            ),
+        },
         Remedy::JaxPreallocation {
             pids,
             device,

@@ -174,3 +174,33 @@ fn a_fragmented_oom_points_to_expandable_segments() {
         )
     );
 }
+
+/// Two processes on the fake 80 GiB device at once, 30 GiB and 20 GiB:
+/// together over half of it, each is given a share.
+#[test]
+fn processes_sharing_a_device_near_its_memory_get_a_share_each() {
+    let dir = scratch("remedies-shared");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["shared"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let a = analysis(&dir.join("t.bin"), "shared");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "shared_device");
+    assert_eq!(r[0]["combined_peak_bytes"], 50u64 << 30);
+    let peaks: Vec<u64> = r[0]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .collect();
+    assert_eq!(peaks.len(), 2);
+    assert!(peaks.contains(&(30 << 30)) && peaks.contains(&(20 << 30)));
+    assert!(r[0]["change"]
+        .as_str()
+        .unwrap()
+        .starts_with("torch.cuda.set_per_process_memory_fraction(0.47)"));
+    // One process alone, or two far from the device's size: no remedy
+    // (the children sample: two processes of a few MiB).
+    let a = analysis(&sample("children.bin"), "children");
+    assert_eq!(remedies(&a), Vec::<Value>::new());
+}

@@ -106,6 +106,23 @@ int main(int argc, char **argv) {
         waitpid(c, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 30;
     }
+    if (!strcmp(mode, "shared")) {
+        /* Two processes on the 80 GiB device 0 at once: the parent holds
+         * 30 GiB while an exec'ed child allocates 20 GiB ("hold20"). */
+        site_alpha(30ull << 30);
+        pid_t c = fork();
+        if (c == 0) {
+            execl("/proc/self/exe", argv[0], "hold20", (char *)NULL);
+            _exit(127);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 30;
+    }
+    if (!strcmp(mode, "hold20")) {
+        site_beta(20ull << 30);
+        return 0;
+    }
     if (!strcmp(mode, "exec")) {
         site_beta(8192);
         pid_t c = fork();
