@@ -118,8 +118,8 @@ fn fragmentation_at(start: u64) -> impl Fn(crate::regions::Worst) -> Fragmentati
     }
 }
 
-/// Sites shown as bands of a device's timeline: the largest at its peak.
-const TIMELINE_SITES: usize = 8;
+/// Sites shown as bands of a timeline: the largest at its peak.
+pub const TIMELINE_SITES: usize = 8;
 
 /// The live bytes over time (at each bucket's end) of the largest sites at
 /// a device's peak (`peak`, largest first), each summed over its raw sites

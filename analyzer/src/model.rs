@@ -744,6 +744,9 @@ pub struct FrameworkView {
     pub ooms: Vec<FrameworkOom>,
     /// What the figures rest on that the reader should know.
     pub notes: Vec<String>,
+    /// The largest tensor sites at the allocated peak (at most eight),
+    /// each with its live bytes at each bucket's end: the timeline's bands.
+    pub timeline_sites: Vec<SiteCurve>,
 }
 
 /// When the process ended (or the trace did).

@@ -82,6 +82,7 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
             String::new()
         }
     );
+    out.push_str(&crate::timeline::framework_html(a, v));
     for c in charts
         .iter()
         .filter(|c| c.name == format!("{stem}-memory.svg"))

@@ -33,7 +33,7 @@
       for (var b = 0; b < bands.length; b++) sum += bands[b].values[j] || 0;
       other.push(Math.max(0, (data.live[j] || 0) - sum));
     }
-    bands.push({ label: "other sites", frames: [], values: other, color: COLORS[8] });
+    bands.push({ label: data.other_label, frames: [], values: other, color: COLORS[8] });
     var tops = [];
     for (j = 0; j < n; j++) {
       var acc = 0, col = [];
@@ -141,10 +141,13 @@
 
   var boxes = document.querySelectorAll(".timeline");
   for (var i = 0; i < boxes.length; i++) draw(boxes[i]);
-  // #selftest: point at the largest band at the first timeline's peak and
-  // leave what the pointer showed in #selftest (tests/e2e/report.rs).
-  if (location.hash === "#selftest" && boxes.length) {
-    var box = boxes[0], p = box._hitPeak(), svg = box.querySelector("svg");
+  // #selftest (or #selftest-N for the Nth timeline, from 0): point at the
+  // largest band at that timeline's peak and leave what the pointer showed
+  // in #selftest (tests/e2e/report.rs).
+  var test = /^#selftest(?:-(\d+))?$/.exec(location.hash);
+  var which = test ? Number(test[1] || 0) : -1;
+  if (which >= 0 && which < boxes.length) {
+    var box = boxes[which], p = box._hitPeak(), svg = box.querySelector("svg");
     svg.dispatchEvent(new PointerEvent("pointermove", { clientX: p[0], clientY: p[1], bubbles: true }));
     var out = document.createElement("pre");
     out.id = "selftest";

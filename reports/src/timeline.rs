@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, FrameworkView};
 use serde::Serialize;
 
 /// The script, once per page.
@@ -18,6 +18,8 @@ struct Data {
     buckets: usize,
     bucket_s: f64,
     sites: Vec<Band>,
+    /// The band of everything else ("other sites", "other lines").
+    other_label: String,
     /// Live bytes at the end of each bucket, and the highest in it.
     live: Vec<u64>,
     live_max: Vec<u64>,
@@ -69,30 +71,33 @@ fn embeddable(json: &str) -> String {
         .replace('&', "\\u0026")
 }
 
+fn band(label: String, frames: &[FrameText], live: &[u64]) -> Band {
+    Band {
+        label,
+        frames: frames.iter().map(frame_text).collect(),
+        live: live.to_vec(),
+    }
+}
+
 /// The timeline of device `d`: its container and data (the page adds
 /// `SCRIPT` once). Nothing when the run has no time axis.
 pub fn html(a: &Analysis, d: &DeviceReport) -> String {
-    let buckets = a.timeline.buckets;
-    if buckets == 0 || d.live.is_empty() {
-        return String::new();
-    }
     let secs = |ns: u64| ns as f64 / 1e9;
     let data = Data {
-        buckets,
+        buckets: a.timeline.buckets,
         bucket_s: a.timeline.bucket_ns as f64 / 1e9,
         sites: d
             .timeline_sites
             .iter()
-            .map(|c| Band {
-                label: a.site_label(c.site),
-                frames: a
+            .map(|c| {
+                let frames = a
                     .sites
                     .get(c.site as usize)
-                    .map(|s| s.frames.iter().map(frame_text).collect())
-                    .unwrap_or_default(),
-                live: c.live.clone(),
+                    .map_or(&[][..], |s| &s.frames[..]);
+                band(a.site_label(c.site), frames, &c.live)
             })
             .collect(),
+        other_label: "other sites".into(),
         live: d.live.iter().map(|p| p.last).collect(),
         live_max: d.live.iter().map(|p| p.max).collect(),
         ooms: a
@@ -103,16 +108,7 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> String {
                 t: secs(o.time_ns),
                 label: format!("{} of {} bytes", o.function, o.requested_bytes),
             })
-            .chain(
-                a.frameworks
-                    .iter()
-                    .filter(|v| v.device == d.device)
-                    .flat_map(|v| v.ooms.iter())
-                    .map(|o| Mark {
-                        t: secs(o.time_ns),
-                        label: format!("OutOfMemoryError for {} bytes", o.requested_bytes),
-                    }),
-            )
+            .chain(framework_ooms(a, |v| v.device == d.device))
             .collect(),
         kernels: d
             .kernels_at_peak
@@ -128,16 +124,79 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> String {
             bytes: d.peak_bytes,
         },
     };
-    let json = embeddable(&serde_json::to_string(&data).unwrap_or_else(|_| "{}".into()));
+    container(
+        &format!("device{}", d.device),
+        &data,
+        "Live memory stacked by allocation site (the largest at the peak; dashed: the highest \
+         in each moment).",
+    )
+}
+
+/// The tensors of a framework allocator (one process on one device),
+/// stacked by Python line, with what the allocator reserved as the dashed
+/// line.
+pub fn framework_html(a: &Analysis, v: &FrameworkView) -> String {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let data = Data {
+        buckets: a.timeline.buckets,
+        bucket_s: a.timeline.bucket_ns as f64 / 1e9,
+        sites: v
+            .timeline_sites
+            .iter()
+            .map(|c| {
+                let frames = a
+                    .tensor_sites
+                    .get(c.site as usize)
+                    .map_or(&[][..], |s| &s.frames[..]);
+                band(a.tensor_site_label(c.site), frames, &c.live)
+            })
+            .collect(),
+        other_label: "other lines".into(),
+        live: v.allocated.iter().map(|p| p.last).collect(),
+        live_max: v.reserved.iter().map(|p| p.max).collect(),
+        ooms: framework_ooms(a, |x| x.pid == v.pid && x.device == v.device).collect(),
+        kernels: Vec::new(),
+        peak: Peak {
+            t: secs(v.allocated_peak_time_ns),
+            bytes: v.allocated_peak,
+        },
+    };
+    container(
+        &crate::charts::framework_stem(v),
+        &data,
+        "Tensors stacked by the line that allocated them (the largest at the allocated \
+         peak; dashed: what the allocator reserved).",
+    )
+}
+
+fn framework_ooms<'a>(
+    a: &'a Analysis,
+    of: impl Fn(&FrameworkView) -> bool + 'a,
+) -> impl Iterator<Item = Mark> + 'a {
+    a.frameworks
+        .iter()
+        .filter(move |v| of(v))
+        .flat_map(|v| v.ooms.iter())
+        .map(|o| Mark {
+            t: o.time_ns as f64 / 1e9,
+            label: format!("OutOfMemoryError for {} bytes", o.requested_bytes),
+        })
+}
+
+/// The element the script draws into, with its data.
+fn container(id: &str, data: &Data, what: &str) -> String {
+    if data.buckets == 0 || data.live.is_empty() {
+        return String::new();
+    }
+    let json = embeddable(&serde_json::to_string(data).unwrap_or_else(|_| "{}".into()));
     let mut out = String::new();
     let _ = write!(
         out,
-        "<div class=\"timeline\" data-json=\"timeline-data-{dev}\"><div class=\"tip\" hidden></div>\
-         <p class=\"meta\">Live memory stacked by site (the largest at the peak; dashed: the highest in each moment). \
-         Point at a band for its site, bytes and stack; drag across the chart to zoom in, double-click for the whole run. \
-         Red lines: out-of-memory errors; red dot: the peak; ticks under the axis: kernels at the peak.</p></div>\
-         <script type=\"application/json\" id=\"timeline-data-{dev}\">{json}</script>",
-        dev = d.device
+        "<div class=\"timeline\" data-json=\"timeline-data-{id}\"><div class=\"tip\" hidden></div>\
+         <p class=\"meta\">{what} Point at a band for its site, bytes and stack; drag across the chart to \
+         zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; \
+         ticks under the axis: kernels at the peak.</p></div>\
+         <script type=\"application/json\" id=\"timeline-data-{id}\">{json}</script>"
     );
     out
 }

@@ -282,6 +282,30 @@ fn report_renders_in_headless_chromium() {
         "the pointer showed {shown:?}, not the top site {label:?}"
     );
     assert!(shown.contains(" live at "), "{shown}");
+    // The tensors' timeline of a PyTorch run (the page's second): at the
+    // allocated peak the largest band is the leaking line, holding its 40
+    // tensors of 4 MiB (torch_leak.truth.json).
+    let o = report(&[&sample("torch_leak.bin")], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let dom = run(Command::new(&browser)
+        .args(flags)
+        .arg("--virtual-time-budget=3000")
+        .arg("--dump-dom")
+        .arg(format!(
+            "file://{}#selftest-1",
+            dir.join("torch_leak.html").display()
+        )));
+    let dom = stdout(&dom);
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_leak.truth.json")).unwrap()).unwrap();
+    let leak = format!(
+        "main at torch_leak.py:{}: 160 MiB live at ",
+        truth["lines"]["leak"]
+    );
+    assert!(
+        dom.contains(&leak),
+        "{leak} not shown by the tensor timeline"
+    );
     let shot = dir.join("page.png");
     let o = run(Command::new(&browser)
         .args(flags)
