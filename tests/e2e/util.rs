@@ -43,6 +43,22 @@ pub struct Fake {
     pub app: PathBuf,
 }
 
+/// Runs the system C compiler (`cc`, or $CC) or, with `cxx`, the C++ one
+/// (`c++`, or $CXX) with `args`; a failure stops the test with its output.
+fn compile(cxx: bool, args: &[&std::ffi::OsStr]) {
+    let (var, default) = if cxx { ("CXX", "c++") } else { ("CC", "cc") };
+    let compiler = std::env::var(var).unwrap_or_else(|_| default.into());
+    let out = Command::new(&compiler)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("a compiler ({compiler}) is needed: {e}"));
+    assert!(
+        out.status.success(),
+        "{compiler} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Compiles tests/fake_cupti (a stand-in libcupti.so.13 and driver, and a
 /// "CUDA program" using it) with the system C compiler, once per test run.
 pub fn fake() -> &'static Fake {
@@ -53,40 +69,35 @@ pub fn fake() -> &'static Fake {
         std::fs::create_dir_all(&dir).unwrap();
         let cupti = dir.join("libcupti.so.13");
         let app = dir.join("fake_app");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let run = |args: &[&str]| {
-            let out = Command::new(&cc)
-                .args(args)
-                .output()
-                .expect("a C compiler (cc) is needed");
-            assert!(
-                out.status.success(),
-                "cc failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(&[
-            "-O2",
-            "-g",
-            "-shared",
-            "-fPIC",
-            "-Wl,-soname,libcupti.so.13",
-            "-o",
-            cupti.to_str().unwrap(),
-            src.join("fake_cupti.c").to_str().unwrap(),
-            "-ldl",
-            "-lpthread",
-        ]);
-        run(&[
-            "-O2",
-            "-g",
-            "-o",
-            app.to_str().unwrap(),
-            src.join("fake_app.c").to_str().unwrap(),
-            cupti.to_str().unwrap(),
-            "-Wl,-rpath,$ORIGIN",
-            "-lpthread",
-        ]);
+        let (c_cupti, c_app) = (src.join("fake_cupti.c"), src.join("fake_app.c"));
+        compile(
+            false,
+            &[
+                "-O2".as_ref(),
+                "-g".as_ref(),
+                "-shared".as_ref(),
+                "-fPIC".as_ref(),
+                "-Wl,-soname,libcupti.so.13".as_ref(),
+                "-o".as_ref(),
+                cupti.as_os_str(),
+                c_cupti.as_os_str(),
+                "-ldl".as_ref(),
+                "-lpthread".as_ref(),
+            ],
+        );
+        compile(
+            false,
+            &[
+                "-O2".as_ref(),
+                "-g".as_ref(),
+                "-o".as_ref(),
+                app.as_os_str(),
+                c_app.as_os_str(),
+                cupti.as_os_str(),
+                "-Wl,-rpath,$ORIGIN".as_ref(),
+                "-lpthread".as_ref(),
+            ],
+        );
         Fake { cupti, app }
     })
 }
@@ -97,17 +108,17 @@ pub fn fake_nvml() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let lib = fake().cupti.with_file_name("libfake_nvml.so");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-O2", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(repo().join("tests/fake_cupti/fake_nvml.c"))
-            .output()
-            .expect("a C compiler (cc) is needed");
-        assert!(
-            out.status.success(),
-            "cc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let c = repo().join("tests/fake_cupti/fake_nvml.c");
+        compile(
+            false,
+            &[
+                "-O2".as_ref(),
+                "-shared".as_ref(),
+                "-fPIC".as_ref(),
+                "-o".as_ref(),
+                lib.as_os_str(),
+                c.as_os_str(),
+            ],
         );
         lib
     })
@@ -125,18 +136,19 @@ pub fn fake_torch() -> &'static Path {
         std::fs::create_dir_all(root.join("lib")).unwrap();
         std::fs::write(root.join("version.py"), "__version__ = '2.11.0+fake'\n").unwrap();
         let lib = root.join("lib/libc10_cuda.so");
-        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let out = Command::new(&cxx)
-            .args(["-O1", "-g", "-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(repo().join("tests/fake_cupti/fake_torch.cpp"))
-            .arg(&f.cupti)
-            .output()
-            .expect("a C++ compiler (c++) is needed");
-        assert!(
-            out.status.success(),
-            "c++ failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let cpp = repo().join("tests/fake_cupti/fake_torch.cpp");
+        compile(
+            true,
+            &[
+                "-O1".as_ref(),
+                "-g".as_ref(),
+                "-shared".as_ref(),
+                "-fPIC".as_ref(),
+                "-o".as_ref(),
+                lib.as_os_str(),
+                cpp.as_os_str(),
+                f.cupti.as_os_str(),
+            ],
         );
         lib
     })
