@@ -44,6 +44,67 @@ fn oom_state(o: &FrameworkOom) -> String {
     )
 }
 
+/// Why the run ran out of memory, in one sentence: the first error that
+/// reached the program (a framework's, or a failed CUDA allocation no
+/// framework turned into its own). None when none did.
+pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
+    let framework = a
+        .frameworks
+        .iter()
+        .flat_map(|v| v.ooms.iter())
+        .min_by_key(|o| o.time_ns);
+    let driver = a
+        .ooms
+        .iter()
+        .filter(|o| o.reached_program() && o.raised_as.is_none())
+        .min_by_key(|o| o.time_ns);
+    let framework_first = match (framework, driver) {
+        (Some(f), Some(d)) => f.time_ns <= d.time_ns,
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        (None, None) => return None,
+    };
+    if framework_first {
+        let o = framework?;
+        Some(format!(
+            "PyTorch raised OutOfMemoryError for {} at {} (pid {}, device {}, at {}): refused by {}; {}",
+            bytes(o.requested_bytes),
+            o.site
+                .map_or_else(|| "an unknown site".into(), |s| a.tensor_site_label(s)),
+            o.pid,
+            o.device,
+            time(o.time_ns),
+            oom_limit(o),
+            oom_state(o)
+        ))
+    } else {
+        let o = driver?;
+        let smi = o.device_view.as_ref().map_or_else(String::new, |m| {
+            format!(
+                "; nvidia-smi right after: {} used, {} free",
+                bytes(m.used_bytes),
+                bytes(m.free_bytes)
+            )
+        });
+        Some(format!(
+            "{} of {} failed at {} (pid {}, device {}, at {}) with {} live on the device{}{}",
+            o.function,
+            bytes(o.requested_bytes),
+            a.site_label(o.site),
+            o.pid,
+            o.device,
+            time(o.time_ns),
+            bytes(o.device_live_bytes),
+            if o.device_total_bytes > 0 {
+                format!(" of {}", bytes(o.device_total_bytes))
+            } else {
+                String::new()
+            },
+            smi
+        ))
+    }
+}
+
 /// One line saying what limit refused an allocator's request.
 pub fn oom_limit(o: &FrameworkOom) -> String {
     match (o.limit.as_str(), o.limit_bytes) {

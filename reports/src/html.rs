@@ -533,7 +533,14 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     for warning in &a.input.warnings {
         let _ = write!(out, "<p class=\"warn\">{}</p>", escape(warning));
     }
-    // What to change, before the figures it rests on.
+    // Why it ran out, then what to change, before the figures.
+    if let Some(why) = crate::framework::why_out_of_memory(a) {
+        let _ = write!(
+            out,
+            "<div class=\"warn\"><b>Ran out of memory:</b> {}. <a href=\"#oom\">Details</a>.</div>",
+            escape(&why)
+        );
+    }
     let advice = crate::remedies::all(a);
     if !advice.is_empty() {
         out.push_str("<h2 id=\"remedies\">What to change</h2><ol class=\"remedies\">");

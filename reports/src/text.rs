@@ -65,6 +65,10 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(w)?;
     }
+    if let Some(why) = crate::framework::why_out_of_memory(a) {
+        writeln!(w, "RAN OUT OF MEMORY: {why}")?;
+        writeln!(w)?;
+    }
     let advice = crate::remedies::all(a);
     if !advice.is_empty() {
         writeln!(w, "WHAT TO CHANGE (from the evidence below):")?;

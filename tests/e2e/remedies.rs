@@ -63,10 +63,16 @@ fn an_oom_against_the_memory_fraction_names_the_fraction_that_fits() {
     let line = t["lines"]["oom"].as_u64().unwrap();
     assert_eq!(r["site"], format!("main at torch_fraction_oom.py:{line}"));
     let s = summary("torch_fraction_oom");
+    // The first screen: why it ran out, then what to change.
     assert!(
-        s.starts_with("WHAT TO CHANGE") && s.contains("set_per_process_memory_fraction(0.06)"),
+        s.starts_with(&format!(
+            "RAN OUT OF MEMORY: PyTorch raised OutOfMemoryError for 256 MiB at main at torch_fraction_oom.py:{line} (pid 672, device 0, at 4.3 ms): refused by the memory fraction: 6.99 GiB allowed of 140 GiB"
+        )),
         "{s}"
     );
+    let change = s.find("WHAT TO CHANGE").expect("what to change");
+    assert!(change < s.find("1 process, 1 device").unwrap(), "{s}");
+    assert!(s.contains("set_per_process_memory_fraction(0.06)"), "{s}");
 }
 
 #[test]
