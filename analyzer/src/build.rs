@@ -327,7 +327,7 @@ pub fn build(
                 .is_some_and(|f| f.devices.contains_key(&d))
         });
         let streams = &engine.streams;
-        let smi = device_view::view(&engine, d, &axis, buckets, start);
+        let smi = device_view::Samples::new(&engine, start).view(&engine, d, &axis, buckets);
         let timeline_sites = {
             let peak = engine
                 .devices
@@ -481,6 +481,7 @@ pub fn build(
             .find(|x| x.device == d)
             .map_or(0, |x| x.total_memory)
     };
+    let smi_samples = device_view::Samples::new(&engine, start);
     let mut ooms: Vec<Oom> = engine
         .ooms
         .iter()
@@ -501,7 +502,7 @@ pub fn build(
                 largest_free_extent: o.largest_free,
                 live_by_site: by_site(&o.live_by_site).into_iter().take(10).collect(),
                 raised_as: None,
-                device_view: device_view::after_failure(&engine, st.pid(), o.device, o.time, start),
+                device_view: smi_samples.after_failure(st.pid(), o.device, o.time),
             }
         })
         .collect();

@@ -19,129 +19,127 @@ struct Sample<'a> {
     tracked: u64,
 }
 
-/// Every sample of `device`, by time.
-fn samples(engine: &Engine, device: u32) -> Vec<Sample<'_>> {
-    let tracked: HashMap<(u32, u64, u32), u64> = engine
-        .device_views
-        .iter()
-        .map(|t| ((t.stream, t.time, t.device), t.tracked))
-        .collect();
-    let mut out: Vec<Sample> = engine
-        .streams
-        .iter()
-        .enumerate()
-        .flat_map(|(i, st)| {
-            let tracked = &tracked;
-            st.defs
-                .device_memory
-                .iter()
-                .filter(move |m| m.device == device)
-                .map(move |m| Sample {
+/// Every sample of the run, gathered once.
+pub struct Samples<'a> {
+    /// By device, in time order.
+    by_device: HashMap<u32, Vec<Sample<'a>>>,
+    /// Pids of the run's processes.
+    run: BTreeSet<u32>,
+    start: u64,
+}
+
+impl<'a> Samples<'a> {
+    pub fn new(engine: &'a Engine, start: u64) -> Samples<'a> {
+        let tracked: HashMap<(u32, u64, u32), u64> = engine
+            .device_views
+            .iter()
+            .map(|t| ((t.stream, t.time, t.device), t.tracked))
+            .collect();
+        let mut by_device: HashMap<u32, Vec<Sample>> = HashMap::new();
+        for (i, st) in engine.streams.iter().enumerate() {
+            for m in &st.defs.device_memory {
+                by_device.entry(m.device).or_default().push(Sample {
                     pid: st.pid(),
                     m,
                     tracked: tracked
-                        .get(&(i as u32, m.time.0, device))
+                        .get(&(i as u32, m.time.0, m.device))
                         .copied()
                         .unwrap_or(0),
-                })
-        })
-        .collect();
-    out.sort_by_key(|s| (s.m.time.0, s.pid));
-    out
-}
-
-/// Pids of the run's processes.
-fn run_pids(engine: &Engine) -> BTreeSet<u32> {
-    engine
-        .streams
-        .iter()
-        .filter_map(|s| s.defs.process.as_ref().map(|p| p.pid))
-        .collect()
-}
-
-fn moment(s: &Sample, run: &BTreeSet<u32>, start: u64) -> SmiMoment {
-    let m = s.m;
-    let known = |b: u64| (b != u64::MAX).then_some(b);
-    let ours: Vec<u64> = m
-        .processes
-        .iter()
-        .filter(|p| run.contains(&p.pid))
-        .filter_map(|p| known(p.used.0))
-        .collect();
-    let others: Vec<u64> = m
-        .processes
-        .iter()
-        .filter(|p| !run.contains(&p.pid))
-        .map(|p| known(p.used.0).unwrap_or(0))
-        .collect();
-    let other_bytes: u64 = others.iter().sum();
-    let run_bytes = (!ours.is_empty()).then(|| ours.iter().sum::<u64>());
-    SmiMoment {
-        time_ns: m.time.0.saturating_sub(start),
-        pid: s.pid,
-        reason: match m.reason {
-            device_memory::FAILED_ALLOCATION => "failed allocation",
-            device_memory::EXIT => "exit",
-            _ => "flush tick",
-        },
-        total_bytes: m.total.0,
-        used_bytes: m.used.0,
-        free_bytes: m.free.0,
-        driver_reserved_bytes: m.reserved.0,
-        tracked_bytes: s.tracked,
-        run_processes_bytes: run_bytes,
-        context_and_untracked_bytes: run_bytes.map(|r| r.saturating_sub(s.tracked)),
-        other_processes_bytes: other_bytes,
-        other_processes: others.len() as u32,
-        unattributed_bytes: run_bytes.map(|r| m.used.0.saturating_sub(r + other_bytes)),
+                });
+            }
+        }
+        for list in by_device.values_mut() {
+            list.sort_by_key(|s| (s.m.time.0, s.pid));
+        }
+        let run = engine
+            .streams
+            .iter()
+            .filter_map(|s| s.defs.process.as_ref().map(|p| p.pid))
+            .collect();
+        Samples {
+            by_device,
+            run,
+            start,
+        }
     }
-}
 
-/// The device's own view, when the trace has samples of it.
-pub fn view(
-    engine: &Engine,
-    device: u32,
-    axis: &Axis,
-    buckets: usize,
-    start: u64,
-) -> Option<SmiView> {
-    let all = samples(engine, device);
-    let run = run_pids(engine);
-    let highest = all
-        .iter()
-        .max_by_key(|s| (s.m.used.0, std::cmp::Reverse(s.m.time.0)))?;
-    let last = all.last()?;
-    let used_curve = engine
-        .devices
-        .get(device)
-        .map(|d| d.smi_used.clone().finish(axis, buckets))
-        .unwrap_or_default();
-    Some(SmiView {
-        samples: all.len() as u64,
-        used_curve,
-        highest: moment(highest, &run, start),
-        last: moment(last, &run, start),
-    })
-}
+    fn moment(&self, s: &Sample) -> SmiMoment {
+        let m = s.m;
+        let known = |b: u64| (b != u64::MAX).then_some(b);
+        let ours: Vec<u64> = m
+            .processes
+            .iter()
+            .filter(|p| self.run.contains(&p.pid))
+            .filter_map(|p| known(p.used.0))
+            .collect();
+        let others: Vec<u64> = m
+            .processes
+            .iter()
+            .filter(|p| !self.run.contains(&p.pid))
+            .map(|p| known(p.used.0).unwrap_or(0))
+            .collect();
+        let other_bytes: u64 = others.iter().sum();
+        let run_bytes = (!ours.is_empty()).then(|| ours.iter().sum::<u64>());
+        SmiMoment {
+            time_ns: m.time.0.saturating_sub(self.start),
+            pid: s.pid,
+            reason: match m.reason {
+                device_memory::FAILED_ALLOCATION => "failed allocation",
+                device_memory::EXIT => "exit",
+                _ => "flush tick",
+            },
+            total_bytes: m.total.0,
+            used_bytes: m.used.0,
+            free_bytes: m.free.0,
+            driver_reserved_bytes: m.reserved.0,
+            tracked_bytes: s.tracked,
+            run_processes_bytes: run_bytes,
+            context_and_untracked_bytes: run_bytes.map(|r| r.saturating_sub(s.tracked)),
+            other_processes_bytes: other_bytes,
+            other_processes: others.len() as u32,
+            unattributed_bytes: run_bytes.map(|r| m.used.0.saturating_sub(r + other_bytes)),
+        }
+    }
 
-/// The sample a process's collector took right after an allocation failed
-/// on `device` at `time` (the first failed-allocation sample at or after
-/// it, within a second).
-pub fn after_failure(
-    engine: &Engine,
-    pid: u32,
-    device: u32,
-    time: u64,
-    start: u64,
-) -> Option<SmiMoment> {
-    let run = run_pids(engine);
-    samples(engine, device)
-        .iter()
-        .find(|s| {
-            s.pid == pid
-                && s.m.reason == device_memory::FAILED_ALLOCATION
-                && s.m.time.0 >= time
-                && s.m.time.0 - time < 1_000_000_000
+    /// The view of `device`, when the trace has samples of it.
+    pub fn view(
+        &self,
+        engine: &Engine,
+        device: u32,
+        axis: &Axis,
+        buckets: usize,
+    ) -> Option<SmiView> {
+        let all = self.by_device.get(&device)?;
+        let highest = all
+            .iter()
+            .max_by_key(|s| (s.m.used.0, std::cmp::Reverse(s.m.time.0)))?;
+        let last = all.last()?;
+        let used_curve = engine
+            .devices
+            .get(device)
+            .map(|d| d.smi_used.clone().finish(axis, buckets))
+            .unwrap_or_default();
+        Some(SmiView {
+            samples: all.len() as u64,
+            used_curve,
+            highest: self.moment(highest),
+            last: self.moment(last),
         })
-        .map(|s| moment(s, &run, start))
+    }
+
+    /// The sample a process's collector took right after an allocation
+    /// failed on `device` at `time` (the first failed-allocation sample at
+    /// or after it, within a second).
+    pub fn after_failure(&self, pid: u32, device: u32, time: u64) -> Option<SmiMoment> {
+        self.by_device
+            .get(&device)?
+            .iter()
+            .find(|s| {
+                s.pid == pid
+                    && s.m.reason == device_memory::FAILED_ALLOCATION
+                    && s.m.time.0 >= time
+                    && s.m.time.0 - time < 1_000_000_000
+            })
+            .map(|s| self.moment(s))
+    }
 }
