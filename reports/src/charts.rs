@@ -458,10 +458,12 @@ pub fn all(a: &Analysis) -> Vec<Chart> {
     for d in &a.devices {
         out.push(device_memory(a, d));
         out.extend(fragmentation(a, d));
+        out.extend(crate::flame::device(a, d));
     }
     for v in &a.frameworks {
         out.push(framework_memory(a, v));
         out.extend(framework_fragmentation(a, v));
+        out.extend(crate::flame::framework(a, v));
     }
     out.extend(growth(a));
     out.extend(tensor_growth(a));

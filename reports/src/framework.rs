@@ -160,6 +160,12 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         bytes(v.reserved_peak)
     );
     out.push_str(&tensor_table(a, &v.peak_sites, v.allocated_peak, 20));
+    for c in charts
+        .iter()
+        .filter(|c| c.name == format!("{stem}-peak-flame.svg"))
+    {
+        out.push_str(&chart_html(c));
+    }
     let e = &v.at_exit;
     let _ = write!(
         out,

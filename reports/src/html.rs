@@ -197,6 +197,10 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         .collect();
     let _ = write!(out, "<p>By kind: {}.</p>", kinds.join(", "));
     out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
+    let flame = format!("device{}-peak-flame.svg", d.device);
+    for c in charts.iter().filter(|c| c.name == flame) {
+        out.push_str(&chart_html(c));
+    }
     if let Some(o) = &d.outside_frameworks {
         let _ = write!(
             out,

@@ -16,6 +16,7 @@ mod charts;
 pub mod check;
 mod device_view;
 pub mod diff;
+mod flame;
 pub mod format;
 mod framework;
 mod html;

@@ -36,9 +36,25 @@ fn report_writes_html_json_and_charts_and_prints_the_answers() {
     );
     assert!(text.contains("alloc_device_buffers at kinds.cu:"), "{text}");
     assert!(text.contains("kinds.html"), "{text}");
-    for f in ["kinds.html", "kinds.json", "kinds-device0-memory.svg"] {
+    for f in [
+        "kinds.html",
+        "kinds.json",
+        "kinds-device0-memory.svg",
+        "kinds-device0-peak-flame.svg",
+    ] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
+    // The flame graph of the peak: every site live then, by stack, as wide
+    // as its bytes (kinds.cu peaks at 5 MiB: 4 MiB managed, 1 MiB device).
+    let flame = std::fs::read_to_string(dir.join("kinds-device0-peak-flame.svg")).unwrap();
+    assert!(
+        flame.contains("<title>all: 5.00 MiB (100.0%)</title>"),
+        "{flame}"
+    );
+    assert!(
+        flame.contains("<title>main: 5.00 MiB (100.0%)</title>"),
+        "{flame}"
+    );
     let html = std::fs::read_to_string(dir.join("kinds.html")).unwrap();
     assert!(
         !html.contains("https://") && !html.contains("src=\"http"),
