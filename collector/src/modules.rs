@@ -184,6 +184,15 @@ pub struct Loaded {
     pub range: Range<u64>,
 }
 
+/// The addresses a module's loadable segments span (before its bias), or
+/// None when it has none.
+fn load_span(phdrs: &[libc::Elf64_Phdr]) -> Option<Range<u64>> {
+    let loads = phdrs.iter().filter(|p| p.p_type == PT_LOAD);
+    let lo = loads.clone().map(|p| p.p_vaddr).min()?;
+    let hi = loads.map(|p| p.p_vaddr + p.p_memsz).max()?;
+    (lo < hi).then_some(lo..hi)
+}
+
 /// The loaded module whose file name is `name`.
 pub fn find_loaded(name: &str) -> Option<Loaded> {
     struct Search<'a> {
@@ -206,13 +215,11 @@ pub fn find_loaded(name: &str) -> Option<Loaded> {
             let path = CStr::from_ptr(info.dlpi_name).to_string_lossy();
             if path.rsplit('/').next() == Some(search.name) {
                 let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-                let loads = phdrs.iter().filter(|p| p.p_type == PT_LOAD);
-                let lo = loads.clone().map(|p| p.p_vaddr).min().unwrap_or(0);
-                let hi = loads.map(|p| p.p_vaddr + p.p_memsz).max().unwrap_or(0);
+                let span = load_span(phdrs).unwrap_or(0..0);
                 search.found = Some(Loaded {
                     path: path.into_owned(),
                     bias: info.dlpi_addr,
-                    range: info.dlpi_addr + lo..info.dlpi_addr + hi,
+                    range: info.dlpi_addr + span.start..info.dlpi_addr + span.end,
                 });
                 return 1;
             }
@@ -231,21 +238,15 @@ unsafe fn describe(info: &libc::dl_phdr_info) -> Option<FoundModule> {
     let bias = info.dlpi_addr;
     // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let mut lo = u64::MAX;
-    let mut hi = 0u64;
+    let Range { start: lo, end: hi } = load_span(phdrs)?;
     let mut text: Option<Range<u64>> = None;
     let mut loads: Vec<Range<u64>> = Vec::new();
     for p in phdrs.iter().filter(|p| p.p_type == PT_LOAD) {
         let r = p.p_vaddr..p.p_vaddr + p.p_filesz;
-        lo = lo.min(p.p_vaddr);
-        hi = hi.max(p.p_vaddr + p.p_memsz);
         if p.p_flags & PF_X != 0 && text.is_none() {
             text = Some(r.clone());
         }
         loads.push(r);
-    }
-    if lo >= hi {
-        return None;
     }
     let name = if info.dlpi_name.is_null() {
         String::new()
