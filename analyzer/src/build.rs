@@ -413,6 +413,7 @@ pub fn build(
                 .collect(),
             peak_sites: by_site(&dev.peak_sites),
             timeline_sites,
+            kernels_per_bucket: dev.kernel_counts.finish(&axis, buckets),
             kernels_at_peak: dev
                 .kernels_at_peak
                 .iter()

@@ -13,7 +13,7 @@ use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent};
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::StreamDefs;
-use crate::timeline::{Axis, Curve, Samples};
+use crate::timeline::{Axis, Counts, Curve, Samples};
 
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
@@ -307,6 +307,8 @@ pub struct DeviceState {
     pub frag_worst: Option<(u64, f64, u64, u64)>,
     /// Used on the device as NVML said (`nvidia-smi`), where sampled.
     pub smi_used: Samples<u64>,
+    /// Kernels started in each bucket.
+    pub kernel_counts: Counts,
 }
 
 impl DeviceState {
@@ -338,6 +340,7 @@ impl DeviceState {
             largest_free: Samples::default(),
             frag_worst: None,
             smi_used: Samples::default(),
+            kernel_counts: Counts::default(),
         }
     }
 }
@@ -818,7 +821,10 @@ impl Engine {
                     end,
                     cuda_stream,
                 };
-                let dev = self.device(device);
+                let dev = self.devices.get_or_insert(device);
+                if let Some(axis) = &self.axis {
+                    dev.kernel_counts.add(axis);
+                }
                 if dev.want_next_kernel && t >= dev.peak_time {
                     dev.want_next_kernel = false;
                     dev.next_kernel = Some(k.clone());

@@ -303,6 +303,8 @@ pub struct DeviceReport {
     /// The largest sites at the peak (at most eight), each with its live
     /// bytes at the end of each bucket: the bands of the report's timeline.
     pub timeline_sites: Vec<SiteCurve>,
+    /// Kernels started in each bucket of the run's time axis.
+    pub kernels_per_bucket: Vec<u32>,
 }
 
 /// Device memory live at the peak that no framework allocator accounts

@@ -216,9 +216,65 @@ impl<T: Copy> Samples<T> {
     }
 }
 
+/// Events counted per bucket (kernels launched); merged buckets add up.
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    counts: Vec<u32>,
+    generation: u32,
+}
+
+impl Counts {
+    /// Counts one event in the axis's current bucket.
+    #[inline]
+    pub fn add(&mut self, axis: &Axis) {
+        if self.generation < axis.generation {
+            self.catch_up(axis);
+        }
+        let i = axis.current;
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] = self.counts[i].saturating_add(1);
+    }
+
+    pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<u32> {
+        self.catch_up(axis);
+        let mut out = self.counts.clone();
+        out.resize(buckets, 0);
+        out
+    }
+
+    fn catch_up(&mut self, axis: &Axis) {
+        while self.generation < axis.generation {
+            self.counts = self
+                .counts
+                .chunks(2)
+                .map(|pair| pair.iter().fold(0u32, |a, &b| a.saturating_add(b)))
+                .collect();
+            self.generation += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts survive the axis widening: merged buckets add up.
+    #[test]
+    fn counts_add_up_when_buckets_merge() {
+        let mut axis = Axis::new(0);
+        let mut c = Counts::default();
+        let mut t = 0u64;
+        for _ in 0..5_000 {
+            t += 997;
+            axis.advance(t);
+            c.add(&axis);
+        }
+        let counts = c.finish(&axis, axis.buckets());
+        assert_eq!(counts.iter().map(|&n| u64::from(n)).sum::<u64>(), 5_000);
+        assert!(axis.generation > 0, "the axis widened");
+    }
 
     /// The shifts give the buckets a division by the width would.
     #[test]

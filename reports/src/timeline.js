@@ -7,7 +7,9 @@
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bbbbbb"];
-  var W = 960, H = 320, L = 84, R = 16, T = 16, B = 36;
+  var W = 960, H = 330, L = 84, R = 16, T = 16, B = 46;
+  // The kernel strip: under the plot, above the time labels.
+  var STRIP = 10;
 
   function bytes(b) {
     var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
@@ -69,10 +71,21 @@
         var t = el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", "font-size": "11" }, svg);
         t.textContent = bytes(v);
         var i = view.from + (view.to - 1 - view.from) * k / 4;
-        var tx = el("text", { x: x(i), y: H - B + 16, "text-anchor": "middle", "font-size": "11" }, svg);
+        var tx = el("text", { x: x(i), y: H - B + STRIP + 18, "text-anchor": k === 0 ? "start" : k === 4 ? "end" : "middle", "font-size": "11" }, svg);
         tx.textContent = seconds(i * step);
       }
       var at = function (sec) { return sec / step; };
+      var kmax = 0;
+      for (j = view.from; j < view.to; j++) kmax = Math.max(kmax, data.kernel_counts[j] || 0);
+      if (kmax > 0) {
+        var bw = Math.max(1, (W - L - R) / Math.max(1, view.to - view.from));
+        for (j = view.from; j < view.to; j++) {
+          var c = data.kernel_counts[j] || 0;
+          if (!c) continue;
+          el("rect", { x: x(j) - bw / 2, y: H - B + 3, width: bw, height: STRIP - 2, fill: "#666",
+            "fill-opacity": (0.15 + 0.85 * Math.log(1 + c) / Math.log(1 + kmax)).toFixed(2) }, svg);
+        }
+      }
       data.ooms.forEach(function (o) {
         var i = at(o.t);
         if (i < view.from || i > view.to - 1) return;
@@ -92,6 +105,7 @@
     function hit(px, py) {
       var j = Math.round(view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1));
       if (j < view.from || j >= view.to) return null;
+      if (py > H - B && py <= H - B + STRIP + 2) return { bucket: j, kernels: data.kernel_counts[j] || 0 };
       for (var b = 0; b < bands.length; b++) {
         var y0 = svg._y(tops[j][b]), y1 = svg._y(tops[j][b + 1]);
         if (py <= y0 && py >= y1 && y0 - y1 > 0.1) return { band: b, bucket: j };
@@ -103,6 +117,12 @@
       return [(ev.clientX - r.left) / r.width * W, (ev.clientY - r.top) / r.height * H];
     }
     function show(h) {
+      if (h && h.kernels !== undefined) {
+        tip.hidden = false;
+        tip.textContent = h.kernels + " kernel" + (h.kernels === 1 ? "" : "s") + " started from " +
+          seconds(h.bucket * step) + " to " + seconds((h.bucket + 1) * step);
+        return;
+      }
       if (!h || h.band < 0) { tip.hidden = true; return; }
       var band = bands[h.band];
       tip.hidden = false;
@@ -129,6 +149,12 @@
     });
     svg.addEventListener("dblclick", function () { view = { from: 0, to: n }; render(); });
     render();
+    box._hitStrip = function () {
+      // The kernel strip under the peak (the self-test uses it).
+      var j = Math.min(n - 1, Math.max(0, Math.round(data.peak.t / step)));
+      var r = svg.getBoundingClientRect();
+      return [r.left + svg._x(j) / W * r.width, r.top + (H - B + STRIP / 2) / H * r.height];
+    };
     box._hitPeak = function () {
       // The point of the largest band at the peak (the self-test uses it).
       var j = Math.min(n - 1, Math.max(0, Math.round(data.peak.t / step)));
@@ -144,10 +170,11 @@
   // #selftest (or #selftest-N for the Nth timeline, from 0): point at the
   // largest band at that timeline's peak and leave what the pointer showed
   // in #selftest (tests/e2e/report.rs).
-  var test = /^#selftest(?:-(\d+))?$/.exec(location.hash);
+  var test = /^#selftest(?:-(\d+))?(-strip)?$/.exec(location.hash);
   var which = test ? Number(test[1] || 0) : -1;
   if (which >= 0 && which < boxes.length) {
-    var box = boxes[which], p = box._hitPeak(), svg = box.querySelector("svg");
+    var box = boxes[which], svg = box.querySelector("svg");
+    var p = test[2] ? box._hitStrip() : box._hitPeak();
     svg.dispatchEvent(new PointerEvent("pointermove", { clientX: p[0], clientY: p[1], bubbles: true }));
     var out = document.createElement("pre");
     out.id = "selftest";

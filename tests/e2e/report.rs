@@ -44,6 +44,18 @@ fn report_writes_html_json_and_charts_and_prints_the_answers() {
     ] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
+    // The timeline's kernel strip counts every kernel once (kinds.cu
+    // launches three).
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("kinds.json")).unwrap()).unwrap();
+    let counted: u64 = a["devices"][0]["kernels_per_bucket"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, a["input"]["kernels"].as_u64().unwrap());
+    assert_eq!(counted, 3);
     // The flame graph of the peak: every site live then, by stack, as wide
     // as its bytes (kinds.cu peaks at 5 MiB: 4 MiB managed, 1 MiB device).
     let flame = std::fs::read_to_string(dir.join("kinds-device0-peak-flame.svg")).unwrap();
@@ -321,6 +333,25 @@ fn report_renders_in_headless_chromium() {
     assert!(
         dom.contains(&leak),
         "{leak} not shown by the tensor timeline"
+    );
+    // The kernel strip under the device timeline's peak gives a count.
+    let dom = run(Command::new(&browser)
+        .args(flags)
+        .arg("--virtual-time-budget=3000")
+        .arg("--dump-dom")
+        .arg(format!(
+            "file://{}#selftest-0-strip",
+            dir.join("torch_leak.html").display()
+        )));
+    let dom = stdout(&dom);
+    let shown = dom
+        .split("<pre id=\"selftest\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_default();
+    assert!(
+        shown.contains(" kernels started from "),
+        "the strip showed {shown:?}"
     );
     let shot = dir.join("page.png");
     let o = run(Command::new(&browser)
