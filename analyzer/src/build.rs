@@ -140,7 +140,7 @@ fn site_curves(
                 if s.device != device || site_id(raw as u32) != top.site {
                     continue;
                 }
-                for (sum, p) in live.iter_mut().zip(s.curve.finish(axis, buckets)) {
+                for (sum, p) in live.iter_mut().zip(s.held.curve.finish(axis, buckets)) {
                     *sum += p.last;
                 }
             }
@@ -449,15 +449,15 @@ pub fn build(
         }
         let st = &engine.streams[s.stream as usize];
         let judged = judge_growth(
-            &mut s.curve,
-            &mut s.count_curve,
-            s.max_live,
-            s.at_exit,
+            &mut s.held.curve,
+            &mut s.held.count_curve,
+            s.held.max_live,
+            s.held.at_exit,
             &st.count_axis,
             st.allocations,
             &axis,
             buckets,
-            (s.count, st.allocations),
+            (s.held.count, st.allocations),
         );
         if let Some((from, to, curve)) = judged {
             growth.push(Growth {
@@ -584,27 +584,27 @@ fn process_reports(
             if s.stream as usize != si {
                 continue;
             }
-            if s.count > 0 && !devices.contains(&s.device) {
+            if s.held.count > 0 && !devices.contains(&s.device) {
                 devices.push(s.device);
             }
             match categories.get(i).copied().unwrap_or(Category::Unknown) {
                 Category::AllocatorCache => {
                     cache_sites = true;
-                    at_exit.cached_bytes += s.at_exit;
-                    at_exit.cached_count += s.at_exit_count;
+                    at_exit.cached_bytes += s.held.at_exit;
+                    at_exit.cached_count += s.held.at_exit_count;
                 }
                 Category::Runtime => {
-                    at_exit.runtime_bytes += s.at_exit;
-                    at_exit.runtime_count += s.at_exit_count;
+                    at_exit.runtime_bytes += s.held.at_exit;
+                    at_exit.runtime_count += s.held.at_exit_count;
                 }
                 Category::Library => {
-                    at_exit.library_bytes += s.at_exit;
-                    at_exit.library_count += s.at_exit_count;
+                    at_exit.library_bytes += s.held.at_exit;
+                    at_exit.library_count += s.held.at_exit_count;
                 }
-                Category::Profiler => at_exit.profiler_bytes += s.at_exit,
+                Category::Profiler => at_exit.profiler_bytes += s.held.at_exit,
                 Category::Program | Category::Unknown => {
-                    at_exit.leaked_bytes += s.at_exit;
-                    at_exit.leaked_count += s.at_exit_count;
+                    at_exit.leaked_bytes += s.held.at_exit;
+                    at_exit.leaked_count += s.held.at_exit_count;
                 }
             }
         }

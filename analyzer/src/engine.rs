@@ -96,22 +96,19 @@ struct SiteKey {
     func: u16,
 }
 
-/// Figures of one raw site: one stack of one process on one device.
-#[derive(Clone, Debug)]
-pub struct SiteStats {
-    pub stream: u32,
-    pub stack: u32,
-    pub device: u32,
-    pub class: SiteClass,
-    pub func: ApiFunc,
-    pub kinds: u8,
+/// What one site allocated and holds, over time: the bookkeeping that
+/// CUDA allocation sites (`SiteStats`) and tensor sites
+/// (`framework::TensorSiteStats`) share.
+#[derive(Clone, Debug, Default)]
+pub struct Holding {
     pub count: u64,
     pub total_bytes: u64,
     pub live: u64,
     pub live_count: u64,
     pub max_live: u64,
+    /// Freed before the process allocated anything else (memray's
+    /// meaning).
     pub temporaries: u64,
-    pub failed: u64,
     /// What it held at its device's peak.
     pub at_peak: u64,
     pub at_peak_count: u64,
@@ -122,6 +119,43 @@ pub struct SiteStats {
     /// Live bytes against the process's allocation count (growth is judged
     /// on it: programs spend their start-up time allocating nothing).
     pub count_curve: Curve,
+}
+
+impl Holding {
+    /// One allocation of `bytes`, at the current bucket of `axis` and of
+    /// the process's allocation count.
+    #[inline]
+    pub fn alloc(&mut self, bytes: u64, axis: &Axis, count_axis: &Axis) {
+        self.count += 1;
+        self.total_bytes += bytes;
+        self.live += bytes;
+        self.live_count += 1;
+        self.max_live = self.max_live.max(self.live);
+        self.curve.set(axis, self.live);
+        self.count_curve.set(count_axis, self.live);
+    }
+
+    /// One of its allocations, of `bytes`, freed.
+    #[inline]
+    pub fn release(&mut self, bytes: u64, axis: &Axis, count_axis: &Axis) {
+        self.live = self.live.saturating_sub(bytes);
+        self.live_count = self.live_count.saturating_sub(1);
+        self.curve.set(axis, self.live);
+        self.count_curve.set(count_axis, self.live);
+    }
+}
+
+/// Figures of one raw site: one stack of one process on one device.
+#[derive(Clone, Debug)]
+pub struct SiteStats {
+    pub stream: u32,
+    pub stack: u32,
+    pub device: u32,
+    pub class: SiteClass,
+    pub func: ApiFunc,
+    pub kinds: u8,
+    pub failed: u64,
+    pub held: Holding,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -450,7 +484,7 @@ pub trait HoldsMemory {
 
 impl HoldsMemory for SiteStats {
     fn held(&self) -> (u64, u64) {
-        (self.live, self.live_count)
+        (self.held.live, self.held.live_count)
     }
 }
 
@@ -717,19 +751,8 @@ impl Engine {
             class: key.class,
             func: ApiFunc(key.func),
             kinds: 0,
-            count: 0,
-            total_bytes: 0,
-            live: 0,
-            live_count: 0,
-            max_live: 0,
-            temporaries: 0,
             failed: 0,
-            at_peak: 0,
-            at_peak_count: 0,
-            at_exit: 0,
-            at_exit_count: 0,
-            curve: Curve::default(),
-            count_curve: Curve::default(),
+            held: Holding::default(),
         });
         self.site_index.insert(key, i);
         self.device(key.device).sites.push(i);
@@ -991,14 +1014,8 @@ impl Engine {
         let axis = self.axis.as_ref().expect("axis set before events");
         let s = &mut self.sites[site as usize];
         s.kinds |= 1 << (kind & 7);
-        s.count += 1;
-        s.total_bytes += bytes;
-        s.live += bytes;
-        s.live_count += 1;
-        s.max_live = s.max_live.max(s.live);
-        s.curve.set(axis, s.live);
         let st = &mut self.streams[stream as usize];
-        s.count_curve.set(&st.count_axis, s.live);
+        s.held.alloc(bytes, axis, &st.count_axis);
         st.live += bytes;
         st.curve.set(axis, st.live);
         if st.live > st.peak {
@@ -1100,12 +1117,9 @@ impl Engine {
         st.live -= l.bytes;
         st.curve.set(axis, st.live);
         let s = &mut self.sites[l.site as usize];
-        s.live -= l.bytes;
-        s.live_count -= 1;
-        s.curve.set(axis, s.live);
-        s.count_curve.set(&st.count_axis, s.live);
+        s.held.release(l.bytes, axis, &st.count_axis);
         if counted && st.allocations == l.seq {
-            s.temporaries += 1;
+            s.held.temporaries += 1;
         }
     }
 
@@ -1261,8 +1275,8 @@ impl Engine {
         left.sort_by_key(|&(a, _)| a);
         for &(address, l) in &left {
             let s = &mut self.sites[l.site as usize];
-            s.at_exit += l.bytes;
-            s.at_exit_count += 1;
+            s.held.at_exit += l.bytes;
+            s.held.at_exit_count += 1;
             if let Some(t) = ended {
                 self.live.remove(&(stream, address));
                 self.retire(stream, address, l, false);
@@ -1339,8 +1353,8 @@ impl Engine {
         for &state in self.devices.by_id.values() {
             for &(i, b, c) in &self.devices.states[state].peak_sites {
                 let s = &mut self.sites[i as usize];
-                s.at_peak += b;
-                s.at_peak_count += c;
+                s.held.at_peak += b;
+                s.held.at_peak_count += c;
             }
         }
     }

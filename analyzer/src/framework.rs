@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::AllocatorAction;
 
-use crate::engine::{sites_holding, FastMap, HoldsMemory};
+use crate::engine::{sites_holding, FastMap, Holding, HoldsMemory};
 use crate::input::AllocatorEv;
 use crate::timeline::{Axis, Curve, Samples};
 
@@ -164,25 +164,13 @@ struct Block {
 #[derive(Clone, Debug)]
 pub struct TensorSiteStats {
     pub stack: u32,
-    pub count: u64,
-    pub total_bytes: u64,
-    pub live: u64,
-    pub live_count: u64,
-    pub max_live: u64,
-    pub at_peak: u64,
-    pub at_peak_count: u64,
-    pub at_exit: u64,
-    pub at_exit_count: u64,
-    /// Freed before any other tensor was allocated (memray's meaning).
-    pub temporaries: u64,
-    pub curve: Curve,
-    /// Live bytes against the process's tensor allocation count.
-    pub count_curve: Curve,
+    /// Its tensors (`count_curve` against the process's tensor count).
+    pub held: Holding,
 }
 
 impl HoldsMemory for TensorSiteStats {
     fn held(&self) -> (u64, u64) {
-        (self.live, self.live_count)
+        (self.held.live, self.held.live_count)
     }
 }
 
@@ -463,18 +451,7 @@ impl FrameworkState {
         let i = self.sites.len() as u32;
         self.sites.push(TensorSiteStats {
             stack,
-            count: 0,
-            total_bytes: 0,
-            live: 0,
-            live_count: 0,
-            max_live: 0,
-            at_peak: 0,
-            at_peak_count: 0,
-            at_exit: 0,
-            at_exit_count: 0,
-            temporaries: 0,
-            curve: Curve::default(),
-            count_curve: Curve::default(),
+            held: Holding::default(),
         });
         self.site_index.insert((stack, device), i);
         self.devices
@@ -536,8 +513,7 @@ impl FrameworkState {
                     // A free we never saw: take the old block out.
                     if old.allocated {
                         dev.allocated = dev.allocated.saturating_sub(old.size);
-                        release(
-                            &mut self.sites[old.site as usize],
+                        self.sites[old.site as usize].held.release(
                             old.size,
                             axis,
                             &self.count_axis,
@@ -549,14 +525,9 @@ impl FrameworkState {
                 dev.allocated += size;
                 dev.allocated_curve.set(axis, dev.allocated);
                 dev.frag_dirty = true;
-                let s = &mut self.sites[site as usize];
-                s.count += 1;
-                s.total_bytes += size;
-                s.live += size;
-                s.live_count += 1;
-                s.max_live = s.max_live.max(s.live);
-                s.curve.set(axis, s.live);
-                s.count_curve.set(&self.count_axis, s.live);
+                self.sites[site as usize]
+                    .held
+                    .alloc(size, axis, &self.count_axis);
                 if dev.allocated > dev.allocated_peak {
                     dev.allocated_peak = dev.allocated;
                     dev.allocated_peak_time = t;
@@ -574,8 +545,8 @@ impl FrameworkState {
                         dev.frees += 1;
                         dev.allocated = dev.allocated.saturating_sub(size);
                         dev.allocated_curve.set(axis, dev.allocated);
-                        let s = &mut self.sites[site as usize];
-                        release(s, size, axis, &self.count_axis);
+                        let s = &mut self.sites[site as usize].held;
+                        s.release(size, axis, &self.count_axis);
                         if self.last_alloc == Some((ev.address, ev.device, seq)) {
                             s.temporaries += 1;
                         }
@@ -592,12 +563,9 @@ impl FrameworkState {
                         dev.frees += 1;
                         dev.allocated = dev.allocated.saturating_sub(b.size);
                         dev.allocated_curve.set(axis, dev.allocated);
-                        release(
-                            &mut self.sites[b.site as usize],
-                            b.size,
-                            axis,
-                            &self.count_axis,
-                        );
+                        self.sites[b.site as usize]
+                            .held
+                            .release(b.size, axis, &self.count_axis);
                     }
                     dev.frag_dirty = true;
                 }
@@ -768,22 +736,15 @@ impl FrameworkState {
             settle_peak(dev, &self.sites);
             for &(site, bytes, count) in &dev.peak_sites {
                 let s = &mut self.sites[site as usize];
-                s.at_peak += bytes;
-                s.at_peak_count += count;
+                s.held.at_peak += bytes;
+                s.held.at_peak_count += count;
             }
         }
         for s in &mut self.sites {
-            s.at_exit = s.live;
-            s.at_exit_count = s.live_count;
+            s.held.at_exit = s.held.live;
+            s.held.at_exit_count = s.held.live_count;
         }
     }
-}
-
-fn release(s: &mut TensorSiteStats, size: u64, axis: &Axis, count_axis: &Axis) {
-    s.live = s.live.saturating_sub(size);
-    s.live_count = s.live_count.saturating_sub(1);
-    s.curve.set(axis, s.live);
-    s.count_curve.set(count_axis, s.live);
 }
 
 /// Copies the live sites into the peak's breakdown if a new peak was

@@ -111,13 +111,13 @@ pub fn views(
             if !m.pids.contains(&pid) {
                 m.pids.push(pid);
             }
-            m.count += s.count;
-            m.total_bytes += s.total_bytes;
-            m.at_peak += s.at_peak;
-            m.max_live = m.max_live.max(s.max_live);
-            m.at_exit += s.at_exit;
-            m.at_exit_count += s.at_exit_count;
-            m.temporaries += s.temporaries;
+            m.count += s.held.count;
+            m.total_bytes += s.held.total_bytes;
+            m.at_peak += s.held.at_peak;
+            m.max_live = m.max_live.max(s.held.max_live);
+            m.at_exit += s.held.at_exit;
+            m.at_exit_count += s.held.at_exit_count;
+            m.temporaries += s.held.temporaries;
             keys.push(key);
         }
         group_of.push(keys);
@@ -237,8 +237,8 @@ pub fn views(
                 .iter()
                 .map(|&i| {
                     (
-                        fw.sites[i as usize].at_exit,
-                        fw.sites[i as usize].at_exit_count,
+                        fw.sites[i as usize].held.at_exit,
+                        fw.sites[i as usize].held.at_exit_count,
                     )
                 })
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -253,7 +253,7 @@ pub fn views(
                         if ids[i as usize] != top.site {
                             continue;
                         }
-                        let curve = fw.sites[i as usize].curve.finish(axis, buckets);
+                        let curve = fw.sites[i as usize].held.curve.finish(axis, buckets);
                         for (sum, p) in live.iter_mut().zip(curve) {
                             *sum += p.last;
                         }
@@ -327,15 +327,15 @@ pub fn views(
         // Growth of tensor sites, judged on this process's tensor count.
         for (i, s) in fw.sites.iter_mut().enumerate() {
             let judged = judge_growth(
-                &mut s.curve,
-                &mut s.count_curve,
-                s.max_live,
-                s.at_exit,
+                &mut s.held.curve,
+                &mut s.held.count_curve,
+                s.held.max_live,
+                s.held.at_exit,
                 &fw.count_axis,
                 fw.allocations,
                 axis,
                 buckets,
-                (s.count, fw.allocations),
+                (s.held.count, fw.allocations),
             );
             if let Some((from, to, curve)) = judged {
                 tensor_growth.push(Growth {

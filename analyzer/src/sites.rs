@@ -561,35 +561,35 @@ pub fn rank(
                 "merged".into(),
                 of_raw.iter().map(|&m| m as u64).collect::<Vec<u64>>(),
             ),
-            col("count", &|_, s| s.count),
-            col("total_bytes", &|_, s| s.total_bytes),
-            col("live_at_peak", &|_, s| s.at_peak),
-            col("max_live", &|_, s| s.max_live),
-            col("temporaries", &|_, s| s.temporaries),
+            col("count", &|_, s| s.held.count),
+            col("total_bytes", &|_, s| s.held.total_bytes),
+            col("live_at_peak", &|_, s| s.held.at_peak),
+            col("max_live", &|_, s| s.held.max_live),
+            col("temporaries", &|_, s| s.held.temporaries),
             col("failed", &|_, s| s.failed),
             col("leaked_bytes", &|i, s| {
                 if leaked[i] {
-                    s.at_exit
+                    s.held.at_exit
                 } else {
                     0
                 }
             }),
             col("leaked_count", &|i, s| {
                 if leaked[i] {
-                    s.at_exit_count
+                    s.held.at_exit_count
                 } else {
                     0
                 }
             }),
             col("cached_at_exit_bytes", &|i, s| {
                 if cached[i] {
-                    s.at_exit
+                    s.held.at_exit
                 } else {
                     0
                 }
             }),
-            col("held_at_exit_bytes", &|_, s| s.at_exit),
-            col("held_at_exit_count", &|_, s| s.at_exit_count),
+            col("held_at_exit_bytes", &|_, s| s.held.at_exit),
+            col("held_at_exit_count", &|_, s| s.held.at_exit_count),
         ],
     )?;
     let sums = [
