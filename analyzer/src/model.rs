@@ -50,6 +50,16 @@ pub struct Analysis {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Remedy {
+    /// A request that reached the program as an error was larger than the
+    /// whole device: no setting makes it fit; the work must come in
+    /// smaller pieces (or be spread over devices).
+    LargerThanDevice {
+        pid: u32,
+        device: u32,
+        requested_bytes: u64,
+        device_total_bytes: u64,
+        site: String,
+    },
     /// PyTorch refused a request because of its memory fraction
     /// (`torch.cuda.set_per_process_memory_fraction`): `needed_fraction`
     /// would have let it through (what was allocated plus the request).

@@ -2,6 +2,8 @@
 //! evidence is in the trace, with the figures that justify it
 //! (`model::Remedy`; the reports crate puts them in words).
 //!
+//! - an out-of-memory error for more than the whole device → smaller
+//!   pieces of work, or more devices;
 //! - an out-of-memory error against PyTorch's memory fraction → the
 //!   fraction that would have let the request through;
 //! - an out-of-memory error with enough free in the allocator's segments
@@ -23,6 +25,7 @@ const PREALLOCATION_SHARE: f64 = 0.4;
 /// Every remedy the analysis has evidence for, the errors' first.
 pub fn remedies(a: &Analysis) -> Vec<Remedy> {
     let mut out = Vec::new();
+    larger_than_device(a, &mut out);
     memory_fraction(a, &mut out);
     expandable_segments(a, &mut out);
     growing_lines(a, &mut out);
@@ -33,6 +36,56 @@ pub fn remedies(a: &Analysis) -> Vec<Remedy> {
 
 fn tensor_site(a: &Analysis, site: Option<u32>) -> Option<String> {
     site.map(|s| a.tensor_site_label(s))
+}
+
+/// A request that reached the program as an error and was larger than the
+/// whole device: no setting makes it fit (one remedy per process and
+/// device, the largest request).
+fn larger_than_device(a: &Analysis, out: &mut Vec<Remedy>) {
+    let mut largest: std::collections::BTreeMap<(u32, u32), (u64, u64, String)> =
+        Default::default();
+    let driver = a
+        .ooms
+        .iter()
+        .filter(|o| o.reached_program() && o.device_total_bytes > 0)
+        .map(|o| {
+            (
+                o.pid,
+                o.device,
+                o.requested_bytes,
+                o.device_total_bytes,
+                a.site_label(o.site),
+            )
+        });
+    let framework = a.frameworks.iter().flat_map(|v| v.ooms.iter()).map(|o| {
+        (
+            o.pid,
+            o.device,
+            o.requested_bytes,
+            o.device_total_bytes,
+            tensor_site(a, o.site).unwrap_or_else(|| "an unknown site".into()),
+        )
+    });
+    for (pid, device, requested, total, site) in driver.chain(framework) {
+        if total == 0 || requested <= total {
+            continue;
+        }
+        let e = largest
+            .entry((pid, device))
+            .or_insert((0, total, String::new()));
+        if requested > e.0 {
+            *e = (requested, total, site);
+        }
+    }
+    for ((pid, device), (requested_bytes, device_total_bytes, site)) in largest {
+        out.push(Remedy::LargerThanDevice {
+            pid,
+            device,
+            requested_bytes,
+            device_total_bytes,
+            site,
+        });
+    }
 }
 
 fn memory_fraction(a: &Analysis, out: &mut Vec<Remedy>) {

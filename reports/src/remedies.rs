@@ -17,6 +17,22 @@ fn percent(f: f64) -> String {
 
 pub fn advice(r: &Remedy) -> Advice {
     match r {
+        Remedy::LargerThanDevice {
+            pid,
+            device,
+            requested_bytes,
+            device_total_bytes,
+            site,
+        } => Advice {
+            change: format!(
+                "ask for less at once at {site}: a smaller batch or chunk, or the work split over several devices"
+            ),
+            because: format!(
+                "pid {pid} asked for {} on device {device}, which has {} in all: no cache or setting makes that fit",
+                bytes(*requested_bytes),
+                bytes(*device_total_bytes)
+            ),
+        },
         Remedy::MemoryFraction {
             pid,
             device,

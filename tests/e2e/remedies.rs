@@ -76,6 +76,26 @@ fn an_oom_against_the_memory_fraction_names_the_fraction_that_fits() {
 }
 
 #[test]
+fn a_request_larger_than_the_device_asks_for_smaller_pieces() {
+    // oom.cu asks for 1 TiB once (try_huge, line 17) on the 140 GiB H200,
+    // and later fills the device in 16 GiB steps: only the first is larger
+    // than the device. torch_oom.py's last request is 300 GB.
+    let a = analysis(&sample("oom.bin"), "oom");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "larger_than_device");
+    assert_eq!(r[0]["requested_bytes"], 1u64 << 40);
+    assert_eq!(r[0]["site"], "try_huge at oom.cu:17");
+    assert!(r[0]["device_total_bytes"].as_u64().unwrap() < 1 << 40);
+    let a = analysis(&sample("torch_oom.bin"), "torch-oom");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "larger_than_device");
+    assert_eq!(r[0]["requested_bytes"], 300_219_891_712u64);
+    assert!(summary("oom").contains("ask for less at once at try_huge at oom.cu:17"));
+}
+
+#[test]
 fn a_leaking_line_is_named_with_what_it_held() {
     // torch_leak.py keeps a 4 MiB tensor every fifth step: 40 of them.
     let a = analysis(&sample("torch_leak.bin"), "leak");
@@ -131,7 +151,6 @@ fn samples_without_the_evidence_get_no_remedy() {
         "two_pools",
         "vmm",
         "graph",
-        "oom",
         "torch_native",
         "torch_async",
         "torch_growth",
