@@ -119,28 +119,25 @@ fn fragmentation_at(start: u64) -> impl Fn(crate::regions::Worst) -> Fragmentati
 }
 
 /// Sites shown as bands of a timeline: the largest at its peak.
-pub const TIMELINE_SITES: usize = 8;
+const TIMELINE_SITES: usize = 8;
 
 /// The live bytes over time (at each bucket's end) of the largest sites at
-/// a device's peak (`peak`, largest first), each summed over its raw sites
-/// on that device.
-fn site_curves(
-    sites: &mut [engine::SiteStats],
-    device: u32,
+/// a peak (`peak`, largest first), each summed over its raw sites among
+/// `raws` (`final_id` of a raw site; `curve` its live curve): the bands of
+/// a timeline, for CUDA allocation sites and tensor sites alike.
+pub fn site_curves(
     peak: &[SiteBytes],
-    site_id: &impl Fn(u32) -> u32,
-    axis: &timeline::Axis,
+    raws: &[u32],
+    final_id: impl Fn(u32) -> u32,
+    mut curve: impl FnMut(u32) -> Vec<Point>,
     buckets: usize,
 ) -> Vec<SiteCurve> {
     peak.iter()
         .take(TIMELINE_SITES)
         .map(|top| {
             let mut live = vec![0u64; buckets];
-            for (raw, s) in sites.iter_mut().enumerate() {
-                if s.device != device || site_id(raw as u32) != top.site {
-                    continue;
-                }
-                for (sum, p) in live.iter_mut().zip(s.held.curve.finish(axis, buckets)) {
+            for &raw in raws.iter().filter(|&&r| final_id(r) == top.site) {
+                for (sum, p) in live.iter_mut().zip(curve(raw)) {
                     *sum += p.last;
                 }
             }
@@ -334,12 +331,14 @@ pub fn build(
                 .get(d)
                 .map(|x| x.peak_sites.clone())
                 .unwrap_or_default();
+            let raws: Vec<u32> = (0..engine.sites.len() as u32)
+                .filter(|&r| engine.sites[r as usize].device == d)
+                .collect();
             site_curves(
-                &mut engine.sites,
-                d,
                 &by_site(&peak),
-                &site_id,
-                &axis,
+                &raws,
+                site_id,
+                |r| engine.sites[r as usize].held.curve.finish(&axis, buckets),
                 buckets,
             )
         };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::allocator;
 
-use crate::build::{judge_growth, site_bytes, TIMELINE_SITES};
+use crate::build::{judge_growth, site_bytes, site_curves};
 use crate::engine::{Engine, SiteClass};
 use crate::framework::{FrameworkOomRaw, PoolKey};
 use crate::model::*;
@@ -244,26 +244,14 @@ pub fn views(
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             // The timeline's bands: the largest tensor sites at the
             // allocated peak, each summed over its raw sites here.
-            let timeline_sites: Vec<SiteCurve> = by_site(&dev.peak_sites, ids)
-                .iter()
-                .take(TIMELINE_SITES)
-                .map(|top| {
-                    let mut live = vec![0u64; buckets];
-                    for &i in &dev.sites {
-                        if ids[i as usize] != top.site {
-                            continue;
-                        }
-                        let curve = fw.sites[i as usize].held.curve.finish(axis, buckets);
-                        for (sum, p) in live.iter_mut().zip(curve) {
-                            *sum += p.last;
-                        }
-                    }
-                    SiteCurve {
-                        site: top.site,
-                        live,
-                    }
-                })
-                .collect();
+            let sites = &mut fw.sites;
+            let timeline_sites = site_curves(
+                &by_site(&dev.peak_sites, ids),
+                &dev.sites,
+                |r| ids[r as usize],
+                |r| sites[r as usize].held.curve.finish(axis, buckets),
+                buckets,
+            );
             frameworks.push(FrameworkView {
                 timeline_sites,
                 allocator: allocator::name(dev.allocator.max(1)).to_string(),
