@@ -261,6 +261,23 @@ pub fn build(
 
     let mut devices = Vec::new();
     let device_ids = engine.devices.ids();
+    // The device's own view, per device and right after each failed
+    // allocation: its samples gathered once for both.
+    let (mut smi_views, oom_views) = {
+        let samples = device_view::Samples::new(&engine, start);
+        let views: std::collections::BTreeMap<u32, SmiView> = device_ids
+            .iter()
+            .filter_map(|&d| Some((d, samples.view(&engine, d, &axis, buckets)?)))
+            .collect();
+        let ooms: Vec<Option<SmiMoment>> = engine
+            .ooms
+            .iter()
+            .map(|o| {
+                samples.after_failure(engine.streams[o.stream as usize].pid(), o.device, o.time)
+            })
+            .collect();
+        (views, ooms)
+    };
     for d in device_ids {
         let info = engine
             .streams
@@ -324,7 +341,7 @@ pub fn build(
                 .is_some_and(|f| f.devices.contains_key(&d))
         });
         let streams = &engine.streams;
-        let smi = device_view::Samples::new(&engine, start).view(&engine, d, &axis, buckets);
+        let smi = smi_views.remove(&d);
         let timeline_sites = {
             let peak = engine
                 .devices
@@ -481,11 +498,11 @@ pub fn build(
             .find(|x| x.device == d)
             .map_or(0, |x| x.total_memory)
     };
-    let smi_samples = device_view::Samples::new(&engine, start);
     let mut ooms: Vec<Oom> = engine
         .ooms
         .iter()
-        .map(|o| {
+        .zip(oom_views)
+        .map(|(o, device_view)| {
             let st = &engine.streams[o.stream as usize];
             Oom {
                 time_ns: rel(o.time),
@@ -502,7 +519,7 @@ pub fn build(
                 largest_free_extent: o.largest_free,
                 live_by_site: by_site(&o.live_by_site).into_iter().take(10).collect(),
                 raised_as: None,
-                device_view: smi_samples.after_failure(st.pid(), o.device, o.time),
+                device_view,
             }
         })
         .collect();
