@@ -243,6 +243,23 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
+/// What a report page's timeline showed when its #selftest pointed at it
+/// (`url` ends with the #selftest fragment): the page leaves the tooltip's
+/// text in a `<pre id="selftest">`.
+fn pointed(browser: &Path, flags: &[&str], url: &str) -> String {
+    let dom = run(Command::new(browser)
+        .args(flags)
+        .arg("--virtual-time-budget=3000")
+        .arg("--dump-dom")
+        .arg(url));
+    stdout(&dom)
+        .split("<pre id=\"selftest\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no #selftest output in {url}"))
+        .to_string()
+}
+
 /// The page in a real browser: its DOM after load holds the sections, and a
 /// screenshot is drawn. Skipped with a printed reason without chromium,
 /// except where GMEM_PROF_REQUIRE_BROWSER is set (CI: .ci/run installs it).
@@ -285,17 +302,7 @@ fn report_renders_in_headless_chromium() {
     // The timeline's interaction: a pointer on the largest band at the
     // peak shows that band's site, its bytes and its stack (the page's
     // #selftest dispatches the pointer event and leaves what was shown).
-    let dom = run(Command::new(&browser)
-        .args(flags)
-        .arg("--virtual-time-budget=3000")
-        .arg("--dump-dom")
-        .arg(format!("{url}#selftest")));
-    let dom = stdout(&dom);
-    let shown = dom
-        .split("<pre id=\"selftest\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</pre>").next())
-        .unwrap_or_else(|| panic!("no #selftest output in the page"));
+    let shown = pointed(&browser, &flags, &format!("{url}#selftest"));
     let a: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("torch_oom.json")).unwrap()).unwrap();
     let top = a["devices"][0]["peak_sites"][0]["site"].as_u64().unwrap() as usize;
@@ -315,15 +322,8 @@ fn report_renders_in_headless_chromium() {
     // tensors of 4 MiB (torch_leak.truth.json).
     let o = report(&[&sample("torch_leak.bin")], &dir);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let dom = run(Command::new(&browser)
-        .args(flags)
-        .arg("--virtual-time-budget=3000")
-        .arg("--dump-dom")
-        .arg(format!(
-            "file://{}#selftest-1",
-            dir.join("torch_leak.html").display()
-        )));
-    let dom = stdout(&dom);
+    let leak_page = format!("file://{}", dir.join("torch_leak.html").display());
+    let shown = pointed(&browser, &flags, &format!("{leak_page}#selftest-1"));
     let truth: serde_json::Value =
         serde_json::from_slice(&std::fs::read(sample("torch_leak.truth.json")).unwrap()).unwrap();
     let leak = format!(
@@ -331,24 +331,11 @@ fn report_renders_in_headless_chromium() {
         truth["lines"]["leak"]
     );
     assert!(
-        dom.contains(&leak),
-        "{leak} not shown by the tensor timeline"
+        shown.contains(&leak),
+        "{leak} not shown by the tensor timeline: {shown:?}"
     );
     // The kernel strip under the device timeline's peak gives a count.
-    let dom = run(Command::new(&browser)
-        .args(flags)
-        .arg("--virtual-time-budget=3000")
-        .arg("--dump-dom")
-        .arg(format!(
-            "file://{}#selftest-0-strip",
-            dir.join("torch_leak.html").display()
-        )));
-    let dom = stdout(&dom);
-    let shown = dom
-        .split("<pre id=\"selftest\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</pre>").next())
-        .unwrap_or_default();
+    let shown = pointed(&browser, &flags, &format!("{leak_page}#selftest-0-strip"));
     assert!(
         shown.contains(" kernels started from "),
         "the strip showed {shown:?}"
