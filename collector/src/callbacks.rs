@@ -504,7 +504,8 @@ impl Collector {
             stack: Default::default(),
             internal: crate::session::on_collector_thread(),
         };
-        if func.allocates() && result != 0 {
+        let failed_allocation = func.allocates() && result != 0;
+        if failed_allocation {
             // The Api record does not say which device: charge the failure
             // to the device of this thread's current context.
             // SAFETY: the context field of the same CUpti_CallbackData.
@@ -526,7 +527,7 @@ impl Collector {
             (0, false)
         };
         self.sink.push_api(call, &frames[..n], truncated);
-        if func.allocates() && result != 0 {
+        if failed_allocation {
             // The device as nvidia-smi saw it when the allocation failed.
             self.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
         }
