@@ -160,6 +160,11 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
         ),
         Record::Dropped(d) => write!(l, "dropped t={} cupti={} collector={}", d.time.0, d.cupti, d.collector),
         Record::CallDevice(c) => write!(l, "call_device t={} tid={} dev={}", c.time.0, c.tid, c.device),
+        Record::PoolUsage(u) => write!(
+            l,
+            "pool_usage t={} dev={} framework={} reason={} in_use={} peak_in_use={} pool={} limit={}",
+            u.time.0, u.device, u.framework, u.reason, u.in_use.0, u.peak_in_use.0, u.pool.0, u.limit.0
+        ),
         Record::DeviceMemory(m) => write!(
             l,
             "device_memory t={} dev={} reason={} total={} used={} free={} reserved={} processes={}",

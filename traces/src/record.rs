@@ -60,6 +60,7 @@ pub mod tag {
     pub const ALLOCATOR: u8 = 17;
     pub const DEVICE_MEMORY: u8 = 18;
     pub const CALL_DEVICE: u8 = 19;
+    pub const POOL_USAGE: u8 = 20;
 }
 
 /// One decoded record.
@@ -85,6 +86,7 @@ pub enum Record {
     Allocator(AllocatorInfo),
     DeviceMemory(DeviceMemory),
     CallDevice(CallDevice),
+    PoolUsage(PoolUsage),
     /// A record with a tag this reader does not know (written by a newer
     /// writer). Its body was skipped.
     Unknown {
@@ -566,6 +568,45 @@ pub struct CallDevice {
     pub device: u32,
 }
 
+/// How much of a framework's own memory pool was in use, as the framework
+/// itself reports it (JAX's `memory_stats()`, CuPy's pool): the inside of a
+/// pool whose sub-allocations CUDA never sees. Sampled in the program by the
+/// Python bootstrap `record` puts on the path (`collector/python/`).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct PoolUsage {
+    pub time: Nanos,
+    /// The CUDA device number in the sampling process.
+    pub device: u32,
+    /// `pool_usage::JAX`, `pool_usage::CUPY`.
+    pub framework: u8,
+    /// `pool_usage::SAMPLED` or `pool_usage::EXIT`.
+    pub reason: u8,
+    /// Bytes of the framework's arrays in the pool.
+    pub in_use: Bytes,
+    /// The most ever in use, as the framework counts it (`u64::MAX`: the
+    /// framework does not keep it).
+    pub peak_in_use: Bytes,
+    /// What the pool holds from CUDA.
+    pub pool: Bytes,
+    /// The most the pool may hold (`u64::MAX`: no limit known).
+    pub limit: Bytes,
+}
+
+/// `PoolUsage`'s codes.
+pub mod pool_usage {
+    /// JAX's (XLA's BFC allocator) `Device.memory_stats()`.
+    pub const JAX: u8 = 1;
+    /// CuPy's default memory pool (`used_bytes`, `total_bytes`).
+    pub const CUPY: u8 = 2;
+    /// Read at an interval while the program ran.
+    pub const SAMPLED: u8 = 0;
+    /// Read as the program's interpreter was exiting.
+    pub const EXIT: u8 = 1;
+    /// "not known".
+    pub const UNKNOWN: u64 = u64::MAX;
+}
+
 /// Why a `DeviceMemory` was sampled.
 pub mod device_memory {
     /// The collector's periodic flush.
@@ -816,6 +857,7 @@ impl Record {
             Record::Dropped(_) => tag::DROPPED,
             Record::DeviceMemory(_) => tag::DEVICE_MEMORY,
             Record::CallDevice(_) => tag::CALL_DEVICE,
+            Record::PoolUsage(_) => tag::POOL_USAGE,
             Record::Message(_) => tag::MESSAGE,
             Record::ProcessEnd(_) => tag::PROCESS_END,
             Record::Symbol(_) => tag::SYMBOL,
@@ -974,6 +1016,16 @@ impl Record {
                 put_time(e, c.time, base);
                 e.var(c.tid.into());
                 e.var(c.device.into());
+            }
+            Record::PoolUsage(u) => {
+                put_time(e, u.time, base);
+                e.var(u.device.into());
+                e.u8(u.framework);
+                e.u8(u.reason);
+                e.var(u.in_use.0);
+                e.var(u.peak_in_use.0);
+                e.var(u.pool.0);
+                e.var(u.limit.0);
             }
             Record::DeviceMemory(m) => {
                 put_time(e, m.time, base);
@@ -1145,6 +1197,16 @@ impl Record {
                 time: get_time(d, base)?,
                 tid: d.var32()?,
                 device: d.var32()?,
+            }),
+            tag::POOL_USAGE => Record::PoolUsage(PoolUsage {
+                time: get_time(d, base)?,
+                device: d.var32()?,
+                framework: d.u8()?,
+                reason: d.u8()?,
+                in_use: Bytes(d.var()?),
+                peak_in_use: Bytes(d.var()?),
+                pool: Bytes(d.var()?),
+                limit: Bytes(d.var()?),
             }),
             tag::DEVICE_MEMORY => Record::DeviceMemory(DeviceMemory {
                 time: get_time(d, base)?,

@@ -223,6 +223,25 @@ fn record() -> impl Strategy<Value = Record> {
                 device,
             })
         }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u8>(),
+            any::<u8>(),
+            any::<[u64; 4]>()
+        )
+            .prop_map(
+                |(t, device, framework, reason, b)| Record::PoolUsage(PoolUsage {
+                    time: Nanos(t),
+                    device,
+                    framework,
+                    reason,
+                    in_use: Bytes(b[0]),
+                    peak_in_use: Bytes(b[1]),
+                    pool: Bytes(b[2]),
+                    limit: Bytes(b[3]),
+                })
+            ),
         (any::<u64>(), any::<u8>(), s()).prop_map(|(t, l, text)| Record::Message(Message {
             time: Nanos(t),
             level: l,
