@@ -84,7 +84,12 @@ pub struct RecordArgs {
     /// Do not look inside framework allocators. By default the collector
     /// attaches to PyTorch's caching allocator (its trace tracker and OOM
     /// observer) in every process that uses it, and records each tensor
-    /// allocated and freed inside the segments CUDA sees.
+    /// allocated and freed inside the segments CUDA sees; and in Python
+    /// programs that import JAX or CuPy, a small module reads their pools'
+    /// own figures (JAX's memory_stats(), CuPy's used/total bytes) every
+    /// GMEM_PROF_POOL_MS (50 ms) and at exit. That module is a
+    /// sitecustomize put first on PYTHONPATH; the program's own
+    /// sitecustomize still runs after it.
     #[arg(long)]
     pub no_frameworks: bool,
     /// Do not record the device's own view. By default the collector reads

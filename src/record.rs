@@ -156,6 +156,9 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");
+    if !a.no_frameworks {
+        put_python_bootstrap(&mut cmd, &parts)?;
+    }
 
     let code = match run_program(cmd, program) {
         Ok(code) => code,
@@ -194,6 +197,28 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             Ok(if code == 0 { crate::EXIT_FAILURE } else { code })
         }
     }
+}
+
+/// The Python bootstrap (`collector/python/sitecustomize.py`): it reads
+/// JAX's and CuPy's own pool figures inside the program. Written beside the
+/// per-process files and put first on the program's PYTHONPATH, which its
+/// children inherit; it runs the program's own sitecustomize after it.
+const PYTHON_BOOTSTRAP: &str = include_str!("../collector/python/sitecustomize.py");
+
+fn put_python_bootstrap(cmd: &mut Command, parts: &Path) -> Result<()> {
+    let dir = parts.join("python");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join("sitecustomize.py");
+    std::fs::write(&file, PYTHON_BOOTSTRAP)
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let mut path = std::ffi::OsString::from(dir);
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    cmd.env("PYTHONPATH", path);
+    Ok(())
 }
 
 fn parts_dir(output: &Path) -> PathBuf {

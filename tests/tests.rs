@@ -57,3 +57,6 @@ mod device_view;
 
 #[path = "e2e/remedies.rs"]
 mod remedies;
+
+#[path = "e2e/pools.rs"]
+mod pools;

@@ -335,6 +335,9 @@ pub struct Share {
     pub bytes: u64,
     pub count: u64,
     pub label: String,
+    /// The library that made the call, when the label (a line of the
+    /// program) does not say: "cublasCreate_v2 (libcublas.so.13)".
+    pub via: Option<String>,
 }
 
 /// A site that grew, with the process it grew in.
@@ -540,6 +543,7 @@ pub fn evaluate(
                     bytes: s.bytes,
                     count: 0,
                     label: a.site_label(s.site),
+                    via: None,
                 })
                 .collect();
             out.push(Outcome::bytes(
@@ -747,6 +751,7 @@ fn held(
             bytes: s.held_at_exit_bytes,
             count: s.held_at_exit_count,
             label: s.label.clone(),
+            via: via(s),
         })
         .collect();
     Outcome::bytes(
@@ -769,8 +774,16 @@ fn leaking(a: &Analysis, pid: Option<u32>) -> Vec<Share> {
             bytes: s.leaked_bytes,
             count: s.leaked_count,
             label: s.label.clone(),
+            via: via(s),
         })
         .collect()
+}
+
+/// The library a site's memory came through, unless its label names it.
+fn via(s: &crate::model::Site) -> Option<String> {
+    let entry = crate::model::library_entry(&s.frames)?;
+    let function = entry.split(' ').next().unwrap_or(&entry);
+    (!s.label.starts_with(function)).then_some(entry)
 }
 
 /// The largest growth of any site (CUDA allocations and tensors) of the
@@ -827,6 +840,7 @@ fn allocated(
                 bytes: s.bytes,
                 count: 0,
                 label: a.tensor_site_label(s.site),
+                via: None,
             })
             .collect()
     });
@@ -870,6 +884,7 @@ fn tensors_at_exit(run: &str, a: &Analysis, target: Target, max: u64, pid: Optio
             bytes: s.live_at_exit_bytes,
             count: s.live_at_exit_count,
             label: s.label.clone(),
+            via: None,
         })
         .collect();
     Outcome::bytes(

@@ -5,7 +5,9 @@
 use crate::engine::{self, Engine, SiteClass, KINDS};
 use crate::events::{self, SiteIds};
 use crate::model::*;
-use crate::{device_view, framework_view, input, sites, timeline, AnalyzeError, Options};
+use crate::{
+    device_view, framework_pools, framework_view, input, sites, timeline, AnalyzeError, Options,
+};
 use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 
 /// Whether a site grows: its live bytes keep rising through the steady
@@ -193,6 +195,7 @@ pub fn build(
             frameworks: Vec::new(),
             tensor_sites: Vec::new(),
             tensor_growth: Vec::new(),
+            framework_pools: Vec::new(),
             remedies: Vec::new(),
         };
         return Ok((analysis, SiteIds::default()));
@@ -528,6 +531,7 @@ pub fn build(
         tensor_sites,
         tensor_growth,
     } = framework_view::views(&mut engine, &axis, buckets, &opts.code, &mut ooms);
+    let framework_pools = framework_pools::pools(&engine, &axis, buckets, start);
 
     let processes = process_reports(&mut engine, Some(&axis), &categories, buckets);
     summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();
@@ -576,6 +580,7 @@ pub fn build(
         frameworks,
         tensor_sites,
         tensor_growth,
+        framework_pools,
         remedies: Vec::new(),
     };
     let mut analysis = analysis;

@@ -31,6 +31,7 @@ pub mod diff;
 mod engine;
 pub mod events;
 mod framework;
+mod framework_pools;
 mod framework_view;
 mod input;
 pub mod model;

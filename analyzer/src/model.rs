@@ -39,6 +39,10 @@ pub struct Analysis {
     /// leak of a Python program), largest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tensor_growth: Vec<Growth>,
+    /// JAX's and CuPy's pools as the frameworks count them (read in the
+    /// program), per process and device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub framework_pools: Vec<FrameworkPool>,
     /// What to change, each with the evidence for it (`remedies.rs`),
     /// errors first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -118,6 +122,10 @@ pub enum Remedy {
         preallocated_bytes: u64,
         device_total_bytes: u64,
         fraction: f64,
+        /// The most JAX's arrays used of it, by JAX's own count, when the
+        /// trace has its readings.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        arrays_peak_bytes: Option<u64>,
         change: String,
     },
 }
@@ -537,6 +545,30 @@ pub struct Site {
     pub failed: u64,
 }
 
+/// The innermost named native frame outside CUDA itself, as "function
+/// (module)": for memory a library holds (cuBLAS's workspace), the
+/// library's entry point, e.g. "cublasCreate_v2 (libcublas.so.13)".
+pub fn library_entry(frames: &[FrameText]) -> Option<String> {
+    let f = frames.iter().find(|f| {
+        let m = f.module.as_str();
+        f.resolved
+            && !f.python
+            && f.function != "??"
+            // The CUDA runtime linked into the program itself.
+            && !f.function.starts_with("libcudart_static")
+            && !f
+                .function
+                .strip_prefix("cuda")
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase()))
+            && !(m.starts_with("libcuda.")
+                || m.starts_with("libcudart")
+                || m.starts_with("libcupti"))
+            && !m.starts_with("libgmem_prof")
+    })?;
+    let name = f.function.split('(').next().unwrap_or(&f.function);
+    Some(format!("{name} ({})", f.module))
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FrameText {
     /// Demangled function name, or "??" when unresolved.
@@ -759,6 +791,43 @@ pub struct FrameworkView {
     /// The largest tensor sites at the allocated peak (at most eight),
     /// each with its live bytes at each bucket's end: the timeline's bands.
     pub timeline_sites: Vec<SiteCurve>,
+}
+
+/// A framework's own memory pool (JAX's, CuPy's) as the framework counts
+/// it: how much of what it holds from CUDA its arrays used. CUDA, and the
+/// rest of the trace, sees only the pool.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameworkPool {
+    /// "JAX (XLA's BFC allocator)", "CuPy's memory pool".
+    pub framework: String,
+    pub pid: u32,
+    pub device: u32,
+    /// Readings in the trace (one whenever the figures changed, at most
+    /// every 50 ms, and one as the interpreter exited).
+    pub readings: u64,
+    /// The most the arrays used: the framework's own peak when it keeps
+    /// one (`in_use_peak_exact`, JAX), else the highest reading (CuPy: a
+    /// spike between two readings is not seen).
+    pub in_use_peak: u64,
+    pub in_use_peak_exact: bool,
+    pub highest_reading_time_ns: u64,
+    /// The most the pool held from CUDA.
+    pub pool_peak: u64,
+    /// The most the pool may hold, when the framework says.
+    pub limit: Option<u64>,
+    pub last: PoolReading,
+    /// In use and held at the end of each bucket.
+    pub in_use: Vec<Point>,
+    pub pool: Vec<Point>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolReading {
+    pub time_ns: u64,
+    pub in_use: u64,
+    pub pool: u64,
+    /// Read as the interpreter exited (else the program ended otherwise).
+    pub at_exit: bool,
 }
 
 /// When the process ended (or the trace did).

@@ -182,18 +182,30 @@ fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
             continue;
         }
         for s in &a.sites {
-            let one = s.count.max(1);
-            let largest = s.total_bytes / one;
+            // The most the site held at once: the pool (its regions, when
+            // XLA maps it in pieces, or with small allocations beside it).
+            let largest = s.max_live;
             let share = largest as f64 / d.total_memory as f64;
             if share < PREALLOCATION_SHARE || !s.frames.iter().any(xla) {
                 continue;
             }
+            // JAX's own figures, when read: the pool exactly, and what its
+            // arrays used of it.
+            let jax = a
+                .framework_pools
+                .iter()
+                .filter(|p| p.device == d.device && s.pids.contains(&p.pid))
+                .find(|p| p.framework.starts_with("JAX"));
+            let largest = jax.map_or(largest, |p| p.pool_peak);
+            let share = largest as f64 / d.total_memory as f64;
+            let arrays_peak_bytes = jax.map(|p| p.in_use_peak);
             out.push(Remedy::JaxPreallocation {
                 pids: s.pids.clone(),
                 device: d.device,
                 preallocated_bytes: largest,
                 device_total_bytes: d.total_memory,
                 fraction: share,
+                arrays_peak_bytes,
                 change: "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=…)"
                     .into(),
             });

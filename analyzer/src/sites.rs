@@ -34,6 +34,8 @@ pub struct StreamDefs {
     pub dropped: (u64, u64),
     /// The device's own view (NVML), in file order.
     pub device_memory: Vec<gmem_prof_traces::record::DeviceMemory>,
+    /// JAX's and CuPy's own pool figures, in file order.
+    pub pool_usage: Vec<gmem_prof_traces::record::PoolUsage>,
     pub unknown_records: u64,
 }
 
@@ -77,6 +79,7 @@ impl StreamDefs {
             Record::Allocator(a) => self.allocators.push(a),
             Record::Dropped(d) => self.dropped = (d.cupti, d.collector),
             Record::DeviceMemory(m) => self.device_memory.push(m),
+            Record::PoolUsage(u) => self.pool_usage.push(u),
             Record::Unknown { .. } => self.unknown_records += 1,
             _ => {}
         }

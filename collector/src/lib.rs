@@ -16,6 +16,9 @@
 //! - Python programs: stacks carry the interpreter's frames (`python.rs`),
 //!   and PyTorch's caching allocator reports its tensors and segments
 //!   (`torch_allocator.rs`), both with no change to the program.
+//! - JAX's and CuPy's pools: a Python bootstrap (`python/sitecustomize.py`,
+//!   put on the path by `record`) reads their own figures and hands them to
+//!   `gmem_prof_pool_usage`.
 //! - Bounded loss: data reaches the file every `GMEM_PROF_FLUSH_MS` (200 ms),
 //!   so a SIGKILL loses well under a second; drops are counted in the trace.
 
@@ -41,4 +44,39 @@ mod unwind;
 pub extern "C" fn InitializeInjection() -> std::ffi::c_int {
     session::no_unwind((), session::start);
     1
+}
+
+/// Called by the Python bootstrap `record` puts on the path
+/// (`collector/python/sitecustomize.py`) with a framework's own reading of
+/// its memory pool (JAX's `memory_stats()`, CuPy's pool): written into the
+/// trace as a `PoolUsage` record. Returns 1 when recorded, 0 when not
+/// (profiling off in this process). Safe from any thread.
+#[no_mangle]
+pub extern "C" fn gmem_prof_pool_usage(
+    framework: u8,
+    device: u32,
+    in_use: u64,
+    peak_in_use: u64,
+    pool: u64,
+    limit: u64,
+    reason: u8,
+) -> std::ffi::c_int {
+    session::no_unwind(0, || {
+        let Some(c) = session::get() else { return 0 };
+        if !c.recording() {
+            return 0;
+        }
+        use gmem_prof_traces::record::{Bytes, Nanos, PoolUsage};
+        c.sink.push(gmem_prof_traces::Record::PoolUsage(PoolUsage {
+            time: Nanos(c.clock.now()),
+            device,
+            framework,
+            reason,
+            in_use: Bytes(in_use),
+            peak_in_use: Bytes(peak_in_use),
+            pool: Bytes(pool),
+            limit: Bytes(limit),
+        }));
+        1
+    })
 }

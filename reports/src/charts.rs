@@ -1,7 +1,7 @@
 //! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
 //! charts (no string from a trace), so nothing in them needs escaping.
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameworkView, Growth};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth};
 use plotters::prelude::*;
 
 use crate::format::bytes;
@@ -342,6 +342,39 @@ pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
     )
 }
 
+/// What a JAX or CuPy pool's arrays used (the framework's own count) and
+/// what the pool held from CUDA.
+pub fn framework_pool(a: &Analysis, p: &FrameworkPool) -> Chart {
+    let in_use: Vec<u64> = p.in_use.iter().map(|p| p.max).collect();
+    let pool: Vec<u64> = p.pool.iter().map(|p| p.max).collect();
+    let series = [
+        Series {
+            label: "in use (arrays)".into(),
+            values: &in_use,
+            from: 0,
+            area: true,
+            step_s: step(a),
+        },
+        Series {
+            label: "pool (held from CUDA)".into(),
+            values: &pool,
+            from: 0,
+            area: false,
+            step_s: step(a),
+        },
+    ];
+    bytes_chart(
+        format!("{}-memory.svg", crate::pools::stem(p)),
+        format!(
+            "pid {} device {}: the pool and what its arrays used",
+            p.pid, p.device
+        ),
+        seconds(a, a.timeline.buckets.max(1)),
+        &series,
+        None,
+    )
+}
+
 /// Fragmentation of each pool of a framework allocator.
 pub fn framework_fragmentation(a: &Analysis, v: &FrameworkView) -> Option<Chart> {
     let curves: Vec<(String, &Vec<Option<u16>>)> = v
@@ -464,6 +497,9 @@ pub fn all(a: &Analysis) -> Vec<Chart> {
         out.push(framework_memory(a, v));
         out.extend(framework_fragmentation(a, v));
         out.extend(crate::flame::framework(a, v));
+    }
+    for p in &a.framework_pools {
+        out.push(framework_pool(a, p));
     }
     out.extend(growth(a));
     out.extend(tensor_growth(a));

@@ -141,7 +141,18 @@ pub fn details(o: &Outcome) -> Vec<String> {
     let shares = |sites: &[Share], what: &str| -> Vec<String> {
         sites
             .iter()
-            .map(|s| format!("{} in {} {what} from {}", bytes(s.bytes), s.count, s.label))
+            .map(|s| {
+                let via = s
+                    .via
+                    .as_ref()
+                    .map_or_else(String::new, |v| format!(" via {v}"));
+                format!(
+                    "{} in {} {what} from {}{via}",
+                    bytes(s.bytes),
+                    s.count,
+                    s.label
+                )
+            })
             .collect()
     };
     match &o.evidence {

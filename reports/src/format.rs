@@ -82,23 +82,7 @@ pub fn markdown(s: &str) -> String {
     escape(s).replace('|', "&#124;").replace('`', "&#96;")
 }
 
-/// The innermost named native frame outside CUDA itself, as "function
-/// (module)": for memory a library holds (cuBLAS's workspace), the
-/// library's entry point, e.g. "cublasCreate_v2 (libcublas.so.13)".
-pub fn library_entry(frames: &[gmem_prof_analyzer::model::FrameText]) -> Option<String> {
-    let f = frames.iter().find(|f| {
-        let m = f.module.as_str();
-        f.resolved
-            && !f.python
-            && f.function != "??"
-            && !(m.starts_with("libcuda.")
-                || m.starts_with("libcudart")
-                || m.starts_with("libcupti"))
-            && !m.starts_with("libgmem_prof")
-    })?;
-    let name = f.function.split('(').next().unwrap_or(&f.function);
-    Some(format!("{name} ({})", f.module))
-}
+pub use gmem_prof_analyzer::model::library_entry;
 
 #[cfg(test)]
 mod tests {

@@ -599,6 +599,7 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
             top
         );
     }
+    crate::pools::overview(a, &mut out);
     if !a.frameworks.is_empty() {
         let _ = write!(
             out,
@@ -627,6 +628,7 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         device_section(a, d, &charts, &mut out);
     }
     crate::framework::html_section(a, &charts, &mut out);
+    crate::pools::html_section(a, &charts, &mut out);
     sites_section(a, &mut out);
     leaks_section(a, &charts, &mut out);
     oom_section(a, &mut out);

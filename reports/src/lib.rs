@@ -20,6 +20,7 @@ mod flame;
 pub mod format;
 mod framework;
 mod html;
+mod pools;
 pub mod remedies;
 pub mod runs;
 mod text;

@@ -131,16 +131,21 @@ pub fn advice(r: &Remedy) -> Advice {
             preallocated_bytes,
             device_total_bytes,
             fraction,
+            arrays_peak_bytes,
             change,
         } => Advice {
             change: format!("stop JAX from taking most of the GPU at start: {change}"),
             because: format!(
-                "XLA's allocator took {} ({} of {}) on device {device} for its own pool as pid{} {} started; nvidia-smi shows all of it as used, whatever JAX's arrays need",
+                "XLA's allocator took {} ({} of {}) on device {device} for its own pool as pid{} {} started; nvidia-smi shows all of it as used, {}",
                 bytes(*preallocated_bytes),
                 percent(*fraction),
                 bytes(*device_total_bytes),
                 if pids.len() == 1 { "" } else { "s" },
-                pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+                pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+                match arrays_peak_bytes {
+                    Some(b) => format!("while JAX's arrays used at most {} of it (JAX's own count)", bytes(*b)),
+                    None => "whatever JAX's arrays need".into(),
+                }
             ),
         },
     }

@@ -178,6 +178,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     }
 
     crate::framework::summary(a, w)?;
+    crate::pools::summary(a, w)?;
 
     let leaked = a.leaked_bytes();
     let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();

@@ -141,6 +141,9 @@ fn jax_preallocation_is_named_with_its_share() {
         .as_str()
         .unwrap()
         .contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"));
+    // What JAX's arrays used of it, by JAX's own count (read in the
+    // program): its peak_bytes_in_use, exactly.
+    assert_eq!(r[0]["arrays_peak_bytes"], stats["peak_bytes_in_use"]);
 }
 
 #[test]
@@ -157,6 +160,7 @@ fn samples_without_the_evidence_get_no_remedy() {
         "torch_fragment",
         "torch_spawn",
         "cupy",
+        "cupy_pool",
         "ctypes_cuda",
         "device_view",
         "unified_memory_streams",

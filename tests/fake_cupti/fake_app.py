@@ -6,11 +6,14 @@ name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
 from the stand-in caching allocator of fake_torch.cpp, whose library is
 argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
 own) or `torch_fragmented_oom` (an out-of-memory error with enough free in
-the segment but in pieces)."""
+the segment but in pieces) or `pools` (JAX's and CuPy's pools, from the
+stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
 
 import ctypes
+import os
 import sys
 import threading
+import time
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.fake_cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
@@ -80,7 +83,36 @@ def torch_fragmented_oom(library):
     return blocks
 
 
-if sys.argv[2:3] == ["torch"]:
+def pools():
+    """JAX's pool: not read before its backend starts; then 10 MiB in use,
+    30 MiB, a 50 MiB spike no reading sees (JAX's own peak keeps it), and
+    5 MiB at exit, in a 1 GiB pool. CuPy's: 3 MiB then 1 MiB used of 8 MiB.
+    Each state is held for several reading intervals."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    import cupy
+    import jax
+    from jax._src import xla_bridge
+
+    hold = 0.15
+    time.sleep(hold)  # JAX imported, its backend not started
+    xla_bridge._backends["cuda"] = object()
+    gib = 1 << 30
+    mib = 1 << 20
+    for in_use, peak in [(10 * mib, 10 * mib), (30 * mib, 30 * mib), (5 * mib, 50 * mib)]:
+        xla_bridge.stats = {"bytes_in_use": in_use, "peak_bytes_in_use": peak,
+                            "pool_bytes": gib, "bytes_limit": gib}
+        time.sleep(hold)
+    pool = cupy.get_default_memory_pool()
+    for used in [3 * mib, 1 * mib]:
+        pool.used, pool.total = used, 8 * mib
+        time.sleep(hold)
+    if xla_bridge.started_by_someone_else:
+        sys.exit("JAX's backend was started by the bootstrap")
+
+
+if sys.argv[2:3] == ["pools"]:
+    pools()
+elif sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
 elif sys.argv[2:3] == ["torch_fragmented_oom"]:
     torch_fragmented_oom(sys.argv[3])

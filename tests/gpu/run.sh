@@ -3,7 +3,7 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
-#                                   deviceview ums
+#                                   deviceview ums pools
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -170,6 +170,18 @@ jax_phase() {
     "$GMEM" report "$WORK/traces/jax.bin" -o "$WORK/logs/jax-report" | head -40 | sed 's/^/    /'
 }
 
+pools_phase() {
+    note "pools: JAX's and CuPy's own figures, read inside the program"
+    local g="$ROOT/tests/gpu"
+    record jax python3 "$g/jax_train.py" "$WORK/jax.json"
+    record cupy_pool python3 "$g/cupy_pool.py" "$WORK/cupy_pool.json"
+    for name in jax cupy_pool; do
+        echo "    $name: $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes; truth: $(cat "$WORK/$name.json" 2>/dev/null | head -c 600)"
+        "$GMEM" dump "$WORK/traces/$name.bin" | grep -E " pool_usage " | head -20 | cut -c1-200 | sed 's/^/      /'
+        "$GMEM" report "$WORK/traces/$name.bin" -o "$WORK/logs/$name-report" | grep -E -A1 "JAX|CuPy" | head -12 | sed 's/^/    /'
+    done
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
@@ -180,6 +192,7 @@ for phase in $PHASES; do
         jax) jax_phase ;;
         deviceview) device_view_phase ;;
         ums) ums_phase ;;
+        pools) pools_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;

@@ -323,12 +323,17 @@ fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
         bfc.iter().map(|s| &s.label).collect::<Vec<_>>()
     );
     assert_eq!(bfc[0].category, Category::AllocatorCache);
-    assert_eq!(bfc[0].total_bytes, pool);
+    // The site is the Python line that started JAX's backend: the device
+    // pool and XLA's small pinned host pool come from it; the most it held
+    // at once is the device pool.
+    assert_eq!(bfc[0].max_live, pool);
     assert_eq!(bfc[0].leaked_bytes, 0, "a cache is never a leak");
-    // At the peak the block is what is live, almost all of it.
+    // At the peak the block is what is live, almost all of it (with the
+    // host pool beside it: both of the site's allocations).
     let d = &a.devices[0];
     assert_eq!(d.peak_sites[0].site, bfc[0].id);
-    assert_eq!(d.peak_sites[0].bytes, pool);
+    assert_eq!(d.peak_sites[0].bytes, bfc[0].total_bytes);
+    assert!(d.peak_sites[0].bytes - pool <= 2 << 20);
     // The trace cannot see inside the block: the report says so.
     assert!(d.fragmentation.blind_spots[0].contains("XLA's BFC"));
 }

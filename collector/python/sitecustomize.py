@@ -1,0 +1,206 @@
+# gmem-prof's Python bootstrap. `gmem-prof record` puts this file's folder
+# first on PYTHONPATH, so every Python process of the recorded program (its
+# children and spawn workers too) runs it at start-up.
+#
+# Why: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
+# and so the collector, sees only the pool; how much of it the program's
+# arrays use is known only to the framework, through its own API. This
+# module reads that API (JAX: Device.memory_stats(); CuPy: the default
+# pool's used_bytes()/total_bytes()) every GMEM_PROF_POOL_MS (50 ms) and
+# once as the interpreter exits, and hands each reading to the collector
+# (gmem_prof_pool_usage, exported by the library CUDA loaded), which writes
+# it into the trace as a PoolUsage record.
+#
+# Rules it keeps, because it runs inside someone else's program:
+# - It does nothing until the program itself imports jax or cupy: no
+#   thread, no import of either, no CUDA call. It never initialises JAX's
+#   backend (that would take JAX's preallocation) and never loads the
+#   collector (it only finds one CUDA already loaded).
+# - Any error turns it off quietly; the program goes on as it would have.
+# - A sitecustomize of the program's own (or the system's) still runs: the
+#   next one on the path is executed after this one, as Python would have.
+
+import os
+import sys
+
+
+def _run_next_sitecustomize():
+    """Runs the sitecustomize this one hides, if there is one."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+JAX = 1
+CUPY = 2
+SAMPLED = 0
+EXIT = 1
+UNKNOWN = (1 << 64) - 1
+
+
+class _Sampler:
+    def __init__(self, collector_path, interval):
+        self.collector_path = collector_path
+        self.interval = interval
+        self.collector = None
+        self.last = {}
+        self.exit_hook = False
+        self.started = False
+        self.off = False
+        self.failures = 0
+
+    def start(self):
+        if self.started:
+            return
+        self.started = True
+        import threading
+
+        t = threading.Thread(target=self._loop, name="gmem-prof pools", daemon=True)
+        t.start()
+
+    def _loop(self):
+        import time
+
+        while not self.off:
+            time.sleep(self.interval)
+            self.sample(SAMPLED)
+
+    def _find_collector(self):
+        if self.collector is None:
+            import ctypes
+
+            try:
+                # RTLD_NOLOAD: only the copy CUDA already loaded; none yet
+                # means CUDA has not started, and there is nothing to read.
+                lib = ctypes.CDLL(self.collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            except OSError:
+                return None
+            f = lib.gmem_prof_pool_usage
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
+                          ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint8]
+            self.collector = f
+        return self.collector
+
+    def sample(self, reason):
+        if self.off:
+            return
+        try:
+            readings = list(_jax_pools()) + list(_cupy_pools())
+            if not readings:
+                return
+            collector = self._find_collector()
+            if collector is None:
+                return
+            if not self.exit_hook:
+                # Registered now, after the framework's own exit handlers,
+                # so that it runs before them (atexit runs last-in first).
+                import atexit
+
+                atexit.register(self.sample, EXIT)
+                self.exit_hook = True
+            for framework, device, in_use, peak, pool, limit in readings:
+                key = (framework, device)
+                figures = (in_use, peak, pool, limit)
+                if key not in self.last and in_use == 0 and pool == 0:
+                    continue  # a pool not used yet
+                if reason == SAMPLED and self.last.get(key) == figures:
+                    continue
+                self.last[key] = figures
+                collector(framework, device, in_use, peak, pool, limit, reason)
+            self.failures = 0
+        except Exception:
+            # A framework still importing can fail a read; one that keeps
+            # failing is one this module does not understand: stop.
+            self.failures += 1
+            if self.failures >= 20:
+                self.off = True
+
+
+def _jax_pools():
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    xla_bridge = sys.modules.get("jax._src.xla_bridge")
+    initialized = getattr(xla_bridge, "backends_are_initialized", None)
+    if initialized is None or not initialized():
+        return
+    for d in jax.local_devices():
+        if getattr(d, "platform", "") != "gpu":
+            continue
+        stats = d.memory_stats() or {}
+        if "bytes_in_use" not in stats:
+            continue
+        yield (
+            JAX,
+            int(getattr(d, "local_hardware_id", None) or d.id),
+            int(stats["bytes_in_use"]),
+            int(stats.get("peak_bytes_in_use", UNKNOWN)),
+            int(stats.get("pool_bytes", stats.get("bytes_reserved", UNKNOWN))),
+            int(stats.get("bytes_limit", UNKNOWN)),
+        )
+
+
+def _cupy_pools():
+    cupy = sys.modules.get("cupy")
+    if cupy is None or not hasattr(cupy, "get_default_memory_pool"):
+        return
+    pool = cupy.get_default_memory_pool()
+    # The pool of this thread's current device: device 0 unless the
+    # program's CUDA_VISIBLE_DEVICES says otherwise (CuPy keeps one pool per
+    # device and answers for the current one).
+    device = int(cupy.cuda.runtime.getDevice())
+    yield (CUPY, device, int(pool.used_bytes()), UNKNOWN, int(pool.total_bytes()), UNKNOWN)
+
+
+class _WatchImports:
+    """Starts the sampler when the program first imports jax or cupy; finds
+    nothing itself (returns None: the real finders import the module)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def find_spec(self, name, path=None, target=None):
+        if name in ("jax", "cupy"):
+            try:
+                self.sampler.start()
+                sys.meta_path.remove(self)
+            except Exception:
+                pass
+        return None
+
+
+def _install():
+    if os.environ.get("GMEM_PROF_FRAMEWORKS", "1") == "0":
+        return
+    collector = os.environ.get("CUDA_INJECTION64_PATH", "")
+    if not collector or not os.path.isabs(collector):
+        return
+    try:
+        interval = max(1, int(os.environ.get("GMEM_PROF_POOL_MS", "50"))) / 1000.0
+    except ValueError:
+        interval = 0.05
+    sampler = _Sampler(collector, interval)
+    if "jax" in sys.modules or "cupy" in sys.modules:
+        sampler.start()
+    else:
+        sys.meta_path.insert(0, _WatchImports(sampler))
+
+
+try:
+    _install()
+except Exception:
+    pass
+
+try:
+    _run_next_sitecustomize()
+finally:
+    del _run_next_sitecustomize

@@ -1,0 +1,97 @@
+//! JAX's and CuPy's pools as the frameworks count them (`FrameworkPool`):
+//! how much of the memory the pool holds from CUDA the program's arrays
+//! used, in the summary and on the page.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use gmem_prof_analyzer::model::{Analysis, FrameworkPool};
+
+use crate::charts::Chart;
+use crate::format::{bytes, escape, percent, time};
+use crate::html::chart_html;
+
+/// File-name stem of a pool's chart.
+pub fn stem(p: &FrameworkPool) -> String {
+    format!("pid{}-device{}-pool", p.pid, p.device)
+}
+
+/// "its arrays used at most 126 MiB (JAX's own peak) of the 105 GiB it
+/// holds from CUDA (75% of the device); 6.00 MiB in use at exit".
+pub fn sentence(a: &Analysis, p: &FrameworkPool) -> String {
+    let how = if p.in_use_peak_exact {
+        "the framework's own peak".to_string()
+    } else {
+        format!(
+            "the highest of {} readings: a spike between two is not seen",
+            p.readings
+        )
+    };
+    let device_total = a
+        .devices
+        .iter()
+        .find(|d| d.device == p.device)
+        .map_or(0, |d| d.total_memory);
+    let share = if device_total > 0 {
+        format!(" ({} of the device)", percent(p.pool_peak, device_total))
+    } else {
+        String::new()
+    };
+    let end = if p.last.at_exit {
+        "at exit"
+    } else {
+        "at the last reading"
+    };
+    format!(
+        "its arrays used at most {} ({how}) of the {} the pool held from CUDA{share}; {} in use {end}, {} held",
+        bytes(p.in_use_peak),
+        bytes(p.pool_peak),
+        bytes(p.last.in_use),
+        bytes(p.last.pool),
+    )
+}
+
+fn title(p: &FrameworkPool) -> String {
+    format!("{}, pid {} on device {}", p.framework, p.pid, p.device)
+}
+
+pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    for p in &a.framework_pools {
+        writeln!(w, "\n{}: {}", title(p), sentence(a, p))?;
+    }
+    Ok(())
+}
+
+pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+    if a.framework_pools.is_empty() {
+        return;
+    }
+    out.push_str("<h2 id=\"pools\">Inside JAX's and CuPy's pools</h2><p class=\"meta\">These frameworks take memory from CUDA in large pieces and place their arrays inside, where CUDA (and the rest of this report) cannot see. What their arrays used is the frameworks' own count, read in the program while it ran (JAX's <code>memory_stats()</code>, CuPy's <code>used_bytes()</code> and <code>total_bytes()</code>) by the module <code>gmem-prof record</code> puts on the Python path.</p>");
+    for p in &a.framework_pools {
+        let _ = write!(
+            out,
+            "<h3 id=\"{}\">{}</h3><p>{}.</p>",
+            stem(p),
+            escape(&title(p)),
+            escape(&sentence(a, p))
+        );
+        for c in charts.iter().filter(|c| c.name.starts_with(&stem(p))) {
+            out.push_str(&chart_html(c));
+        }
+    }
+}
+
+/// The page's overview line of each pool.
+pub fn overview(a: &Analysis, out: &mut String) {
+    for p in &a.framework_pools {
+        let _ = write!(
+            out,
+            "<li><a href=\"#{}\">{}</a>: arrays used at most <b>{}</b> of a {} pool (peak reading at {}).</li>",
+            stem(p),
+            escape(&title(p)),
+            bytes(p.in_use_peak),
+            bytes(p.pool_peak),
+            time(p.highest_reading_time_ns)
+        );
+    }
+}

@@ -1,0 +1,7 @@
+_backends = {}
+stats = {}
+started_by_someone_else = 0
+
+
+def backends_are_initialized():
+    return len(_backends) != 0
