@@ -237,6 +237,16 @@ pub struct DeviceView {
     pub allocated_peak_time: u64,
     pub reserved_at_allocated_peak: u64,
     pub reserved_peak: u64,
+    /// At the reserved peak, just before the segment that made it: the
+    /// segments of the default pools holding no tensor (bytes, count),
+    /// which `torch.cuda.empty_cache()` would have returned then.
+    pub idle_at_reserved_peak: (u64, u64),
+    pub reserved_peak_time: u64,
+    /// Allocated once the request that took the segment was served.
+    pub allocated_at_reserved_peak: u64,
+    /// The tensor site whose request took that segment.
+    pub reserved_peak_site: Option<u32>,
+    awaiting_peak_site: bool,
     peak_dirty: bool,
     /// (site, bytes, count) at the allocated peak.
     pub peak_sites: Vec<(u32, u64, u64)>,
@@ -283,6 +293,11 @@ impl DeviceView {
             allocated_peak_time: 0,
             reserved_at_allocated_peak: 0,
             reserved_peak: 0,
+            idle_at_reserved_peak: (0, 0),
+            reserved_peak_time: 0,
+            allocated_at_reserved_peak: 0,
+            reserved_peak_site: None,
+            awaiting_peak_site: false,
             peak_dirty: false,
             peak_sites: Vec::new(),
             sites: Vec::new(),
@@ -302,6 +317,22 @@ impl DeviceView {
             unknown_frees: 0,
             snapshots: Vec::new(),
         }
+    }
+
+    /// Segments of the default pools holding no block (bytes, count),
+    /// leaving out the one starting at `except`.
+    fn idle_segments(&self, except: u64) -> (u64, u64) {
+        self.segments
+            .iter()
+            .filter(|(&start, seg)| {
+                start != except
+                    && !seg.expandable
+                    && seg.private == 0
+                    && self.blocks.range(start..seg.end).next().is_none()
+            })
+            .fold((0, 0), |(bytes, n), (&start, seg)| {
+                (bytes + (seg.end - start), n + 1)
+            })
     }
 
     /// The segment holding `addr`.
@@ -523,6 +554,11 @@ impl FrameworkState {
                 self.last_alloc = Some((ev.address, ev.device, self.allocations));
                 dev.allocations += 1;
                 dev.allocated += size;
+                if dev.awaiting_peak_site {
+                    dev.reserved_peak_site = Some(site);
+                    dev.allocated_at_reserved_peak = dev.allocated;
+                    dev.awaiting_peak_site = false;
+                }
                 dev.allocated_curve.set(axis, dev.allocated);
                 dev.frag_dirty = true;
                 self.sites[site as usize]
@@ -616,7 +652,19 @@ impl FrameworkState {
                 }
                 dev.segments.insert(seg_start, seg);
                 dev.reserved += ev.bytes;
-                dev.reserved_peak = dev.reserved_peak.max(dev.reserved);
+                if dev.reserved > dev.reserved_peak {
+                    dev.reserved_peak = dev.reserved;
+                    dev.reserved_peak_time = t;
+                    dev.allocated_at_reserved_peak = dev.allocated;
+                    // The segment comes just before the block it is for.
+                    dev.reserved_peak_site = None;
+                    dev.awaiting_peak_site = true;
+                    dev.idle_at_reserved_peak = if expandable {
+                        (0, 0)
+                    } else {
+                        dev.idle_segments(seg_start)
+                    };
+                }
                 dev.reserved_curve.set(axis, dev.reserved);
                 dev.frag_dirty = true;
             }

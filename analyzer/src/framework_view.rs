@@ -264,6 +264,13 @@ pub fn views(
                 allocated_peak_time_ns: rel(dev.allocated_peak_time),
                 reserved_at_allocated_peak: dev.reserved_at_allocated_peak,
                 reserved_peak: dev.reserved_peak,
+                at_reserved_peak: ReservedPeak {
+                    time_ns: rel(dev.reserved_peak_time),
+                    allocated_bytes: dev.allocated_at_reserved_peak,
+                    idle_segment_bytes: dev.idle_at_reserved_peak.0,
+                    idle_segments: dev.idle_at_reserved_peak.1,
+                    site: dev.reserved_peak_site.map(|r| ids[r as usize]),
+                },
                 peak_sites: by_site(&dev.peak_sites, ids),
                 tensors_allocated: dev.allocations,
                 tensors_freed: dev.frees,

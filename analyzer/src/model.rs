@@ -115,6 +115,37 @@ pub enum Remedy {
         ran_out: bool,
         change: String,
     },
+    /// The caching allocator kept segments holding no tensor when it took
+    /// a new segment for its peak: `torch.cuda.empty_cache()` before that
+    /// request would have given them back, and its reserved peak (what
+    /// nvidia-smi shows of it) would have been lower by as much.
+    EmptyCache {
+        pid: u32,
+        device: u32,
+        reserved_peak_bytes: u64,
+        /// Allocated (tensors) once that request was served.
+        allocated_bytes: u64,
+        /// Segments holding no tensor just before, and their count.
+        idle_segment_bytes: u64,
+        idle_segments: u64,
+        time_ns: u64,
+        /// The line whose request took the new segment.
+        site: Option<String>,
+        change: String,
+    },
+    /// Tensors allocated by the forward pass (inside `nn.Module` calls)
+    /// and still held, for the backward pass, were most of the allocated
+    /// peak.
+    Activations {
+        pid: u32,
+        device: u32,
+        allocated_peak_bytes: u64,
+        forward_bytes: u64,
+        share: f64,
+        /// The largest of those tensor sites, with their bytes at the peak.
+        sites: Vec<(String, u64)>,
+        change: String,
+    },
     /// JAX/XLA took this share of the device at start for its own pool.
     JaxPreallocation {
         pids: Vec<u32>,
@@ -759,6 +790,7 @@ pub struct FrameworkView {
     pub allocated_peak_time_ns: u64,
     pub reserved_at_allocated_peak: u64,
     pub reserved_peak: u64,
+    pub at_reserved_peak: ReservedPeak,
     /// What was allocated at the allocated peak, by tensor site.
     pub peak_sites: Vec<SiteBytes>,
     pub tensors_allocated: u64,
@@ -828,6 +860,21 @@ pub struct PoolReading {
     pub pool: u64,
     /// Read as the interpreter exited (else the program ended otherwise).
     pub at_exit: bool,
+}
+
+/// The moment the allocator's segments peaked: a new segment, taken for a
+/// request no cached block could hold.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReservedPeak {
+    pub time_ns: u64,
+    /// Allocated once the request that took the segment was served.
+    pub allocated_bytes: u64,
+    /// Segments of the default pools that held no tensor just before
+    /// (what `torch.cuda.empty_cache()` would have given back then).
+    pub idle_segment_bytes: u64,
+    pub idle_segments: u64,
+    /// The tensor site whose request took the new segment.
+    pub site: Option<u32>,
 }
 
 /// When the process ended (or the trace did).

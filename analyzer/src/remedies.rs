@@ -10,6 +10,10 @@
 //!   but no block large enough → expandable segments;
 //! - a line that keeps more memory step after step → that line, what it
 //!   holds at the end;
+//! - segments holding no tensor kept while the allocator took a new one
+//!   for its reserved peak → `torch.cuda.empty_cache()` before that line;
+//! - the forward pass's tensors most of the allocated peak → activation
+//!   checkpointing or lower precision;
 //! - JAX/XLA preallocating most of the device → its environment variables;
 //! - several processes on one device that came close to its memory, or
 //!   one ran out of what the others held → a share per process.
@@ -21,6 +25,12 @@ use crate::model::{Analysis, FrameText, Remedy};
 const SHARED_DEVICE_SHARE: f64 = 0.5;
 /// A preallocation this large a share of the device is named as such.
 const PREALLOCATION_SHARE: f64 = 0.4;
+/// Idle segments at the reserved peak are worth an `empty_cache()` when
+/// they are this share of it, and at least `IDLE_BYTES`.
+const IDLE_SHARE: f64 = 0.25;
+const IDLE_BYTES: u64 = 64 << 20;
+/// The forward pass's tensors dominate the peak from this share on.
+const ACTIVATIONS_SHARE: f64 = 0.5;
 
 /// Every remedy the analysis has evidence for, the errors' first.
 pub fn remedies(a: &Analysis) -> Vec<Remedy> {
@@ -29,6 +39,8 @@ pub fn remedies(a: &Analysis) -> Vec<Remedy> {
     memory_fraction(a, &mut out);
     expandable_segments(a, &mut out);
     growing_lines(a, &mut out);
+    empty_cache(a, &mut out);
+    activations(a, &mut out);
     jax_preallocation(a, &mut out);
     shared_devices(a, &mut out);
     out
@@ -169,6 +181,75 @@ fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
             growth_bytes: g.growth_bytes,
             held_most_bytes: s.max_live,
             held_at_end_bytes: s.leaked_bytes.max(s.held_at_exit_bytes),
+        });
+    }
+}
+
+/// At the caching allocator's reserved peak, segments that held no tensor
+/// (cached from an earlier phase) sat beside the new segment.
+fn empty_cache(a: &Analysis, out: &mut Vec<Remedy>) {
+    for v in &a.frameworks {
+        let p = &v.at_reserved_peak;
+        let idle = p.idle_segment_bytes;
+        if idle < IDLE_BYTES || (idle as f64) < IDLE_SHARE * v.reserved_peak as f64 {
+            continue;
+        }
+        let site = tensor_site(a, p.site);
+        out.push(Remedy::EmptyCache {
+            pid: v.pid,
+            device: v.device,
+            reserved_peak_bytes: v.reserved_peak,
+            allocated_bytes: p.allocated_bytes,
+            idle_segment_bytes: idle,
+            idle_segments: p.idle_segments,
+            time_ns: p.time_ns,
+            change: match &site {
+                Some(s) => format!("torch.cuda.empty_cache() before {s}"),
+                None => "torch.cuda.empty_cache() between the program's phases".into(),
+            },
+            site,
+        });
+    }
+}
+
+/// A tensor made inside an `nn.Module` call: the forward pass.
+fn in_forward(frames: &[FrameText]) -> bool {
+    frames.iter().any(|f| {
+        f.python
+            && f.function.ends_with("._call_impl")
+            && f.location.contains("torch/nn/modules/module.py")
+    })
+}
+
+/// What the forward pass allocated and still held at the allocated peak.
+fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
+    for v in &a.frameworks {
+        if v.allocated_peak == 0 {
+            continue;
+        }
+        let forward: Vec<(String, u64)> = v
+            .peak_sites
+            .iter()
+            .filter(|s| {
+                a.tensor_sites
+                    .get(s.site as usize)
+                    .is_some_and(|t| in_forward(&t.frames))
+            })
+            .map(|s| (a.tensor_site_label(s.site), s.bytes))
+            .collect();
+        let forward_bytes: u64 = forward.iter().map(|(_, b)| b).sum();
+        let share = forward_bytes as f64 / v.allocated_peak as f64;
+        if share < ACTIVATIONS_SHARE {
+            continue;
+        }
+        out.push(Remedy::Activations {
+            pid: v.pid,
+            device: v.device,
+            allocated_peak_bytes: v.allocated_peak,
+            forward_bytes,
+            share,
+            sites: forward.into_iter().take(3).collect(),
+            change: "torch.utils.checkpoint.checkpoint around the model's largest blocks, or the forward pass under torch.autocast(\"cuda\", dtype=torch.bfloat16)".into(),
         });
     }
 }

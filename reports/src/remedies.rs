@@ -125,6 +125,52 @@ pub fn advice(r: &Remedy) -> Advice {
                 }
             ),
         },
+        Remedy::EmptyCache {
+            pid,
+            device,
+            reserved_peak_bytes,
+            allocated_bytes,
+            idle_segment_bytes,
+            idle_segments,
+            time_ns,
+            site,
+            change,
+        } => Advice {
+            change: format!("give cached memory back before the peak: {change}"),
+            because: format!(
+                "at {} pid {pid}'s caching allocator took a new segment{} on device {device} while {} segment{} holding no tensor ({}) stayed cached: it reserved {} for {} of tensors; empty_cache() there would have returned those {} and lowered the peak nvidia-smi shows by as much",
+                crate::format::time(*time_ns),
+                site.as_ref().map_or_else(String::new, |s| format!(" for {s}")),
+                idle_segments,
+                if *idle_segments == 1 { "" } else { "s" },
+                bytes(*idle_segment_bytes),
+                bytes(*reserved_peak_bytes),
+                bytes(*allocated_bytes),
+                bytes(*idle_segment_bytes),
+            ),
+        },
+        Remedy::Activations {
+            pid,
+            device,
+            allocated_peak_bytes,
+            forward_bytes,
+            share,
+            sites,
+            change,
+        } => Advice {
+            change: format!("keep fewer activations: {change}"),
+            because: format!(
+                "tensors the forward pass made and still held (inside nn.Module calls) were {} ({}) of pid {pid}'s {} allocated peak on device {device}; the largest from {}",
+                bytes(*forward_bytes),
+                percent(*share),
+                bytes(*allocated_peak_bytes),
+                sites
+                    .iter()
+                    .map(|(s, b)| format!("{s} ({})", bytes(*b)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         Remedy::JaxPreallocation {
             pids,
             device,

@@ -146,6 +146,72 @@ fn jax_preallocation_is_named_with_its_share() {
     assert_eq!(r[0]["arrays_peak_bytes"], stats["peak_bytes_in_use"]);
 }
 
+/// torch_cache.py: sixteen 64 MiB tensors freed (their segments cached),
+/// then a 2 GiB tensor in a new segment. Truth from the program: the
+/// snapshot just before the request (segments with nothing allocated) and
+/// memory_stats after it.
+#[test]
+fn segments_cached_at_the_reserved_peak_point_to_empty_cache() {
+    let t = truth("torch_cache");
+    let a = analysis(&sample("torch_cache.bin"), "cache");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let r = &r[0];
+    assert_eq!(r["kind"], "empty_cache");
+    assert_eq!(r["idle_segment_bytes"], t["idle_bytes"]);
+    assert_eq!(r["idle_segments"], t["idle_segments"]);
+    assert_eq!(
+        r["reserved_peak_bytes"],
+        t["torch"]["reserved_bytes.all.peak"]
+    );
+    assert_eq!(
+        r["allocated_bytes"],
+        t["torch"]["allocated_bytes.all.current"]
+    );
+    let line = format!("main at torch_cache.py:{}", t["lines"]["big"]);
+    assert_eq!(r["site"], line.as_str());
+    assert_eq!(
+        r["change"],
+        format!("torch.cuda.empty_cache() before {line}").as_str()
+    );
+}
+
+/// torch_activations.py: a 24-layer MLP whose forward pass keeps 6 GiB of
+/// ReLU outputs for the backward pass. The program measured what each
+/// forward pass left allocated; the first one also kept 1 MiB for good
+/// (allocated once under a module call), which is still live at the peak
+/// of a later step: the forward tensors at the peak are the first step's
+/// figure.
+#[test]
+fn activations_dominating_the_peak_point_to_checkpointing() {
+    let t = truth("torch_activations");
+    let a = analysis(&sample("torch_activations.bin"), "activations");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let r = &r[0];
+    assert_eq!(r["kind"], "activations");
+    assert_eq!(r["allocated_peak_bytes"], t["allocated_peak"]);
+    let kept: Vec<u64> = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["forward_kept"].as_u64().unwrap())
+        .collect();
+    let once = kept[0] - kept[1];
+    assert_eq!(r["forward_bytes"].as_u64().unwrap(), kept[1] + once);
+    let share = r["share"].as_f64().unwrap();
+    assert!((share - (kept[0] as f64 / t["allocated_peak"].as_f64().unwrap())).abs() < 1e-9);
+    assert!(share > 0.6, "{share}");
+    assert_eq!(
+        r["sites"][0][0],
+        format!("main at torch_activations.py:{}", t["lines"]["forward"]).as_str()
+    );
+    assert!(r["change"]
+        .as_str()
+        .unwrap()
+        .contains("torch.utils.checkpoint"));
+}
+
 #[test]
 fn samples_without_the_evidence_get_no_remedy() {
     for name in [

@@ -3,7 +3,7 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
-#                                   deviceview ums pools
+#                                   deviceview ums pools remedies
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -182,6 +182,17 @@ pools_phase() {
     done
 }
 
+remedies_phase() {
+    note "remedies: empty_cache at a reserved peak, activations at the allocated peak"
+    local g="$ROOT/tests/gpu"
+    record torch_cache python3 "$g/torch_cache.py" "$WORK/torch_cache.json"
+    record torch_activations python3 "$g/torch_activations.py" "$WORK/torch_activations.json"
+    for name in torch_cache torch_activations; do
+        echo "    $name: $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes"
+        "$GMEM" report "$WORK/traces/$name.bin" -o "$WORK/logs/$name-report" | head -40 | sed 's/^/    /'
+    done
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
@@ -193,6 +204,7 @@ for phase in $PHASES; do
         deviceview) device_view_phase ;;
         ums) ums_phase ;;
         pools) pools_phase ;;
+        remedies) remedies_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;
