@@ -710,6 +710,7 @@ fn process_reports(
             dropped_records,
             messages,
             not_profiled,
+            ipc_mapped_peak_bytes: st.ipc_mapped_peak,
         });
     }
     out

@@ -523,6 +523,14 @@ pub struct StreamState {
     pub frees: u64,
     pub failed_calls: u64,
     pub unmatched_frees: u64,
+    /// Addresses where memory another process shared (CUDA IPC) was just
+    /// mapped, until CUPTI's record of the mapping comes.
+    ipc_opened: Vec<u64>,
+    /// Mappings of other processes' memory: (address → bytes). Counted in
+    /// the process that allocated it, not again here.
+    ipc_mapped: FastMap<u64, u64>,
+    pub ipc_mapped_bytes: u64,
+    pub ipc_mapped_peak: u64,
     pub live: u64,
     pub peak: u64,
     pub peak_time: u64,
@@ -570,6 +578,10 @@ impl StreamState {
             frees: 0,
             failed_calls: 0,
             unmatched_frees: 0,
+            ipc_opened: Vec::new(),
+            ipc_mapped: FastMap::default(),
+            ipc_mapped_bytes: 0,
+            ipc_mapped_peak: 0,
             live: 0,
             peak: 0,
             peak_time: 0,
@@ -802,6 +814,13 @@ impl Engine {
         match &e.event {
             Event::Memory(m) => {
                 self.memory_events += 1;
+                // Rare: checked only while an IPC mapping is pending or held.
+                let st = &self.streams[stream as usize];
+                if !(st.ipc_opened.is_empty() && st.ipc_mapped.is_empty())
+                    && self.ipc_mapping(stream, m)
+                {
+                    return;
+                }
                 if m.alloc {
                     let site = self.alloc(stream, t, m);
                     if self.rows.is_some() {
@@ -1062,6 +1081,30 @@ impl Engine {
     }
 
     /// Returns the raw site of the allocation freed, if it was seen.
+    /// Takes CUPTI's record of a mapping of another process's memory
+    /// (opened through CUDA IPC), or of its unmapping, out of this
+    /// process's figures: that memory is counted where it was allocated.
+    #[cold]
+    fn ipc_mapping(&mut self, stream: u32, m: &MemoryEv) -> bool {
+        let st = &mut self.streams[stream as usize];
+        if m.alloc {
+            let Some(i) = st.ipc_opened.iter().position(|&a| a == m.address) else {
+                return false;
+            };
+            st.ipc_opened.swap_remove(i);
+            st.ipc_mapped.insert(m.address, m.bytes);
+            st.ipc_mapped_bytes += m.bytes;
+            st.ipc_mapped_peak = st.ipc_mapped_peak.max(st.ipc_mapped_bytes);
+            true
+        } else {
+            let Some(bytes) = st.ipc_mapped.remove(&m.address) else {
+                return false;
+            };
+            st.ipc_mapped_bytes = st.ipc_mapped_bytes.saturating_sub(bytes);
+            true
+        }
+    }
+
     fn free(&mut self, stream: u32, address: u64) -> Option<u32> {
         let st = &mut self.streams[stream as usize];
         st.frees += 1;
@@ -1136,6 +1179,9 @@ impl Engine {
         } = *call;
         let st = &mut self.streams[stream as usize];
         if !func.allocates() {
+            if func == ApiFunc::IPC_OPEN_MEM_HANDLE && result == 0 && address != 0 {
+                st.ipc_opened.push(address);
+            }
             if func == ApiFunc::MEM_ADDRESS_FREE && result == 0 {
                 if let Some(d) = self.regions.unreserve(stream, address, self.axis.as_ref()) {
                     self.device(d).frag_dirty = true;

@@ -469,6 +469,15 @@ pub struct ProcessReport {
     /// fails on any of these unless told they are acceptable.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_profiled: Vec<String>,
+    /// The most of other processes' memory it had mapped at once (opened
+    /// through CUDA IPC): counted in the process that allocated it, not in
+    /// this one's figures.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ipc_mapped_peak_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Who holds memory from a site when nothing frees it: memory still live

@@ -129,6 +129,18 @@ pub const WATCHED: &[(Cb, ApiFunc)] = &[
         Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
         ApiFunc::MEM_POOL_TRIM_TO,
     ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle,
+        ApiFunc::IPC_OPEN_MEM_HANDLE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
+        ApiFunc::IPC_OPEN_MEM_HANDLE,
+    ),
+    (
+        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle,
+        ApiFunc::IPC_CLOSE_MEM_HANDLE,
+    ),
 ];
 
 /// Frees whose release CUPTI's MEMORY2 activity records already carry (with
@@ -308,6 +320,23 @@ unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
                     bytes: q.size as u64,
                     address: q.ptr,
                     handle: q.handle,
+                    ..Default::default()
+                }
+            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle as u32
+                || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2 as u32 =>
+            {
+                // v1 and v2 share their leading field, the output pointer.
+                let q = rd!(cs::cuIpcOpenMemHandle_v2_params);
+                Params {
+                    address: out(q.pdptr, ok),
+                    ..Default::default()
+                }
+            }
+            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle as u32 => {
+                let q = rd!(cs::cuIpcCloseMemHandle_params);
+                Params {
+                    address: q.dptr,
                     ..Default::default()
                 }
             }

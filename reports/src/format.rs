@@ -84,6 +84,18 @@ pub fn markdown(s: &str) -> String {
 
 pub use gmem_prof_analyzer::model::library_entry;
 
+/// "pid 12 mapped up to 64.0 MiB of another process's memory through CUDA
+/// IPC: …", for a process that did.
+pub fn ipc_mapped(p: &gmem_prof_analyzer::model::ProcessReport) -> Option<String> {
+    (p.ipc_mapped_peak_bytes > 0).then(|| {
+        format!(
+            "pid {} mapped up to {} of another process's memory through CUDA IPC: counted once, in the process that allocated it",
+            p.pid,
+            bytes(p.ipc_mapped_peak_bytes)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

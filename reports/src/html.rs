@@ -491,6 +491,9 @@ fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         );
     }
     out.push_str("</table>");
+    for line in a.processes.iter().filter_map(crate::format::ipc_mapped) {
+        let _ = write!(out, "<p>{}.</p>", escape(&line));
+    }
     for p in a.processes.iter().filter(|p| !p.messages.is_empty()) {
         let _ = write!(out, "<p>pid {}:</p><ul>", p.pid);
         for m in &p.messages {

@@ -177,6 +177,9 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         }
     }
 
+    for line in a.processes.iter().filter_map(crate::format::ipc_mapped) {
+        writeln!(w, "\n{line}")?;
+    }
     crate::framework::summary(a, w)?;
     crate::pools::summary(a, w)?;
 

@@ -511,3 +511,61 @@ fn two_devices_each_its_figures_and_its_own_failure() {
     );
     assert_eq!(a["processes"][0]["devices"], serde_json::json!([0, 1]));
 }
+
+/// Memory another process shared through CUDA IPC: CUPTI writes a Memory
+/// record for the mapping in the importing process, as if it allocated it
+/// (on the H200, tests/programs/ipc.cu: 129 MiB for 65 MiB). With the
+/// open call watched, the mapping is left out of this process's figures
+/// (the exporter counts it) and said apart.
+#[test]
+fn memory_opened_through_ipc_counts_once() {
+    let dir = scratch("ipc");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["ipc"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let opens: Vec<&serde_json::Value> = of_type(&recs, "Api")
+        .into_iter()
+        .filter(|a| a["func"] == 40)
+        .collect();
+    assert_eq!(opens.len(), 1, "the open call is recorded");
+    let a = export_json(&dir.join("t.bin"), &dir);
+    assert_eq!(a["devices"][0]["peak_bytes"], 2 << 20, "only its own 2 MiB");
+    assert_eq!(a["processes"][0]["peak_bytes"], 2 << 20);
+    assert_eq!(a["processes"][0]["ipc_mapped_peak_bytes"], 64 << 20);
+    assert!(a["input"]["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| !w.as_str().unwrap().contains("no matching allocation")));
+    let report = std::process::Command::new(gmem())
+        .arg("report")
+        .arg("-o")
+        .arg(dir.join("r"))
+        .arg(dir.join("t.bin"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("mapped up to 64.0 MiB of another process's memory through CUDA IPC"),
+        "{text}"
+    );
+}
+
+/// The same on the H200 (traces/samples/ipc.bin, tests/programs/ipc.cu):
+/// the parent's 64 MiB and the child's own 1 MiB, once each.
+#[test]
+fn ipc_sample_counts_the_shared_buffer_once() {
+    let dir = scratch("ipc-sample");
+    let a = export_json(&sample("ipc.bin"), &dir);
+    assert_eq!(a["devices"][0]["peak_bytes"], 65 << 20);
+    let mapped: Vec<u64> = a["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["ipc_mapped_peak_bytes"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(
+        mapped.contains(&(64 << 20)) && mapped.contains(&0),
+        "{mapped:?}"
+    );
+}

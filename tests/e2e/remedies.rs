@@ -227,6 +227,7 @@ fn samples_without_the_evidence_get_no_remedy() {
         "torch_spawn",
         "cupy",
         "cupy_pool",
+        "ipc",
         "ctypes_cuda",
         "device_view",
         "unified_memory_streams",

@@ -16,6 +16,8 @@ uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 void fake_kernel(const char *name);
 void fake_cuSetDevice(uint32_t device);
+uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes);
+uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes);
 int fake_cuInit(void);
 
 #define NOINLINE __attribute__((noinline))
@@ -81,6 +83,17 @@ int main(int argc, char **argv) {
         site_beta(1 << 20);
         fake_cuSetDevice(1);
         if (site_too_big() != 2) exit(11);
+        return 0;
+    }
+    if (!strcmp(mode, "ipc")) {
+        /* 2 MiB of its own, and 64 MiB another process shared (CUDA IPC)
+         * mapped while it is held: the process's memory is its 2 MiB. */
+        uint64_t own = site_alpha(2 << 20);
+        uint64_t shared = 0;
+        if (fake_cuIpcOpenMemHandle(&shared, 64 << 20)) exit(11);
+        usleep(20 * 1000);
+        fake_cuIpcCloseMemHandle(shared, 64 << 20);
+        fake_cuMemFree(own, 2 << 20);
         return 0;
     }
     if (!strcmp(mode, "device_view")) {

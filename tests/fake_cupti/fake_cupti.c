@@ -238,6 +238,36 @@ uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes) {
     return ret;
 }
 
+enum { CB_IPC_OPEN = 567, CB_IPC_CLOSE = 330 };
+struct ipc_open_params { uint64_t *pdptr; unsigned char handle[64]; unsigned flags; };
+
+/* cuIpcOpenMemHandle: maps `bytes` another process allocated. As the real
+ * CUPTI does, a Memory record describes the mapping, with correlation 0. */
+uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    struct ipc_open_params p = {dptr, {0}, 1};
+    uint32_t ret = 0;
+    raise_call(CB_IPC_OPEN, corr, &p, &ret, 0);
+    *dptr = __atomic_fetch_add(&next_addr, (bytes + 0xfff) & ~0xfffull, __ATOMIC_SEQ_CST);
+    memory_record(1, *dptr, bytes, 0);
+    raise_call(CB_IPC_OPEN, corr, &p, &ret, 1);
+    return ret;
+}
+
+uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    struct free_params p = {dptr};
+    uint32_t ret = 0;
+    raise_call(CB_IPC_CLOSE, corr, &p, &ret, 0);
+    raise_call(CB_IPC_CLOSE, corr, &p, &ret, 1);
+    memory_record(0, dptr, bytes, corr);
+    return ret;
+}
+
 void fake_kernel(const char *name) {
     Kernel10 k = {0};
     k.kind = 10;

@@ -133,6 +133,8 @@ def check(gmem, trace, program, exit_code):
                     m = e["m"]
                     if kv.get("kind") and KINDS.get(m["kind"]) != kv["kind"]:
                         continue
+                    if "device" in kv and m["device"] != int(kv["device"]):
+                        continue
                     if not matches(site, p.site_of_memory(m)):
                         continue
                     got["allocs"] += 1
@@ -142,7 +144,7 @@ def check(gmem, trace, program, exit_code):
                     else:
                         got["leaked"] += 1
                         got["leaked_bytes"] += m["bytes"]
-            want = {k: v for k, v in kv.items() if k not in ("site", "kind")}
+            want = {k: v for k, v in kv.items() if k not in ("site", "kind", "device")}
             verdict(text, want, {k: got.get(k, 0) for k in want})
         elif head == "failed":
             got = defaultdict(int)
@@ -159,6 +161,11 @@ def check(gmem, trace, program, exit_code):
                     got["bytes"] = a["bytes"]
             want = {k: v for k, v in kv.items() if k != "site"}
             verdict(text, want, {k: got.get(k, 0) for k in want})
+        elif head == "calldevice":
+            # Failed allocations charged to their device (CallDevice records).
+            n = sum(1 for p in procs for c in p.recs.get("CallDevice", [])
+                    if c["device"] == int(kv["device"]))
+            verdict(text, {"count": kv["count"]}, {"count": n})
         elif head == "kernels":
             n = 0
             for p in procs:

@@ -4,6 +4,7 @@
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
 #                                   deviceview ums pools remedies
+#                                   ipc multigpu (two GPUs: skipped on one)
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -170,6 +171,34 @@ jax_phase() {
     "$GMEM" report "$WORK/traces/jax.bin" -o "$WORK/logs/jax-report" | head -40 | sed 's/^/    /'
 }
 
+# One program, built alone (the programs phase builds them all).
+build_one() {
+    nvcc -O2 -g -arch=sm_90 -o "$WORK/bin/$1" "$ROOT/tests/programs/$1.cu" -lcuda || { echo "build of $1 failed"; FAILED=1; return 1; }
+}
+
+ipc_phase() {
+    note "CUDA IPC: a buffer shared with a child process counts once"
+    build_one ipc || return
+    record ipc "bin/ipc"
+    python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/ipc.bin" "$ROOT/tests/programs/ipc.cu" "$CODE" || FAILED=1
+    "$GMEM" dump "$WORK/traces/ipc.bin" | grep -E " (api|memory) " | cut -c1-220 | sed 's/^/      /'
+    "$GMEM" report "$WORK/traces/ipc.bin" -o "$WORK/logs/ipc-report" | head -12 | sed 's/^/    /'
+}
+
+# Needs a machine with two GPUs (kind nvidia-h200-x2); on one GPU the
+# program says so and the phase is skipped.
+multigpu_phase() {
+    note "two GPUs: per-device figures, a failure charged to its device, one process per GPU"
+    build_one two_gpus || return
+    record two_gpus "bin/two_gpus"
+    if [ "$CODE" = 77 ]; then
+        echo "    skipped: fewer than two GPUs here"
+        return
+    fi
+    python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/two_gpus.bin" "$ROOT/tests/programs/two_gpus.cu" "$CODE" || FAILED=1
+    "$GMEM" report "$WORK/traces/two_gpus.bin" -o "$WORK/logs/two-gpus-report" | grep -E "^device|out of memory|peak" | sed 's/^/    /'
+}
+
 pools_phase() {
     note "pools: JAX's and CuPy's own figures, read inside the program"
     local g="$ROOT/tests/gpu"
@@ -204,6 +233,8 @@ for phase in $PHASES; do
         deviceview) device_view_phase ;;
         ums) ums_phase ;;
         pools) pools_phase ;;
+        ipc) ipc_phase ;;
+        multigpu) multigpu_phase ;;
         remedies) remedies_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;

@@ -360,6 +360,10 @@ impl ApiFunc {
     pub const MEM_POOL_CREATE: ApiFunc = ApiFunc(30);
     pub const MEM_POOL_DESTROY: ApiFunc = ApiFunc(31);
     pub const MEM_POOL_TRIM_TO: ApiFunc = ApiFunc(32);
+    /// Maps memory another process allocated and shared (CUDA IPC): not an
+    /// allocation of this process.
+    pub const IPC_OPEN_MEM_HANDLE: ApiFunc = ApiFunc(40);
+    pub const IPC_CLOSE_MEM_HANDLE: ApiFunc = ApiFunc(41);
 
     const NAMES: &'static [(ApiFunc, &'static str)] = &[
         (Self::MEM_ALLOC, "cuMemAlloc"),
@@ -390,6 +394,8 @@ impl ApiFunc {
         (Self::MEM_POOL_CREATE, "cuMemPoolCreate"),
         (Self::MEM_POOL_DESTROY, "cuMemPoolDestroy"),
         (Self::MEM_POOL_TRIM_TO, "cuMemPoolTrimTo"),
+        (Self::IPC_OPEN_MEM_HANDLE, "cuIpcOpenMemHandle"),
+        (Self::IPC_CLOSE_MEM_HANDLE, "cuIpcCloseMemHandle"),
     ];
 
     pub fn name(self) -> Option<&'static str> {
