@@ -813,14 +813,16 @@ impl Engine {
         // By reference: the event is read in place, not copied out.
         match &e.event {
             Event::Memory(m) => {
-                self.memory_events += 1;
                 // Rare: checked only while an IPC mapping is pending or held.
+                // A mapping of another process's memory is not one of this
+                // process's memory events.
                 let st = &self.streams[stream as usize];
                 if !(st.ipc_opened.is_empty() && st.ipc_mapped.is_empty())
                     && self.ipc_mapping(stream, m)
                 {
                     return;
                 }
+                self.memory_events += 1;
                 if m.alloc {
                     let site = self.alloc(stream, t, m);
                     if self.rows.is_some() {

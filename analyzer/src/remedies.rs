@@ -4,8 +4,9 @@
 //!
 //! - an out-of-memory error for more than the whole device → smaller
 //!   pieces of work, or more devices;
-//! - an out-of-memory error against PyTorch's memory fraction → the
-//!   fraction that would have let the request through;
+//! - an out-of-memory error against PyTorch's memory fraction, the
+//!   tensors and the request above it → the fraction that would have let
+//!   the request through;
 //! - an out-of-memory error with enough free in the allocator's segments
 //!   but no block large enough → expandable segments;
 //! - a line that keeps more memory step after step → that line, what it
@@ -103,15 +104,20 @@ fn larger_than_device(a: &Analysis, out: &mut Vec<Remedy>) {
 fn memory_fraction(a: &Analysis, out: &mut Vec<Remedy>) {
     for v in &a.frameworks {
         // One remedy per process and device: the largest request refused.
-        let Some(o) = v
+        // Only where the tensors and the request were more than the limit:
+        // under it, what was refused was a new segment beside free space
+        // cut into pieces (the expandable-segments remedy), and a larger
+        // fraction would only have hidden that.
+        let Some((o, limit)) = v
             .ooms
             .iter()
             .filter(|o| o.limit == "memory fraction" && o.device_total_bytes > 0)
-            .max_by_key(|o| o.requested_bytes)
+            .filter_map(|o| Some((o, o.limit_bytes?)))
+            .filter(|(o, limit)| o.allocated_bytes.saturating_add(o.requested_bytes) > *limit)
+            .max_by_key(|(o, _)| o.requested_bytes)
         else {
             continue;
         };
-        let Some(limit) = o.limit_bytes else { continue };
         let total = o.device_total_bytes as f64;
         let needed = o.allocated_bytes.saturating_add(o.requested_bytes);
         // Rounded up to the hundredth, as people write fractions.

@@ -237,6 +237,41 @@ fn samples_without_the_evidence_get_no_remedy() {
     }
 }
 
+/// torch_fragmented_oom.py on the H200: under a 1 GiB memory fraction, 3
+/// MiB tensors with every other one freed, then a 256 MiB request that
+/// PyTorch refuses with 440 MiB free in its segments. Truth: the snapshot
+/// the program took in its exception handler, and the error's message.
+/// Only the expandable-segments remedy: the tensors and the request were
+/// under the fraction. (The same program with expandable_segments:True
+/// got its 256 MiB, in the same run.)
+#[test]
+fn a_real_fragmented_oom_points_to_expandable_segments_only() {
+    let t = truth("torch_fragmented_oom");
+    assert_eq!(t["succeeded"], false);
+    let a = analysis(&sample("torch_fragmented_oom.bin"), "fragmented-real");
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let r = &r[0];
+    assert_eq!(r["kind"], "expandable_segments");
+    assert_eq!(r["requested_bytes"], t["request"]);
+    let pools = t["torch"]["pools"].as_object().unwrap();
+    let free: u64 = pools.values().map(|p| p["free"].as_u64().unwrap()).sum();
+    let largest = pools
+        .values()
+        .map(|p| p["largest_free"].as_u64().unwrap())
+        .max();
+    assert_eq!(r["free_in_segments"], free);
+    assert_eq!(r["largest_free_block"].as_u64(), largest);
+    assert!(t["message"]
+        .as_str()
+        .unwrap()
+        .contains("440.00 MiB is reserved by PyTorch but unallocated"));
+    assert_eq!(
+        r["site"],
+        format!("main at torch_fragmented_oom.py:{}", t["lines"]["big"]).as_str()
+    );
+}
+
 /// The stand-in caching allocator (fake_torch.cpp): a 4 MiB request fails
 /// with 10 MiB free in the segment in 2 MiB pieces.
 #[test]

@@ -216,7 +216,11 @@ remedies_phase() {
     local g="$ROOT/tests/gpu"
     record torch_cache python3 "$g/torch_cache.py" "$WORK/torch_cache.json"
     record torch_activations python3 "$g/torch_activations.py" "$WORK/torch_activations.json"
-    for name in torch_cache torch_activations; do
+    record torch_fragmented_oom python3 "$g/torch_fragmented_oom.py" "$WORK/torch_fragmented_oom.json"
+    # The remedy applied: the same program with expandable segments.
+    (cd "$g" && PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 torch_fragmented_oom.py "$WORK/torch_fragmented_oom_expandable.json")
+    echo "    with expandable_segments:True: exit $?"
+    for name in torch_cache torch_activations torch_fragmented_oom; do
         echo "    $name: $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes"
         "$GMEM" report "$WORK/traces/$name.bin" -o "$WORK/logs/$name-report" | head -40 | sed 's/^/    /'
     done
