@@ -1,7 +1,9 @@
 //! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
 //! charts (no string from a trace), so nothing in them needs escaping.
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth};
+use gmem_prof_analyzer::model::{
+    Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth, Point,
+};
 use plotters::prelude::*;
 
 use crate::format::bytes;
@@ -312,32 +314,54 @@ pub fn framework_stem(v: &FrameworkView) -> String {
     format!("pid{}-device{}-tensors", v.pid, v.device)
 }
 
-/// A framework allocator's allocated (tensors) and reserved (segments)
-/// bytes on one chart, the allocated peak marked.
-pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
-    let allocated: Vec<u64> = v.allocated.iter().map(|p| p.max).collect();
-    let reserved: Vec<u64> = v.reserved.iter().map(|p| p.max).collect();
+/// What an allocator's memory held (an area) and what it held from CUDA
+/// (a line) on one chart: PyTorch's tensors and segments, a JAX or CuPy
+/// pool and its arrays.
+fn used_and_held(
+    a: &Analysis,
+    (name, title): (String, String),
+    (used_label, used): (&str, &[Point]),
+    (held_label, held): (&str, &[Point]),
+    mark: Option<(u64, u64)>,
+) -> Chart {
+    let used: Vec<u64> = used.iter().map(|p| p.max).collect();
+    let held: Vec<u64> = held.iter().map(|p| p.max).collect();
     let series = [
         Series {
-            label: "allocated (tensors)".into(),
-            values: &allocated,
+            label: used_label.into(),
+            values: &used,
             from: 0,
             area: true,
             step_s: step(a),
         },
         Series {
-            label: "reserved (segments)".into(),
-            values: &reserved,
+            label: held_label.into(),
+            values: &held,
             from: 0,
             area: false,
             step_s: step(a),
         },
     ];
     bytes_chart(
-        format!("{}-memory.svg", framework_stem(v)),
-        format!("pid {} device {}: tensors and segments", v.pid, v.device),
+        name,
+        title,
         seconds(a, a.timeline.buckets.max(1)),
         &series,
+        mark,
+    )
+}
+
+/// A framework allocator's allocated (tensors) and reserved (segments)
+/// bytes on one chart, the allocated peak marked.
+pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
+    used_and_held(
+        a,
+        (
+            format!("{}-memory.svg", framework_stem(v)),
+            format!("pid {} device {}: tensors and segments", v.pid, v.device),
+        ),
+        ("allocated (tensors)", &v.allocated),
+        ("reserved (segments)", &v.reserved),
         Some((v.allocated_peak_time_ns, v.allocated_peak)),
     )
 }
@@ -345,32 +369,17 @@ pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
 /// What a JAX or CuPy pool's arrays used (the framework's own count) and
 /// what the pool held from CUDA.
 pub fn framework_pool(a: &Analysis, p: &FrameworkPool) -> Chart {
-    let in_use: Vec<u64> = p.in_use.iter().map(|p| p.max).collect();
-    let pool: Vec<u64> = p.pool.iter().map(|p| p.max).collect();
-    let series = [
-        Series {
-            label: "in use (arrays)".into(),
-            values: &in_use,
-            from: 0,
-            area: true,
-            step_s: step(a),
-        },
-        Series {
-            label: "pool (held from CUDA)".into(),
-            values: &pool,
-            from: 0,
-            area: false,
-            step_s: step(a),
-        },
-    ];
-    bytes_chart(
-        format!("{}-memory.svg", crate::pools::stem(p)),
-        format!(
-            "pid {} device {}: the pool and what its arrays used",
-            p.pid, p.device
+    used_and_held(
+        a,
+        (
+            format!("{}-memory.svg", crate::pools::stem(p)),
+            format!(
+                "pid {} device {}: the pool and what its arrays used",
+                p.pid, p.device
+            ),
         ),
-        seconds(a, a.timeline.buckets.max(1)),
-        &series,
+        ("in use (arrays)", &p.in_use),
+        ("pool (held from CUDA)", &p.pool),
         None,
     )
 }

@@ -226,17 +226,21 @@ uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes) {
     return ret;
 }
 
-uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes) {
+/* A call that gives `bytes` at `dptr` back (cuMemFree, cuIpcCloseMemHandle:
+ * both take the pointer alone). */
+static uint32_t release(uint32_t cbid, uint64_t dptr, size_t bytes) {
     pthread_mutex_lock(&lock);
     uint32_t corr = next_corr++;
     pthread_mutex_unlock(&lock);
     struct free_params p = {dptr};
     uint32_t ret = 0;
-    raise_call(CB_MEM_FREE, corr, &p, &ret, 0);
-    raise_call(CB_MEM_FREE, corr, &p, &ret, 1);
+    raise_call(cbid, corr, &p, &ret, 0);
+    raise_call(cbid, corr, &p, &ret, 1);
     memory_record(0, dptr, bytes, corr);
     return ret;
 }
+
+uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes) { return release(CB_MEM_FREE, dptr, bytes); }
 
 enum { CB_IPC_OPEN = 567, CB_IPC_CLOSE = 330 };
 struct ipc_open_params { uint64_t *pdptr; unsigned char handle[64]; unsigned flags; };
@@ -256,17 +260,7 @@ uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes) {
     return ret;
 }
 
-uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes) {
-    pthread_mutex_lock(&lock);
-    uint32_t corr = next_corr++;
-    pthread_mutex_unlock(&lock);
-    struct free_params p = {dptr};
-    uint32_t ret = 0;
-    raise_call(CB_IPC_CLOSE, corr, &p, &ret, 0);
-    raise_call(CB_IPC_CLOSE, corr, &p, &ret, 1);
-    memory_record(0, dptr, bytes, corr);
-    return ret;
-}
+uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes) { return release(CB_IPC_CLOSE, dptr, bytes); }
 
 void fake_kernel(const char *name) {
     Kernel10 k = {0};
