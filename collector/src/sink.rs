@@ -57,6 +57,13 @@ enum Stacked {
 struct Pending {
     items: Vec<Item>,
     frames: Vec<u64>,
+    /// Whole buffers of CUPTI's activity records, kept as they came: taking
+    /// one is a pointer push under the lock, where copying its thousands
+    /// of records into `items` held the lock long enough for app threads
+    /// pushing events to wait on it. Written after `items` (no record in
+    /// them is needed before a stack or call of `items`).
+    batches: Vec<Vec<Record>>,
+    batched: usize,
 }
 
 pub struct Sink {
@@ -114,24 +121,38 @@ impl Sink {
         }
     }
 
-    pub fn push_records(&self, records: Vec<Record>) {
+    /// A batch of records with no stack (CUPTI's activity buffers, the
+    /// device view's samples), kept whole.
+    pub fn push_records(&self, mut records: Vec<Record>) {
         if records.is_empty() {
             return;
         }
         let Ok(mut p) = self.pending.lock() else {
             return;
         };
-        let room = MAX_PENDING.saturating_sub(p.items.len());
+        let room = MAX_PENDING.saturating_sub(p.items.len() + p.batched);
         let n = records.len();
         if n > room {
+            // Only when the writer has stalled for seconds.
             self.dropped.fetch_add((n - room) as u64, Ordering::Relaxed);
+            records.truncate(room);
         }
-        p.items
-            .extend(records.into_iter().take(room).map(Item::Record));
+        p.batched += records.len();
+        p.batches.push(records);
     }
 
+    /// One record with no stack, in order with the app threads' events
+    /// (a PyCode before the stack that uses it, a CallDevice before its
+    /// call).
     pub fn push(&self, record: Record) {
-        self.push_records(vec![record]);
+        let Ok(mut p) = self.pending.lock() else {
+            return;
+        };
+        if p.items.len() + p.batched >= MAX_PENDING {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        p.items.push(Item::Record(record));
     }
 
     /// Asks the writer to drain everything and finish the file.
@@ -144,7 +165,7 @@ impl Sink {
         let Ok(mut p) = self.pending.lock() else {
             return true;
         };
-        if p.items.is_empty() && !self.closing.load(Ordering::Acquire) {
+        if p.items.is_empty() && p.batches.is_empty() && !self.closing.load(Ordering::Acquire) {
             p = match self.wake.wait_timeout(p, wait) {
                 Ok((g, _)) => g,
                 Err(_) => return true,
@@ -271,6 +292,19 @@ impl Writer {
     }
 
     fn process(&mut self, env: &dyn WriterEnv, batch: &mut Pending) {
+        self.process_items(env, batch);
+        batch.batched = 0;
+        for records in batch.batches.drain(..) {
+            for r in &records {
+                self.emit(env, r);
+                if self.enc.len() >= CHUNK_BYTES {
+                    self.write_chunk();
+                }
+            }
+        }
+    }
+
+    fn process_items(&mut self, env: &dyn WriterEnv, batch: &mut Pending) {
         for item in batch.items.drain(..) {
             match item {
                 Item::Record(r) => self.emit(env, &r),
