@@ -489,6 +489,86 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// Activity buffers pushed whole while app threads push events: every
+    /// record of every buffer reaches the file, in the buffer's order, and
+    /// single records keep their place before the events pushed after them.
+    #[test]
+    fn whole_buffers_and_single_records_are_all_written_in_order() {
+        let dir = std::env::temp_dir().join(format!("gmem-sink-batches-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        let sink = Arc::new(Sink::new());
+        let writer = Writer::create(File::create(&path).unwrap()).unwrap();
+        let s2 = sink.clone();
+        let w = std::thread::spawn(move || writer.run(&FakeEnv, &s2, Duration::from_millis(5)));
+        let buffers = {
+            let sink = sink.clone();
+            std::thread::spawn(move || {
+                for b in 0..200u64 {
+                    let records = (0..500u64)
+                        .map(|i| {
+                            Record::Message(gmem_prof_traces::record::Message {
+                                time: Nanos(b * 500 + i),
+                                level: 0,
+                                text: String::new(),
+                            })
+                        })
+                        .collect();
+                    sink.push_records(records);
+                }
+            })
+        };
+        for i in 0..5_000u64 {
+            sink.push(Record::CallDevice(gmem_prof_traces::record::CallDevice {
+                time: Nanos(i),
+                tid: 1,
+                device: 0,
+            }));
+            sink.push_api(
+                ApiCall {
+                    tid: 1,
+                    bytes: Bytes(i),
+                    func: ApiFunc::MEM_ALLOC,
+                    ..Default::default()
+                },
+                &[0x1000],
+                false,
+            );
+        }
+        buffers.join().unwrap();
+        sink.close();
+        assert!(w.join().unwrap().failed.is_none());
+        let (chunks, _) = read_all(&std::fs::read(&path).unwrap()).unwrap();
+        let recs: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
+        let messages: Vec<u64> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Message(m) => Some(m.time.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(messages, (0..100_000).collect::<Vec<_>>());
+        // Each CallDevice comes right before its call (stack definitions
+        // may come between).
+        let mut expect_call = None;
+        let mut calls = 0;
+        for r in &recs {
+            match r {
+                Record::CallDevice(c) => {
+                    assert_eq!(expect_call, None);
+                    expect_call = Some(c.time.0);
+                }
+                Record::Api(a) => {
+                    assert_eq!(expect_call.take(), Some(a.bytes.0));
+                    calls += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(calls, 5_000);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     /// A free completed right after its request, by the same thread, is one
     /// `FREE` record; a completion that follows anything else stays apart.
     #[test]
