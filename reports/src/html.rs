@@ -196,6 +196,9 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         .map(|k| format!("{} {}", escape(&k.kind), bytes(k.bytes)))
         .collect();
     let _ = write!(out, "<p>By kind: {}.</p>", kinds.join(", "));
+    for line in crate::pools::on_device(a, d.device) {
+        let _ = write!(out, "<p>Inside it: {}.</p>", escape(&line));
+    }
     out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
     let flame = format!("device{}-peak-flame.svg", d.device);
     for c in charts.iter().filter(|c| c.name == flame) {

@@ -51,6 +51,25 @@ pub fn sentence(a: &Analysis, p: &FrameworkPool) -> String {
     )
 }
 
+/// Under a device's peak: the pools on it whose inside the frameworks
+/// reported, "JAX (XLA's BFC allocator) of pid 558 holds 105 GiB as its
+/// pool; its arrays used at most 126 MiB of it".
+pub fn on_device(a: &Analysis, device: u32) -> Vec<String> {
+    a.framework_pools
+        .iter()
+        .filter(|p| p.device == device)
+        .map(|p| {
+            format!(
+                "{} of pid {} holds {} as its pool; its arrays used at most {} of it",
+                p.framework,
+                p.pid,
+                bytes(p.pool_peak),
+                bytes(p.in_use_peak)
+            )
+        })
+        .collect()
+}
+
 fn title(p: &FrameworkPool) -> String {
     format!("{}, pid {} on device {}", p.framework, p.pid, p.device)
 }

@@ -115,6 +115,9 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(d.reserved_peak)
             )?;
         }
+        for line in crate::pools::on_device(a, d.device) {
+            writeln!(w, "  inside it: {line}")?;
+        }
         if let Some(v) = &d.device_view {
             writeln!(
                 w,

@@ -117,6 +117,11 @@ fn jax_and_cupy_pools_are_read_inside_the_program() {
         "{text}"
     );
     assert!(text.contains("CuPy's memory pool, pid"), "{text}");
+    // Under the device's peak too, where the pool is counted whole.
+    assert!(
+        text.contains("holds 1.00 GiB as its pool; its arrays used at most 50.0 MiB of it"),
+        "{text}"
+    );
     let html = std::fs::read_to_string(report.join("t.html")).unwrap();
     assert!(html.contains("Inside JAX's and CuPy's pools"));
     assert!(report
