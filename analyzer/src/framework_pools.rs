@@ -85,7 +85,7 @@ fn curve(
 ) -> Vec<Point> {
     let mut out: Vec<Option<Point>> = vec![None; buckets];
     for u in readings {
-        let i = (u.time.0.saturating_sub(axis.start) / axis.width.max(1)) as usize;
+        let i = axis.bucket_of(u.time.0);
         let slot = &mut out[i.min(buckets.saturating_sub(1))];
         let v = value(u);
         *slot = Some(match *slot {

@@ -77,6 +77,12 @@ impl Axis {
         }
     }
 
+    /// The bucket holding time `t` (times before the start fall in the
+    /// first), for values placed after the sweep.
+    pub fn bucket_of(&self, t: u64) -> usize {
+        (t.saturating_sub(self.start) >> self.shift) as usize
+    }
+
     /// Number of buckets in use.
     pub fn buckets(&self) -> usize {
         self.current + 1
@@ -294,6 +300,7 @@ mod tests {
             assert_eq!(axis.leaves_bucket(t), leaves);
             axis.advance(t);
             assert_eq!(axis.current as u64, (t - 1_000) / axis.width);
+            assert_eq!(axis.bucket_of(t), axis.current);
             assert!(axis.current < MAX_BUCKETS);
         }
         assert_eq!(Axis::with_width(0, 1).width, 1);

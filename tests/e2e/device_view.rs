@@ -23,18 +23,11 @@ fn recorded(name: &str, env: &[(&str, String)]) -> (Value, String) {
     let out = run(&mut cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let a = export_json(&dir.join("t.bin"), &dir);
-    let report = std::process::Command::new(gmem())
-        .arg("report")
-        .arg("-o")
-        .arg(dir.join("report"))
-        .arg(dir.join("t.bin"))
-        .output()
-        .unwrap();
-    assert!(report.status.success(), "{}", stderr(&report));
+    let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
     // The memory chart draws what nvidia-smi showed beside the live bytes.
     let chart = std::fs::read_to_string(dir.join("report/t-device0-memory.svg")).unwrap();
     assert!(chart.contains("used on the device (nvidia-smi)"));
-    (a, String::from_utf8_lossy(&report.stdout).into_owned())
+    (a, summary)
 }
 
 #[test]

@@ -104,14 +104,7 @@ fn jax_and_cupy_pools_are_read_inside_the_program() {
     assert_eq!(cupy["pool_peak"], 8 * MIB);
 
     let report = dir.join("report");
-    let out = std::process::Command::new(gmem())
-        .arg("report")
-        .arg("-o")
-        .arg(&report)
-        .arg(dir.join("t.bin"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = report_summary(&dir.join("t.bin"), &report);
     assert!(
         text.contains("JAX (XLA's BFC allocator), pid") && text.contains("its arrays used at most 50.0 MiB (the framework's own peak) of the 1.00 GiB the pool held from CUDA"),
         "{text}"

@@ -537,14 +537,7 @@ fn memory_opened_through_ipc_counts_once() {
         .unwrap()
         .iter()
         .all(|w| !w.as_str().unwrap().contains("no matching allocation")));
-    let report = std::process::Command::new(gmem())
-        .arg("report")
-        .arg("-o")
-        .arg(dir.join("r"))
-        .arg(dir.join("t.bin"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = report_summary(&dir.join("t.bin"), &dir.join("r"));
     assert!(
         text.contains("mapped up to 64.0 MiB of another process's memory through CUDA IPC"),
         "{text}"

@@ -26,15 +26,7 @@ fn truth(name: &str) -> Value {
 
 fn summary(name: &str) -> String {
     let dir = scratch(&format!("remedies-report-{name}"));
-    let out = std::process::Command::new(gmem())
-        .arg("report")
-        .arg("-o")
-        .arg(&dir)
-        .arg(sample(&format!("{name}.bin")))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    report_summary(&sample(&format!("{name}.bin")), &dir)
 }
 
 #[test]

@@ -266,6 +266,19 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `gmem-prof report -o dir trace`, which must succeed: its summary.
+pub fn report_summary(trace: &Path, dir: &Path) -> String {
+    let out = Command::new(gmem())
+        .arg("report")
+        .arg("-o")
+        .arg(dir)
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "report failed: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The analysis of a trace (`export --format json`), written in `dir`.
 pub fn export_json(trace: &Path, dir: &Path) -> Value {
     let out = Command::new(gmem())
