@@ -134,7 +134,8 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 pub struct PoolKey {
     /// The CUDA stream (blocks are reused only on their stream).
     pub stream: u64,
-    /// Private pool (CUDA graphs, `MemPool`); 0 for the default pools.
+    /// Private pool (CUDA graphs, `MemPool`: `AllocatorEv::pool`); 0 for
+    /// the default pools.
     pub private: u32,
     /// The small-block pool (requests up to 1 MiB in 2 MiB segments).
     pub small: bool,

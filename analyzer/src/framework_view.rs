@@ -8,6 +8,7 @@ use gmem_prof_traces::record::allocator;
 use crate::build::{judge_growth, site_bytes, site_curves};
 use crate::engine::{Engine, SiteClass};
 use crate::framework::{FrameworkOomRaw, PoolKey};
+use crate::input::MEMPOOL_BIT;
 use crate::model::*;
 use crate::sites::{self, CodeRules, StreamDefs};
 use crate::timeline::Axis;
@@ -46,6 +47,27 @@ fn group_key(frames: &[FrameText], rules: &CodeRules) -> String {
     sites::label(SiteClass::Call, "tensor", frames, rules)
 }
 
+/// A private pool as PyTorch numbers it: the pool a CUDA graph made for
+/// itself, or a `torch.cuda.MemPool` (also what `graph_pool_handle()`
+/// makes for graphs to share), each counted from 1.
+fn private_pool_name(id: u32) -> String {
+    if id & MEMPOOL_BIT != 0 {
+        format!("MemPool {}", id & !MEMPOOL_BIT)
+    } else {
+        format!("CUDA graph pool {id}")
+    }
+}
+
+/// The pool id as the trace writes it (FORMAT.md): a graph's pool in the
+/// low 32 bits, a MemPool in the high 32.
+fn record_pool_id(id: u32) -> u64 {
+    if id & MEMPOOL_BIT != 0 {
+        u64::from(id & !MEMPOOL_BIT) << 32
+    } else {
+        u64::from(id)
+    }
+}
+
 fn pool_name(k: &PoolKey) -> String {
     let size = if k.small {
         "small blocks"
@@ -54,8 +76,9 @@ fn pool_name(k: &PoolKey) -> String {
     };
     if k.private != 0 {
         format!(
-            "private pool {} ({size}), stream {:#x}",
-            k.private, k.stream
+            "{} ({size}), stream {:#x}",
+            private_pool_name(k.private),
+            k.stream
         )
     } else {
         format!("{size}, stream {:#x}", k.stream)
@@ -192,7 +215,7 @@ pub fn views(
                     pool: pool_name(k),
                     small: k.small,
                     stream: k.stream,
-                    private_pool: u64::from(k.private),
+                    private_pool: record_pool_id(k.private),
                     reserved_peak: p.reserved_peak,
                     curve: p.frag.finish(axis, buckets),
                     largest_free: p
@@ -409,5 +432,25 @@ fn framework_oom(
         largest_free_block: o.pool_free.map_or(o.largest_free, |p| p.largest),
         site: o.site.map(|s| ids[s as usize]),
         live_by_site: by_site(&o.live_by_site, ids).into_iter().take(10).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PyTorch's `MempoolId_t` pairs as the trace packs them (FORMAT.md):
+    /// graph pool ids in the low half, MemPool ids in the high half, both
+    /// counted from 1, so graph pool 1 and MemPool 1 stay apart.
+    #[test]
+    fn private_pools_keep_their_kind_through_the_input() {
+        let graph = crate::input::private_pool(1);
+        let mempool = crate::input::private_pool(1 << 32);
+        assert_ne!(graph, mempool);
+        assert_eq!(private_pool_name(graph), "CUDA graph pool 1");
+        assert_eq!(private_pool_name(mempool), "MemPool 1");
+        assert_eq!(record_pool_id(graph), 1);
+        assert_eq!(record_pool_id(mempool), 1 << 32);
+        assert_eq!(crate::input::private_pool(0), 0);
     }
 }

@@ -81,13 +81,29 @@ pub struct AllocatorEv {
     pub action: AllocatorAction,
     pub device: u32,
     pub stack: u32,
-    /// The private pool's id, cut to 32 bits (ids count up from 1).
+    /// The private pool, in 32 bits (keeps `TimedEvent` at 64 bytes): a
+    /// CUDA graph's own pool's id, or a `MemPool`'s id with `MEMPOOL_BIT`
+    /// set (ids count up from 1); 0 for the default pools.
     pub pool: u32,
     /// For `OOM` and `OOM_REPORT`: the device's free bytes.
     pub address: u64,
     pub bytes: u64,
     /// For `OOM_REPORT`: the limit.
     pub stream: u64,
+}
+
+/// Marks a `torch.cuda.MemPool` in `AllocatorEv::pool`.
+pub const MEMPOOL_BIT: u32 = 1 << 31;
+
+/// The record's pool (graph pool id in the low 32 bits, MemPool id in the
+/// high 32: FORMAT.md) in 32 bits.
+pub(crate) fn private_pool(pool: u64) -> u32 {
+    let (graph, user) = (pool as u32, (pool >> 32) as u32);
+    if user != 0 {
+        MEMPOOL_BIT | (user & !MEMPOOL_BIT)
+    } else {
+        graph & !MEMPOOL_BIT
+    }
 }
 
 impl AllocatorEv {
@@ -98,7 +114,7 @@ impl AllocatorEv {
             action: a.action,
             device: a.device,
             stack: a.stack.0,
-            pool: a.pool as u32,
+            pool: private_pool(a.pool),
             address: if oom { a.device_free } else { a.address },
             bytes: a.bytes.0,
             stream: if a.action == AllocatorAction::OOM_REPORT {

@@ -904,10 +904,14 @@ pub struct FrameworkAtExit {
 #[derive(Clone, Debug, Serialize)]
 pub struct PoolFragmentation {
     /// "large blocks, stream 0x0", "small blocks, stream 0x7f..",
-    /// "private pool 3 (large blocks)".
+    /// "MemPool 1 (large blocks), stream 0x0", "CUDA graph pool 2 (small
+    /// blocks), stream 0x5a..".
     pub pool: String,
     pub small: bool,
     pub stream: u64,
+    /// PyTorch's id of a private pool as the trace writes it (FORMAT.md: a
+    /// CUDA graph's own pool in the low 32 bits, a MemPool in the high 32);
+    /// 0 for the default pools.
     pub private_pool: u64,
     pub reserved_peak: u64,
     /// F = 1 − largest free block / free bytes, at the end of each bucket

@@ -227,10 +227,28 @@ fn in_forward(frames: &[FrameText]) -> bool {
     })
 }
 
-/// What the forward pass allocated and still held at the allocated peak.
+/// A tensor made by PyTorch's autograd engine: the backward pass.
+fn in_backward(frames: &[FrameText]) -> bool {
+    frames
+        .iter()
+        .any(|f| f.function.starts_with("torch::autograd::Engine::"))
+}
+
+/// What the forward pass allocated and still held at the allocated peak,
+/// in a process that ran a backward pass: there the forward's tensors are
+/// kept for it, and checkpointing trades recomputation for them. Without
+/// one (inference, a captured CUDA graph) the forward's peak is its own
+/// working set, which checkpointing does not shrink.
 fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
     for v in &a.frameworks {
         if v.allocated_peak == 0 {
+            continue;
+        }
+        let trained = a
+            .tensor_sites
+            .iter()
+            .any(|t| t.pids.contains(&v.pid) && in_backward(&t.frames));
+        if !trained {
             continue;
         }
         let forward: Vec<(String, u64)> = v

@@ -164,7 +164,11 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         // SAFETY: torch passes its TraceEntry; these leading fields sit at
         // the same offsets in every version we attach to (see the module
         // docs): action (int) at 0, device (int8 or int) at 4, address at 8,
-        // stream at 32, size at 40, and (2.11) the pool id pair at 48.
+        // stream at 32, size at 40, and (2.11) the pool id pair at 48:
+        // `MempoolId_t` is {graph's pool id, user pool id}, one of them 0
+        // (a pool a CUDA graph made for itself counts the first,
+        // `torch.cuda.MemPool` and `graph_pool_handle()` the second, each
+        // from 1), so both fit one u64 apart (FORMAT.md).
         let (action, device, address, stream, size, pool) = unsafe {
             let field = |off: usize| std::ptr::read_unaligned(entry.add(off) as *const u64);
             (
@@ -174,7 +178,7 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
                 field(32),
                 field(40),
                 if c.torch_pool_ids() {
-                    field(48) | field(56)
+                    (field(48) & 0xffff_ffff) | (field(56) << 32)
                 } else {
                     0
                 },

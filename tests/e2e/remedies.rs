@@ -216,6 +216,9 @@ fn samples_without_the_evidence_get_no_remedy() {
         "torch_async",
         "torch_growth",
         "torch_fragment",
+        // A forward pass captured in a CUDA graph and no backward pass: its
+        // tensors at the peak are its working set, not activations kept.
+        "torch_private_pools",
         "torch_spawn",
         "cupy",
         "cupy_pool",

@@ -434,6 +434,79 @@ fn torch_fragment_matches_torch_snapshot_per_pool() {
     assert_eq!(v["segments_freed"], v["segments_allocated"]);
 }
 
+/// A `torch.cuda.MemPool` and a CUDA graph's own pool are pools of their
+/// own, named by torch's ids, each equal at the program's snapshots to
+/// what torch's snapshot said of it.
+#[test]
+fn torch_private_pools_match_torch_snapshots() {
+    let (a, t) = analysis_and_truth("torch_private_pools");
+    let v = &a["frameworks"][0];
+    let snapshots = v["snapshots"].as_array().unwrap();
+    let mut checked = 0;
+    for (i, step, owner) in [
+        (
+            0,
+            "after_mempool",
+            format!("MemPool {}", t["mempool_id"][1]),
+        ),
+        (
+            1,
+            "after_graph",
+            format!("CUDA graph pool {}", t["graph_pool_id"][0]),
+        ),
+    ] {
+        let ours = snapshots[i]["pools"].as_array().unwrap();
+        for (key, truth) in t[step].as_object().unwrap() {
+            let mut parts = key.split('/');
+            let (ids, stream, kind) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
+            let id: Vec<u64> = ids.split(',').map(|x| x.parse().unwrap()).collect();
+            // Each snapshot holds the pools made so far: check the new one.
+            let is_mempool = id[1] != 0;
+            if is_mempool != (step == "after_mempool") {
+                continue;
+            }
+            let name = format!(
+                "{owner} ({kind} blocks), stream {:#x}",
+                stream.parse::<u64>().unwrap()
+            );
+            let p = ours
+                .iter()
+                .find(|p| p["pool"] == name.as_str())
+                .unwrap_or_else(|| panic!("{name} not in {ours:?}"));
+            assert_eq!(p["reserved_bytes"], truth["reserved"], "{name}");
+            assert_eq!(p["free_bytes"], truth["free"], "{name}");
+            assert_eq!(p["largest_free_bytes"], truth["largest_free"], "{name}");
+            checked += 1;
+        }
+    }
+    // The MemPool's large blocks, the graph's large and small blocks.
+    assert_eq!(checked, 3);
+    let private: Vec<u64> = v["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["private_pool"].as_u64().filter(|&id| id != 0))
+        .collect();
+    // As FORMAT.md packs them: the MemPool in the high half, the graph's
+    // pool in the low half.
+    let mempool = t["mempool_id"][1].as_u64().unwrap() << 32;
+    let graph = t["graph_pool_id"][0].as_u64().unwrap();
+    assert!(
+        private.contains(&mempool) && private.contains(&graph),
+        "{private:?}"
+    );
+    assert_eq!(v["segments"]["matched"], v["segments"]["reported"]);
+    assert_eq!(v["allocated_peak"], t["torch"]["allocated_bytes.all.peak"]);
+    assert_eq!(v["reserved_peak"], t["torch"]["reserved_bytes.all.peak"]);
+    let sites = tensor_site_at(&a, &at_line(&t, "mempool"));
+    assert_eq!(sites.len(), 1);
+    assert_eq!(sites[0]["count"], 8);
+}
+
 /// An OOM against a memory fraction: the request, the limit, the line.
 #[test]
 fn torch_fraction_oom_names_the_limit_and_the_line() {

@@ -201,6 +201,55 @@ def cupy(a, t):
         check(len(sites) >= 1, f"a CUDA allocation site named by cupy_arrays.py:{t['lines'][name]} ({name})")
 
 
+def our_pool_name(pool_id, stream, kind):
+    """The name the report gives a private pool (framework_view.rs)."""
+    graph, user = pool_id
+    owner = f"MemPool {user}" if user else f"CUDA graph pool {graph}"
+    return f"{owner} ({kind} blocks), stream {int(stream):#x}"
+
+
+def torch_private_pools(a, t):
+    v = view(a)
+    check(v is not None, "PyTorch's allocator seen from the inside")
+    if v is None:
+        return
+    check(t["mempool_id"] != t["graph_pool_id"], f"torch's ids: MemPool {t['mempool_id']}, graph {t['graph_pool_id']}")
+    snaps = v.get("snapshots", [])
+    check(len(snaps) >= 2, f"the program's two snapshots seen ({len(snaps)})")
+    for i, (step, want) in enumerate((("after_mempool", t["mempool_id"]), ("after_graph", t["graph_pool_id"]))):
+        if len(snaps) <= i:
+            break
+        ours = {p["pool"]: p for p in snaps[i]["pools"]}
+        truths = {k: p for k, p in t[step].items() if [int(x) for x in k.split("/")[0].split(",")] == want}
+        check(bool(truths), f"{step}: torch's snapshot has the pool {want}")
+        for key, truth in truths.items():
+            ids, stream, kind = key.split("/")
+            name = our_pool_name([int(x) for x in ids.split(",")], stream, kind)
+            p = ours.get(name)
+            check(p is not None, f"{step}: pool {name} at the snapshot (ours: {sorted(ours)})")
+            if p is None:
+                continue
+            check(p["reserved_bytes"] == truth["reserved"], f"{name}: reserved {p['reserved_bytes']} = torch's {truth['reserved']}")
+            check(p["free_bytes"] == truth["free"], f"{name}: free {p['free_bytes']} = torch's {truth['free']}")
+            check(p["largest_free_bytes"] == truth["largest_free"],
+                  f"{name}: largest free block {p['largest_free_bytes']} = torch's {truth['largest_free']}")
+    named = {p["pool"] for p in v["pools"]}
+    check(any(n.startswith(f"MemPool {t['mempool_id'][1]} ") for n in named), f"the MemPool is a pool of its own ({sorted(named)})")
+    check(any(n.startswith(f"CUDA graph pool {t['graph_pool_id'][0]} ") for n in named), "the graph's pool is a pool of its own")
+    seg = v["segments"]
+    check(seg["reported"] > 0 and seg["matched"] == seg["reported"],
+          f"every segment matches a driver allocation ({seg['matched']} of {seg['reported']})")
+    torch = t["torch"]
+    check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
+          f"allocated peak {v['allocated_peak']} = torch's {torch['allocated_bytes.all.peak']}")
+    check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
+          f"reserved peak {v['reserved_peak']} = torch's {torch['reserved_bytes.all.peak']}")
+    sites = tensor_site(a, t["file"], t["lines"]["mempool"])
+    check(len(sites) == 1 and sites[0]["count"] == 8, "8 tensors from the MemPool's line")
+    graph = tensor_site(a, t["file"], t["lines"]["graph"])
+    check(bool(graph), "tensors from the captured line")
+
+
 CHECKS = {
     "torch_leak": torch_leak,
     "torch_leak_expandable": torch_leak,
@@ -210,6 +259,7 @@ CHECKS = {
     "torch_oom": torch_oom,
     "ctypes_cuda": ctypes_cuda,
     "cupy": cupy,
+    "torch_private_pools": torch_private_pools,
 }
 
 

@@ -4,7 +4,8 @@
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
 #                                   deviceview ums pools remedies
-#                                   ipc multigpu (two GPUs: skipped on one)
+#                                   ipc privatepools
+#                                   multigpu (two GPUs: skipped on one)
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -226,6 +227,19 @@ remedies_phase() {
     done
 }
 
+private_pools_phase() {
+    note "private pools (MemPool, a CUDA graph's pool); the cudaMallocAsync backend with its truth"
+    local g="$ROOT/tests/gpu"
+    record torch_private_pools python3 "$g/torch_private_pools.py" "$WORK/torch_private_pools.json"
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_leak_async python3 "$g/torch_leak.py" "$WORK/torch_leak_async.json"
+    for name in torch_private_pools torch_leak_async; do
+        echo "    $name: $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes"
+        "$GMEM" dump "$WORK/traces/$name.bin" | grep -E " (allocator|message) " | cut -c1-300 | sed 's/^/      /'
+        python3 "$g/framework_check.py" "$GMEM" "$name" "$WORK/traces/$name.bin" "$WORK/$name.json" || FAILED=1
+    done
+    "$GMEM" dump "$WORK/traces/torch_private_pools.bin" | grep " allocator_event " | awk '{for(i=1;i<=NF;i++) if ($i ~ /^pool=/) print $i}' | sort | uniq -c | sed 's/^/    /'
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
@@ -238,6 +252,7 @@ for phase in $PHASES; do
         ums) ums_phase ;;
         pools) pools_phase ;;
         ipc) ipc_phase ;;
+        privatepools) private_pools_phase ;;
         multigpu) multigpu_phase ;;
         remedies) remedies_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;

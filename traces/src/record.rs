@@ -284,8 +284,8 @@ pub struct AllocatorEvent {
     pub bytes: Bytes,
     /// The CUDA stream the block or segment belongs to.
     pub stream: u64,
-    /// Private memory pool (CUDA graphs, `torch.cuda.MemPool`); 0 = the
-    /// default pools.
+    /// Private memory pool: a CUDA graph's own in the low 32 bits, a
+    /// `torch.cuda.MemPool` in the high 32 (FORMAT.md); 0 = the default pools.
     pub pool: u64,
     pub tid: u32,
     /// Allocations, segment allocations and maps, and OOMs carry the stack;
