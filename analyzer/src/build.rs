@@ -343,6 +343,13 @@ pub fn build(
                 .as_ref()
                 .is_some_and(|f| f.devices.contains_key(&d))
         });
+        let async_backend = engine.streams.iter().any(|s| {
+            s.framework.as_ref().is_some_and(|f| {
+                f.devices
+                    .get(&d)
+                    .is_some_and(|v| v.allocator == crate::framework::TORCH_ASYNC)
+            })
+        });
         let streams = &engine.streams;
         let smi = smi_views.remove(&d);
         let timeline_sites = {
@@ -364,13 +371,17 @@ pub fn build(
         };
         let dev = engine.devices.get_mut(d).expect("device listed");
         // The framework's segments are the driver sites of its allocator
-        // ("allocator cache"); the rest at the peak is outside it.
+        // ("allocator cache"), and under the cudaMallocAsync backend its
+        // tensors are driver sites too; the rest at the peak is outside it.
         let outside_frameworks = has_framework.then(|| {
             let rows: Vec<(u32, u64, u64)> = dev
                 .peak_sites
                 .iter()
                 .copied()
-                .filter(|&(raw, _, _)| categories[raw as usize] != Category::AllocatorCache)
+                .filter(|&(raw, _, _)| {
+                    categories[raw as usize] != Category::AllocatorCache
+                        && !engine.sites[raw as usize].framework_tensors
+                })
                 .collect();
             let sites = by_site(&rows);
             OutsideFrameworks {
@@ -379,7 +390,15 @@ pub fn build(
             }
         });
         let mut blind_spots = Vec::new();
-        if has_framework {
+        if async_backend {
+            blind_spots.push(
+                "PyTorch's cudaMallocAsync backend: its tensors are CUDA's stream-ordered \
+                 allocations, shown with the framework allocators as its allocated memory, and the \
+                 pool's size as its reserved memory. CUDA does not say how the free memory inside \
+                 the pool lies: its fragmentation here is estimated from addresses."
+                    .to_string(),
+            );
+        } else if has_framework {
             blind_spots.push(
                 "PyTorch's caching allocator was seen from the inside: its tensors and the \
                  fragmentation of each of its pools are shown with the framework allocators."

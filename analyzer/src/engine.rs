@@ -4,11 +4,11 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use gmem_prof_traces::record::{memory_kind, ApiFunc};
+use gmem_prof_traces::record::{memory_kind, AllocatorAction, ApiFunc};
 use gmem_prof_traces::Record;
 
 use crate::events::{EventKind, EventRow};
-use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
+use crate::framework::{AllocConfig, DriverMemory, FrameworkState, TORCH_ASYNC};
 use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent};
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
@@ -60,6 +60,9 @@ fn prefetch_passing<T>(p: *const T) {
 
 /// The driver allocations live in one process, for matching a framework's
 /// segments with them.
+/// The library holding PyTorch's CUDA allocators (both backends).
+const TORCH_CUDA_LIBRARY: &str = "libc10_cuda.so";
+
 struct LiveMemory<'a> {
     live: &'a FastMap<(u32, u64), Live>,
     stream: u32,
@@ -156,6 +159,9 @@ pub struct SiteStats {
     pub kinds: u8,
     pub failed: u64,
     pub held: Holding,
+    /// Its allocations are a framework allocator's tensors too (PyTorch's
+    /// cudaMallocAsync backend), counted in its view.
+    pub framework_tensors: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -543,8 +549,18 @@ pub struct StreamState {
     /// Failed allocations not yet known to be recovered: (tid, bytes, index
     /// into `Engine::ooms`).
     open_failures: Vec<(u32, u64, usize)>,
-    /// The inside of a framework allocator, when the trace holds its events.
+    /// The inside of a framework allocator, when the trace holds its events
+    /// (or, for PyTorch's cudaMallocAsync backend, they are made here).
     pub framework: Option<Box<FrameworkState>>,
+    /// The process may run PyTorch's cudaMallocAsync backend
+    /// (`StreamDefs::torch_not_attached`): its tensors are the stream-ordered
+    /// allocations from `torch_pools`.
+    torch_async: bool,
+    /// The CUDA pools PyTorch's tensors came from (the devices' default
+    /// pools), known once a tensor was allocated from each.
+    torch_pools: Vec<PoolId>,
+    /// Per stack id: whether it passes through PyTorch's CUDA allocator.
+    torch_stacks: FastMap<u32, bool>,
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -592,6 +608,9 @@ impl StreamState {
             ended: None,
             open_failures: Vec::new(),
             framework: None,
+            torch_async: false,
+            torch_pools: Vec::new(),
+            torch_stacks: FastMap::default(),
         }
     }
 
@@ -709,11 +728,16 @@ impl Engine {
 
     pub fn apply_defs(&mut self, stream: u32, defs: Vec<Record>) {
         let st = &mut self.streams[stream as usize];
+        let mut allocator = false;
         for r in defs {
             if let Record::Device(d) = &r {
                 self.devices.get_or_insert(d.device);
             }
+            allocator |= matches!(r, Record::Allocator(_));
             st.defs.add(r);
+        }
+        if allocator && !st.torch_async {
+            st.torch_async = st.defs.torch_not_attached();
         }
     }
 
@@ -765,6 +789,7 @@ impl Engine {
             kinds: 0,
             failed: 0,
             held: Holding::default(),
+            framework_tensors: false,
         });
         self.site_index.insert(key, i);
         self.device(key.device).sites.push(i);
@@ -830,7 +855,7 @@ impl Engine {
                         self.row(t, stream, r);
                     }
                 } else {
-                    let site = self.free(stream, m.address);
+                    let site = self.free(stream, t, m.address);
                     if self.rows.is_some() {
                         let r = Self::memory_row(EventKind::Free, t, m, site);
                         self.row(t, stream, r);
@@ -850,6 +875,9 @@ impl Engine {
                 let size = if op == 2 { 0 } else { size };
                 let pool = self.pool_id(stream, device, address);
                 self.set_pool_size(device, pool, size);
+                if self.streams[stream as usize].torch_async {
+                    self.torch_async_change(stream, t, device, pool, None);
+                }
             }
             &Event::Kernel {
                 end,
@@ -970,6 +998,7 @@ impl Engine {
         let st = &mut self.streams[stream as usize];
         st.last_device = device;
         let call = st.take_call(correlation, address);
+        let call_stack = call.map_or(0, |c| c.stack);
         let static_kind = kind == memory_kind::DEVICE_STATIC || kind == memory_kind::MANAGED_STATIC;
         let key = match call {
             _ if static_kind => SiteKey {
@@ -1079,7 +1108,109 @@ impl Engine {
             dev.want_next_kernel = true;
             dev.next_kernel = None;
         }
+        if self.streams[stream as usize].torch_async {
+            self.torch_async_alloc(stream, t, m, pool_id, call_stack, site);
+        }
         site
+    }
+
+    /// Under PyTorch's cudaMallocAsync backend, a stream-ordered allocation
+    /// from the pool its tensors come from is a tensor of the backend's
+    /// view: PyTorch counts the pool's use and size as its allocated and
+    /// reserved memory (`memory_allocated`, `memory_reserved`).
+    #[inline(never)]
+    fn torch_async_alloc(
+        &mut self,
+        stream: u32,
+        t: u64,
+        m: &MemoryEv,
+        pool: Option<PoolId>,
+        stack: u32,
+        site: u32,
+    ) {
+        let Some(pool) = pool else { return };
+        let st = &mut self.streams[stream as usize];
+        if stack != 0 {
+            let defs = &st.defs;
+            let through_torch = *st
+                .torch_stacks
+                .entry(stack)
+                .or_insert_with(|| defs.stack_passes_through(stack, TORCH_CUDA_LIBRARY));
+            if through_torch && !st.torch_pools.contains(&pool) {
+                st.torch_pools.push(pool);
+            }
+        }
+        if !st.torch_pools.contains(&pool) {
+            return;
+        }
+        self.sites[site as usize].framework_tensors = true;
+        let reserved = self.regions.pools_size(&st.torch_pools, m.device);
+        let axis = self.axis.as_ref().expect("axis set before events");
+        let fw = st.framework.get_or_insert_with(|| {
+            Box::new(FrameworkState::new(AllocConfig::parse(
+                "backend:cudaMallocAsync",
+            )))
+        });
+        fw.set_reserved(t, axis, m.device, TORCH_ASYNC, reserved);
+        let driver = LiveMemory {
+            live: &self.live,
+            stream,
+        };
+        fw.apply(
+            t,
+            axis,
+            &AllocatorEv {
+                allocator: TORCH_ASYNC,
+                action: AllocatorAction::ALLOC,
+                device: m.device,
+                stack,
+                pool: 0,
+                address: m.address,
+                bytes: m.bytes,
+                stream: 0,
+            },
+            &driver,
+        );
+    }
+
+    /// The backend's side of a free (`torch_async_alloc`), or of a change
+    /// in a pool's size.
+    #[inline(never)]
+    fn torch_async_change(
+        &mut self,
+        stream: u32,
+        t: u64,
+        device: u32,
+        pool: PoolId,
+        freed: Option<u64>,
+    ) {
+        let st = &mut self.streams[stream as usize];
+        if !st.torch_pools.contains(&pool) {
+            return;
+        }
+        let Some(fw) = st.framework.as_deref_mut() else {
+            return;
+        };
+        let axis = self.axis.as_ref().expect("axis set before events");
+        let driver = LiveMemory {
+            live: &self.live,
+            stream,
+        };
+        if let Some(address) = freed {
+            let ev = AllocatorEv {
+                allocator: TORCH_ASYNC,
+                action: AllocatorAction::FREE,
+                device,
+                stack: 0,
+                pool: 0,
+                address,
+                bytes: 0,
+                stream: 0,
+            };
+            fw.apply(t, axis, &ev, &driver);
+        }
+        let reserved = self.regions.pools_size(&st.torch_pools, device);
+        fw.set_reserved(t, axis, device, TORCH_ASYNC, reserved);
     }
 
     /// Returns the raw site of the allocation freed, if it was seen.
@@ -1107,12 +1238,16 @@ impl Engine {
         }
     }
 
-    fn free(&mut self, stream: u32, address: u64) -> Option<u32> {
+    fn free(&mut self, stream: u32, t: u64, address: u64) -> Option<u32> {
         let st = &mut self.streams[stream as usize];
         st.frees += 1;
+        let torch_async = st.torch_async;
         match self.live.remove(&(stream, address)) {
             Some(l) => {
                 self.retire(stream, address, l, true);
+                if let (true, Some(p)) = (torch_async, l.pool) {
+                    self.torch_async_change(stream, t, l.device, p.pool, Some(address));
+                }
                 Some(l.site)
             }
             None => {

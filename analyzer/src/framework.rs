@@ -13,10 +13,17 @@
 //! when the allocator does not split that block (`block_size`). Free blocks
 //! are the gaps between live blocks inside a segment: the allocator merges
 //! free neighbours, so each gap is one free block.
+//!
+//! PyTorch's cudaMallocAsync backend has no segments and reports no events:
+//! each tensor is a stream-ordered CUDA allocation, and what it holds is the
+//! CUDA pool's size. The sweep (`Engine`) feeds those allocations here as
+//! the backend's tensors and the pool's size as its reserve
+//! (`set_reserved`), so that both backends get the same view; with no
+//! segments there is no free-block layout to judge fragmentation by.
 
 use std::collections::BTreeMap;
 
-use gmem_prof_traces::record::AllocatorAction;
+use gmem_prof_traces::record::{allocator, AllocatorAction};
 
 use crate::engine::{sites_holding, FastMap, Holding, HoldsMemory};
 use crate::input::AllocatorEv;
@@ -41,6 +48,9 @@ pub struct AllocConfig {
     /// Settings this analysis cannot follow (per-size division lists), in
     /// words: block sizes may then differ from the allocator's.
     pub unsupported: Vec<String>,
+    /// `backend:cudaMallocAsync`: no caching allocator of PyTorch's own;
+    /// every tensor is a stream-ordered CUDA allocation of its exact size.
+    pub cuda_malloc_async: bool,
 }
 
 impl Default for AllocConfig {
@@ -49,6 +59,7 @@ impl Default for AllocConfig {
             max_split_size: u64::MAX,
             roundup_divisions: 0,
             unsupported: Vec::new(),
+            cuda_malloc_async: false,
         }
     }
 }
@@ -90,14 +101,19 @@ impl AllocConfig {
                          taken as multiples of 512 bytes"
                     )),
                 },
+                "backend" => c.cuda_malloc_async = value == "cudaMallocAsync",
                 _ => {}
             }
         }
         c
     }
 
-    /// The block size the allocator makes for a request (`round_size`).
+    /// The block size the allocator makes for a request (`round_size`);
+    /// the request itself under the cudaMallocAsync backend.
     pub fn round_size(&self, size: u64) -> u64 {
+        if self.cuda_malloc_async {
+            return size;
+        }
         if size < MIN_BLOCK {
             return MIN_BLOCK;
         }
@@ -445,6 +461,21 @@ pub trait DriverMemory {
     fn live_at(&self, address: u64) -> Option<u64>;
 }
 
+/// Id of PyTorch's cudaMallocAsync backend in `DeviceView::allocator`
+/// (after the trace's ids, `allocator::*`): the collector records no
+/// events of it; the analyzer makes them from the process's stream-ordered
+/// allocations (`Engine`), the tensors of that backend.
+pub const TORCH_ASYNC: u8 = 0x80;
+
+/// The name of a framework allocator's view.
+pub fn allocator_name(id: u8) -> &'static str {
+    if id == TORCH_ASYNC {
+        "PyTorch (cudaMallocAsync backend)"
+    } else {
+        allocator::name(id.max(1))
+    }
+}
+
 /// Everything seen inside framework allocators in one process.
 #[derive(Debug)]
 pub struct FrameworkState {
@@ -769,6 +800,28 @@ impl FrameworkState {
         }
     }
 
+    /// The memory an allocator with no segments of its own holds from CUDA
+    /// (the cudaMallocAsync backend: the size of the pools its tensors come
+    /// from), set before the allocation that made it grow.
+    pub fn set_reserved(&mut self, t: u64, axis: &Axis, device: u32, allocator: u8, bytes: u64) {
+        let dev = self
+            .devices
+            .entry(device)
+            .or_insert_with(|| DeviceView::new(allocator));
+        if dev.reserved == bytes {
+            return;
+        }
+        dev.reserved = bytes;
+        if bytes > dev.reserved_peak {
+            dev.reserved_peak = bytes;
+            dev.reserved_peak_time = t;
+            dev.allocated_at_reserved_peak = dev.allocated;
+            dev.reserved_peak_site = None;
+            dev.awaiting_peak_site = true;
+        }
+        dev.reserved_curve.set(axis, bytes);
+    }
+
     /// Records fragmentation at the end of the current bucket.
     pub fn sample(&mut self, axis: &Axis, now: u64) {
         for dev in self.devices.values_mut() {
@@ -874,6 +927,58 @@ mod tests {
         let c = AllocConfig::parse("roundup_power2_divisions:[256:1,512:2],max_split_size_mb:64");
         assert_eq!(c.max_split_size, 64 * MIB);
         assert_eq!(c.unsupported.len(), 1);
+        // cudaMallocAsync: CUDA gets each request as it is.
+        let c = AllocConfig::parse("backend:cudaMallocAsync");
+        assert!(c.cuda_malloc_async);
+        assert_eq!(c.round_size(1000), 1000);
+        assert!(!AllocConfig::parse("backend:native").cuda_malloc_async);
+    }
+
+    /// The cudaMallocAsync backend's view: tensors of exact sizes, the
+    /// pool's size as the reserve, its peak charged to the tensor that made
+    /// the pool grow.
+    #[test]
+    fn a_pool_backed_view_keeps_exact_sizes_and_the_pool_as_reserve() {
+        let axis = Axis::new(0);
+        let mut f = FrameworkState::new(AllocConfig::parse("backend:cudaMallocAsync"));
+        let driver = Driver(Default::default());
+        let tensor = |action, address, bytes, stack| AllocatorEv {
+            allocator: TORCH_ASYNC,
+            stack,
+            ..ev(action, address, bytes)
+        };
+        f.set_reserved(1, &axis, 0, TORCH_ASYNC, 32 * MIB);
+        f.apply(
+            1,
+            &axis,
+            &tensor(AllocatorAction::ALLOC, 0x1000, 1000, 7),
+            &driver,
+        );
+        f.set_reserved(2, &axis, 0, TORCH_ASYNC, 64 * MIB);
+        f.apply(
+            2,
+            &axis,
+            &tensor(AllocatorAction::ALLOC, 0x2000, 40 * MIB, 8),
+            &driver,
+        );
+        f.apply(
+            3,
+            &axis,
+            &tensor(AllocatorAction::FREE, 0x2000, 0, 0),
+            &driver,
+        );
+        let d = &f.devices[&0];
+        assert_eq!(d.allocator, TORCH_ASYNC);
+        assert_eq!(d.allocated_peak, 40 * MIB + 1000);
+        assert_eq!(d.allocated, 1000);
+        assert_eq!((d.reserved, d.reserved_peak), (64 * MIB, 64 * MIB));
+        assert_eq!(d.reserved_peak_site, Some(1));
+        assert_eq!(
+            allocator_name(d.allocator),
+            "PyTorch (cudaMallocAsync backend)"
+        );
+        // No segments: no pools to judge.
+        assert!(d.extents().is_empty());
     }
 
     /// A 20 MiB segment cut as the allocator cuts it: a block is split off

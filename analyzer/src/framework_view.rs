@@ -7,7 +7,7 @@ use gmem_prof_traces::record::allocator;
 
 use crate::build::{judge_growth, site_bytes, site_curves};
 use crate::engine::{Engine, SiteClass};
-use crate::framework::{FrameworkOomRaw, PoolKey};
+use crate::framework::{FrameworkOomRaw, PoolKey, TORCH_ASYNC};
 use crate::input::MEMPOOL_BIT;
 use crate::model::*;
 use crate::sites::{self, CodeRules, StreamDefs};
@@ -277,10 +277,16 @@ pub fn views(
             );
             frameworks.push(FrameworkView {
                 timeline_sites,
-                allocator: allocator::name(dev.allocator.max(1)).to_string(),
+                allocator: crate::framework::allocator_name(dev.allocator).to_string(),
                 pid,
                 device,
                 settings: settings.clone(),
+                reserved_in: if dev.allocator == TORCH_ASYNC {
+                    "CUDA pool"
+                } else {
+                    "segments"
+                }
+                .into(),
                 allocated: dev.allocated_curve.finish(axis, buckets),
                 reserved: dev.reserved_curve.finish(axis, buckets),
                 allocated_peak: dev.allocated_peak,

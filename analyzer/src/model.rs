@@ -251,6 +251,23 @@ impl Analysis {
             .get(id as usize)
             .map_or_else(|| format!("tensor site {id}"), |s| s.label.clone())
     }
+
+    /// The growing CUDA allocation sites that are not a growing tensor
+    /// site already (same process, same label): under PyTorch's
+    /// cudaMallocAsync backend each tensor is also a CUDA allocation, and
+    /// one growing line is said once, as tensors.
+    pub fn growth_beyond_tensors(&self) -> Vec<&Growth> {
+        self.growth
+            .iter()
+            .filter(|g| {
+                let label = self.site_label(g.site);
+                !self
+                    .tensor_growth
+                    .iter()
+                    .any(|t| t.pid == g.pid && self.tensor_site_label(t.site) == label)
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -790,6 +807,11 @@ pub struct FrameworkView {
     pub device: u32,
     /// The allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`).
     pub settings: String,
+    /// Where its reserved memory is: "segments" (the caching allocator's,
+    /// with the blocks inside them), or "CUDA pool" (the cudaMallocAsync
+    /// backend: a stream-ordered pool whose inside CUDA does not show, so
+    /// no segments, pools or fragmentation figures here).
+    pub reserved_in: String,
     /// Bytes of live tensors (PyTorch's `memory_allocated`): blocks from
     /// their allocation until the program frees them.
     pub allocated: Vec<Point>,

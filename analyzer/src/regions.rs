@@ -293,6 +293,16 @@ impl Regions {
         delta
     }
 
+    /// The reserved size of those of `pools` that are on `device`.
+    pub fn pools_size(&self, pools: &[PoolId], device: u32) -> u64 {
+        pools
+            .iter()
+            .filter_map(|&id| self.pools.get(id as usize))
+            .filter(|p| p.device == device)
+            .map(|p| p.size)
+            .sum()
+    }
+
     /// A block of `bytes` at `address` was allocated from pool `id` (the
     /// caller frees first whatever lived at that address).
     #[inline]

@@ -176,7 +176,7 @@ fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
             held_at_end_bytes: s.live_at_exit_bytes,
         });
     }
-    for g in &a.growth {
+    for g in a.growth_beyond_tensors() {
         let Some(s) = a.sites.get(g.site as usize) else {
             continue;
         };

@@ -146,6 +146,37 @@ impl StreamDefs {
         }
     }
 
+    /// Whether a native frame of `stack` lies in a module whose file name
+    /// is `file` (modules and stacks are defined before the events that use
+    /// them, so this holds during the sweep, before symbols are known).
+    pub fn stack_passes_through(&self, stack: u32, file: &str) -> bool {
+        let Some(s) = self.stacks.get(&stack) else {
+            return false;
+        };
+        let ranges: Vec<(u64, u64)> = self
+            .modules
+            .iter()
+            .filter(|m| Path::new(&m.path).file_name().is_some_and(|f| f == file))
+            .map(|m| (m.start, m.end))
+            .collect();
+        s.frames.iter().any(|f| match *f {
+            Frame::Native(pc) => ranges.iter().any(|&(a, b)| a <= pc && pc < b),
+            Frame::Python { .. } => false,
+        })
+    }
+
+    /// Whether the process may run PyTorch with its cudaMallocAsync backend:
+    /// the collector found PyTorch's allocator and could not attach to it
+    /// (its `Allocator` record). The backend is known for sure by its
+    /// stream-ordered allocations made through PyTorch's allocator library,
+    /// which the native backend never makes; the setting is not needed
+    /// (PyTorch reads it from more than one variable).
+    pub fn torch_not_attached(&self) -> bool {
+        self.allocators.iter().any(|a| {
+            a.allocator == gmem_prof_traces::record::allocator::TORCH_CACHING && !a.attached
+        })
+    }
+
     /// The frames of a stack, innermost first, inlined frames expanded.
     /// With Python frames in it, the interpreter's own native frames are
     /// left out: the Python frames stand for them.

@@ -351,17 +351,22 @@ fn used_and_held(
     )
 }
 
-/// A framework allocator's allocated (tensors) and reserved (segments)
-/// bytes on one chart, the allocated peak marked.
+/// A framework allocator's allocated (tensors) and reserved (segments, or
+/// its CUDA pool) bytes on one chart, the allocated peak marked.
 pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
+    let held = if v.reserved_in == "segments" {
+        "segments"
+    } else {
+        "pool"
+    };
     used_and_held(
         a,
         (
             format!("{}-memory.svg", framework_stem(v)),
-            format!("pid {} device {}: tensors and segments", v.pid, v.device),
+            format!("pid {} device {}: tensors and {held}", v.pid, v.device),
         ),
         ("allocated (tensors)", &v.allocated),
-        ("reserved (segments)", &v.reserved),
+        (&format!("reserved ({held})"), &v.reserved),
         Some((v.allocated_peak_time_ns, v.allocated_peak)),
     )
 }

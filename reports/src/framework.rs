@@ -123,25 +123,51 @@ pub fn oom_limit(o: &FrameworkOom) -> String {
     }
 }
 
+/// Whether a view's reserved memory is a CUDA pool (the cudaMallocAsync
+/// backend) rather than segments with blocks inside.
+fn in_cuda_pool(v: &FrameworkView) -> bool {
+    v.reserved_in == "CUDA pool"
+}
+
+/// What holds a view's reserved memory, in words.
+fn reserve_words(v: &FrameworkView) -> &'static str {
+    if in_cuda_pool(v) {
+        "its CUDA pool"
+    } else {
+        "segments"
+    }
+}
+
 /// The HTML section of one view.
 fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut String) {
     let stem = framework_stem(v);
+    let memory = if in_cuda_pool(v) {
+        "each one a stream-ordered CUDA allocation from the pool, whose size is the reserved memory"
+            .to_string()
+    } else {
+        format!(
+            "{} segments obtained from the driver, {} given back{}",
+            v.segments_allocated,
+            v.segments_freed,
+            if v.pages_mapped > 0 {
+                format!(
+                    "; {} page mappings into expandable segments, {} unmapped",
+                    v.pages_mapped, v.pages_unmapped
+                )
+            } else {
+                String::new()
+            }
+        )
+    };
     let _ = write!(
         out,
-        "<h3 id=\"{stem}\">pid {} on device {}: {}</h3><p class=\"meta\">Settings: <code>{}</code>. {} tensors allocated, {} freed; {} segments obtained from the driver, {} given back{}.</p>",
+        "<h3 id=\"{stem}\">pid {} on device {}: {}</h3><p class=\"meta\">Settings: <code>{}</code>. {} tensors allocated, {} freed; {memory}.</p>",
         v.pid,
         v.device,
         escape(&v.allocator),
         if v.settings.is_empty() { "defaults".into() } else { escape(&v.settings) },
         v.tensors_allocated,
         v.tensors_freed,
-        v.segments_allocated,
-        v.segments_freed,
-        if v.pages_mapped > 0 {
-            format!("; {} page mappings into expandable segments, {} unmapped", v.pages_mapped, v.pages_unmapped)
-        } else {
-            String::new()
-        }
     );
     out.push_str(&crate::timeline::framework_html(a, v));
     for c in charts
@@ -152,8 +178,9 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
     }
     let _ = write!(
         out,
-        "<p>Allocated peak <b>{}</b> at {} (segments then: {}, so {} of them held no tensor); reserved at most {}.</p>",
+        "<p>Allocated peak <b>{}</b> at {} ({} then: {}, so {} of it held no tensor); reserved at most {}.</p>",
         bytes(v.allocated_peak),
+        reserve_words(v),
         time(v.allocated_peak_time_ns),
         bytes(v.reserved_at_allocated_peak),
         bytes(v.reserved_at_allocated_peak.saturating_sub(v.allocated_peak)),
@@ -169,12 +196,18 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
     let e = &v.at_exit;
     let _ = write!(
         out,
-        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below); {} of segments held, {} of them cached with no tensor in them.</p>",
+        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below); {} held in {}, {} of it cached with no tensor in it.</p>",
         bytes(e.live_tensor_bytes),
         e.live_tensors,
         bytes(e.reserved_bytes),
+        reserve_words(v),
         bytes(e.cached_bytes)
     );
+    if in_cuda_pool(v) {
+        out.push_str("<p class=\"meta\">CUDA does not say how the free memory inside a stream-ordered pool lies, so this view has no fragmentation per pool; the device's section above estimates it from the addresses of the pool's allocations.</p>");
+        ooms_html(a, v, &stem, out);
+        return;
+    }
     out.push_str("<h4>Fragmentation per pool</h4>");
     for c in charts
         .iter()
@@ -246,6 +279,11 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         );
     }
     out.push_str("</p>");
+    ooms_html(a, v, &stem, out);
+}
+
+/// The errors a view's allocator raised, each with what was live then.
+fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str, out: &mut String) {
     for (i, o) in v.ooms.iter().enumerate() {
         let _ = write!(
             out,
@@ -321,12 +359,13 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for v in &a.frameworks {
         writeln!(
             w,
-            "\n{}, pid {} on device {}: tensors peak {} at {} (segments then {}; at most {})",
+            "\n{}, pid {} on device {}: tensors peak {} at {} ({} then {}; at most {})",
             v.allocator,
             v.pid,
             v.device,
             bytes(v.allocated_peak),
             time(v.allocated_peak_time_ns),
+            reserve_words(v),
             bytes(v.reserved_at_allocated_peak),
             bytes(v.reserved_peak)
         )?;
@@ -335,10 +374,11 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         })?;
         writeln!(
             w,
-            "  at exit: {} in {} live tensors, {} of segments ({} cached, no tensor)",
+            "  at exit: {} in {} live tensors, {} in {} ({} cached, no tensor)",
             bytes(v.at_exit.live_tensor_bytes),
             v.at_exit.live_tensors,
             bytes(v.at_exit.reserved_bytes),
+            reserve_words(v),
             bytes(v.at_exit.cached_bytes)
         )?;
         if let Some(f) = &v.worst_fragmentation {

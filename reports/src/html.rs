@@ -207,7 +207,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     if let Some(o) = &d.outside_frameworks {
         let _ = write!(
             out,
-            "<p>Outside the framework allocators' segments at the peak: <b>{}</b> (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>",
+            "<p>Outside the framework allocators at the peak: <b>{}</b> (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>",
             bytes(o.bytes)
         );
         out.push_str(&bytes_table(

@@ -145,7 +145,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 .collect();
             writeln!(
                 w,
-                "  outside the framework allocators' segments at the peak: {}{}",
+                "  outside the framework allocators at the peak: {}{}",
                 bytes(o.bytes),
                 if top.is_empty() {
                     String::new()
@@ -252,13 +252,19 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "tensor growth after the warm-up:")?;
         growth_lines(w, &a.tensor_growth, |s| a.tensor_site_label(s))?;
     }
-    if a.growth.is_empty() && a.tensor_growth.is_empty() {
+    let growth: Vec<Growth> = a.growth_beyond_tensors().into_iter().cloned().collect();
+    if growth.is_empty() && a.tensor_growth.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
     } else if a.growth.is_empty() {
         writeln!(w, "growth of CUDA allocations: none after the warm-up")?;
+    } else if growth.is_empty() {
+        writeln!(
+            w,
+            "growth of CUDA allocations: the tensors above (each tensor is one)"
+        )?;
     } else {
         writeln!(w, "growth after the warm-up:")?;
-        growth_lines(w, &a.growth, |s| a.site_label(s))?;
+        growth_lines(w, &growth, |s| a.site_label(s))?;
     }
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {

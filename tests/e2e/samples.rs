@@ -399,6 +399,53 @@ fn torch_leak_names_the_line_that_keeps_its_tensors() {
     assert!(text.contains("tensor growth after the warm-up"), "{text}");
 }
 
+/// The same leaking loop under PyTorch's cudaMallocAsync backend, which
+/// reports nothing of its own: its view is made from the stream-ordered
+/// allocations (its tensors) and the pool's size (its reserve), and equals
+/// torch's own memory_stats for that backend.
+#[test]
+fn torch_leak_async_has_the_same_view_from_cuda_allocations() {
+    let (a, t) = analysis_and_truth("torch_leak_async");
+    assert_eq!(t["torch"]["backend"], "cudaMallocAsync");
+    let views = a["frameworks"].as_array().unwrap();
+    assert_eq!(views.len(), 1);
+    let v = &views[0];
+    assert_eq!(v["allocator"], "PyTorch (cudaMallocAsync backend)");
+    assert_eq!(v["reserved_in"], "CUDA pool");
+    assert_eq!(v["allocated_peak"], t["torch"]["allocated_bytes.all.peak"]);
+    assert_eq!(v["reserved_peak"], t["torch"]["reserved_bytes.all.peak"]);
+    // No segments, so no pools or fragmentation figures of its own.
+    assert_eq!(v["segments"]["reported"], 0);
+    assert!(v["pools"].as_array().unwrap().is_empty());
+    let leak = tensor_site_at(&a, &at_line(&t, "leak"));
+    assert_eq!(leak.len(), 1);
+    assert_eq!(leak[0]["count"], t["kept"]);
+    let growth = a["tensor_growth"].as_array().unwrap();
+    assert_eq!(growth[0]["site"], leak[0]["id"]);
+    // Said once, as tensors: the summary does not list the same line again
+    // as a growing CUDA allocation site, nor the remedy twice.
+    let text = report_summary(
+        &sample("torch_leak_async.bin"),
+        &scratch("sample-torch_leak_async-report"),
+    );
+    let leak_line = format!("main at {}", at_line(&t, "leak"));
+    let growth_lines = text
+        .lines()
+        .filter(|l| l.starts_with("  +") && l.contains(&leak_line))
+        .count();
+    assert_eq!(growth_lines, 1, "{text}");
+    assert!(
+        text.contains("PyTorch (cudaMallocAsync backend), pid"),
+        "{text}"
+    );
+    // Its tensors are not "outside the framework allocators".
+    let outside = text
+        .lines()
+        .find(|l| l.contains("outside the framework allocators"))
+        .unwrap_or_default();
+    assert!(!outside.contains(&leak_line), "{outside}");
+}
+
 /// Fragmentation per pool at the program's snapshot equals what torch's
 /// snapshot says; empty_cache gives every segment back.
 #[test]

@@ -83,8 +83,22 @@ def torch_leak(a, t):
 
 def torch_leak_async(a, t):
     procs = a["processes"]
-    check(view(a) is None, "no framework view under backend:cudaMallocAsync (tensors are CUDA allocations)")
     check(procs and procs[0]["allocator_view"] == "tensors", "the allocator view is per tensor")
+    v = view(a)
+    check(v is not None and v["reserved_in"] == "CUDA pool",
+          "the cudaMallocAsync backend's view (tensors = stream-ordered allocations, reserved = its pool)")
+    if v is not None:
+        torch = t["torch"]
+        check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
+              f"allocated peak {v['allocated_peak']} = torch's max_memory_allocated {torch['allocated_bytes.all.peak']}")
+        check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
+              f"reserved peak {v['reserved_peak']} = torch's max_memory_reserved {torch['reserved_bytes.all.peak']}")
+        tensors = tensor_site(a, t["file"], t["lines"]["leak"])
+        check(len(tensors) == 1 and tensors[0]["count"] == t["kept"],
+              f"one tensor site at the leak's line with {t['kept']} tensors")
+        if tensors:
+            check(bool(a.get("tensor_growth")) and a["tensor_growth"][0]["site"] == tensors[0]["id"],
+                  "the leak's line is the tensor site that grows most")
     leak = driver_site(a, t["file"], t["lines"]["leak"])
     check(len(leak) == 1, f"one CUDA allocation site at the leak's line {t['lines']['leak']}")
     if leak:
