@@ -309,7 +309,14 @@ pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     if a.frameworks.is_empty() {
         return;
     }
-    out.push_str("<h2 id=\"tensors\">Inside the framework allocators</h2><p class=\"meta\">What PyTorch's caching allocator did inside the segments it holds from the driver, reported by the allocator itself: each tensor (block) allocated and freed, with the Python line that asked for it. Allocated is PyTorch's <code>memory_allocated()</code>; reserved its <code>memory_reserved()</code>.</p>");
+    out.push_str("<h2 id=\"tensors\">Inside the framework allocators</h2><p class=\"meta\">");
+    if a.frameworks.iter().any(|v| !in_cuda_pool(v)) {
+        out.push_str("What PyTorch's caching allocator did inside the segments it holds from the driver, reported by the allocator itself: each tensor (block) allocated and freed, with the Python line that asked for it. ");
+    }
+    if a.frameworks.iter().any(in_cuda_pool) {
+        out.push_str("PyTorch's cudaMallocAsync backend reports nothing itself: each of its tensors is a stream-ordered CUDA allocation made through it, with the Python line that asked for it, and what it reserves is the size of the CUDA pool they come from. ");
+    }
+    out.push_str("Allocated is PyTorch's <code>memory_allocated()</code>; reserved its <code>memory_reserved()</code>.</p>");
     for v in &a.frameworks {
         view_section(a, v, charts, out);
     }
