@@ -53,16 +53,20 @@ def view(a, pid=None):
     return views[0] if views else None
 
 
+def peaks_equal_torch(v, torch):
+    """A view's allocated and reserved peaks against torch's memory_stats."""
+    check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
+          f"allocated peak {v['allocated_peak']} = torch's max_memory_allocated {torch['allocated_bytes.all.peak']}")
+    check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
+          f"reserved peak {v['reserved_peak']} = torch's max_memory_reserved {torch['reserved_bytes.all.peak']}")
+
+
 def torch_leak(a, t):
     v = view(a)
     check(v is not None, "PyTorch's allocator seen from the inside")
     if v is None:
         return
-    torch = t["torch"]
-    check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
-          f"allocated peak {v['allocated_peak']} = torch's max_memory_allocated {torch['allocated_bytes.all.peak']}")
-    check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
-          f"reserved peak {v['reserved_peak']} = torch's max_memory_reserved {torch['reserved_bytes.all.peak']}")
+    peaks_equal_torch(v, t["torch"])
     seg = v["segments"]
     check(seg["reported"] > 0 and seg["matched"] == seg["reported"],
           f"every segment matches a driver allocation ({seg['matched']} of {seg['reported']})")
@@ -88,11 +92,7 @@ def torch_leak_async(a, t):
     check(v is not None and v["reserved_in"] == "CUDA pool",
           "the cudaMallocAsync backend's view (tensors = stream-ordered allocations, reserved = its pool)")
     if v is not None:
-        torch = t["torch"]
-        check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
-              f"allocated peak {v['allocated_peak']} = torch's max_memory_allocated {torch['allocated_bytes.all.peak']}")
-        check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
-              f"reserved peak {v['reserved_peak']} = torch's max_memory_reserved {torch['reserved_bytes.all.peak']}")
+        peaks_equal_torch(v, t["torch"])
         tensors = tensor_site(a, t["file"], t["lines"]["leak"])
         check(len(tensors) == 1 and tensors[0]["count"] == t["kept"],
               f"one tensor site at the leak's line with {t['kept']} tensors")
@@ -253,11 +253,7 @@ def torch_private_pools(a, t):
     seg = v["segments"]
     check(seg["reported"] > 0 and seg["matched"] == seg["reported"],
           f"every segment matches a driver allocation ({seg['matched']} of {seg['reported']})")
-    torch = t["torch"]
-    check(v["allocated_peak"] == torch["allocated_bytes.all.peak"],
-          f"allocated peak {v['allocated_peak']} = torch's {torch['allocated_bytes.all.peak']}")
-    check(v["reserved_peak"] == torch["reserved_bytes.all.peak"],
-          f"reserved peak {v['reserved_peak']} = torch's {torch['reserved_bytes.all.peak']}")
+    peaks_equal_torch(v, t["torch"])
     sites = tensor_site(a, t["file"], t["lines"]["mempool"])
     check(len(sites) == 1 and sites[0]["count"] == 8, "8 tensors from the MemPool's line")
     graph = tensor_site(a, t["file"], t["lines"]["graph"])

@@ -14,30 +14,21 @@ import sys
 
 import torch
 
-from truth import marked_lines, torch_state, write
+from truth import marked_lines, pools_from_snapshot, torch_state, write
 
 MIB = 1 << 20
 
 
+def private_pool_key(seg):
+    """Private pools only: torch's pool id, stream and segment type."""
+    pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
+    if pool_id == (0, 0):
+        return None
+    return f'{pool_id[0]},{pool_id[1]}/{seg["stream"]}/{seg["segment_type"]}'
+
+
 def private_pools(snapshot):
-    """Per private pool, stream and segment type: what its segments hold."""
-    pools = {}
-    for seg in snapshot["segments"]:
-        pool_id = tuple(seg.get("segment_pool_id", (0, 0)))
-        if pool_id == (0, 0):
-            continue
-        key = f'{pool_id[0]},{pool_id[1]}/{seg["stream"]}/{seg["segment_type"]}'
-        p = pools.setdefault(key, {"segments": 0, "reserved": 0, "allocated": 0,
-                                   "free": 0, "largest_free": 0})
-        p["segments"] += 1
-        p["reserved"] += seg["total_size"]
-        for b in seg["blocks"]:
-            if b["state"] == "inactive":
-                p["free"] += b["size"]
-                p["largest_free"] = max(p["largest_free"], b["size"])
-            elif b["state"] == "active_allocated":
-                p["allocated"] += b["size"]
-    return pools
+    return pools_from_snapshot(snapshot, private_pool_key)
 
 
 def main():

@@ -17,14 +17,21 @@ def marked_lines(path):
     return lines
 
 
-def pools_from_snapshot(snapshot):
-    """Per pool of the caching allocator (device, stream, small or large):
-    bytes in its segments, free bytes inside them, the largest free block
-    and F = 1 - largest / free, from the snapshot's blocks (the definition
-    the report uses)."""
+def default_pool_key(seg):
+    return f'{seg["device"]}/{seg["stream"]}/{seg["segment_type"]}'
+
+
+def pools_from_snapshot(snapshot, key_of=default_pool_key):
+    """Per pool of the caching allocator (by default: device, stream, small
+    or large): bytes in its segments, free bytes inside them, the largest
+    free block and F = 1 - largest / free, from the snapshot's blocks (the
+    definition the report uses). `key_of(segment)` names a segment's pool;
+    segments it gives None are left out."""
     pools = {}
     for seg in snapshot["segments"]:
-        key = f'{seg["device"]}/{seg["stream"]}/{seg["segment_type"]}'
+        key = key_of(seg)
+        if key is None:
+            continue
         p = pools.setdefault(key, {"segments": 0, "reserved": 0, "allocated": 0,
                                    "free": 0, "largest_free": 0})
         p["segments"] += 1
