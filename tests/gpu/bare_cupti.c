@@ -23,9 +23,14 @@
  *                                                cuMemAllocFromPoolAsync (the floor
  *                                                of seeing allocation calls without
  *                                                CUPTI's callback path)
+ *   BARE_CUPTI_HWTRACE=1                         ask CUPTI for hardware-based
+ *                                                tracing first
+ *                                                (cuptiActivityEnableHWTrace; its
+ *                                                result is printed)
  *   CUDA_INJECTION64_PATH=.../libbare_cupti.so ./app
  */
 #include <cupti.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -186,6 +191,15 @@ int InitializeInjection(void) {
     if (!kinds) kinds = "kernel";
     if (!cbs) cbs = "none";
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 0;
+    const char *hw = getenv("BARE_CUPTI_HWTRACE");
+    if (hw && *hw == '1') {
+        /* Looked up, not linked: older CUPTIs do not have it. */
+        CUptiResult (*enable_hw)(uint8_t) =
+            (CUptiResult(*)(uint8_t))dlsym(RTLD_DEFAULT, "cuptiActivityEnableHWTrace");
+        int result = enable_hw ? (int)enable_hw(1) : -1;
+        fprintf(stderr, "bare_cupti: cuptiActivityEnableHWTrace(1) = %d%s\n", result,
+                enable_hw ? "" : " (not in this CUPTI)");
+    }
     if (has(kinds, "kernel") || has(kinds, "both"))
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (has(kinds, "memory") || has(kinds, "both")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);

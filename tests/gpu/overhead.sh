@@ -27,6 +27,7 @@
 # gmem-prof: CUPTI features enabled with empty bodies, records discarded: the
 # floor any CUPTI-based tool pays for them.
 #   barekernels  CONCURRENT_KERNEL activity
+#   barehw       the same, with CUPTI's hardware-based tracing asked for
 #   barememory   MEMORY2 activity
 #   barecallbacks  callbacks on every cbid the collector watches, no activity
 #   bareasync    MEMORY2 + callbacks on cuMem{Alloc,Free}Async only
@@ -70,9 +71,10 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
         [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
-        local kinds=memory cbs=none resource=0 flush=0 wrap=0
+        local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0
         case $variant in
             barekernels) kinds=kernel ;;
+            barehw) kinds=kernel hw=1 ;;
             barecallbacks) kinds=none cbs=ours ;;
             bareasync) cbs=async ;;
             bareours) cbs=ours ;;
@@ -82,7 +84,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             barewrap) kinds=kernel,memory,pool,device resource=1 flush=200 wrap=1 ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
-            BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap \
+            BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap BARE_CUPTI_HWTRACE=$hw \
             "$@" 2>"$trace.log" | tail -1)
     else
         line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
