@@ -58,11 +58,33 @@ fn prefetch_passing<T>(p: *const T) {
     let _ = p;
 }
 
-/// The driver allocations live in one process, for matching a framework's
-/// segments with them.
 /// The library holding PyTorch's CUDA allocators (both backends).
 const TORCH_CUDA_LIBRARY: &str = "libc10_cuda.so";
 
+/// An event of PyTorch's cudaMallocAsync backend, made from a CUDA
+/// allocation or free (`Engine::torch_async_alloc`): no private pools, no
+/// segments, so no stream to key them by.
+fn torch_async_event(
+    action: AllocatorAction,
+    device: u32,
+    stack: u32,
+    address: u64,
+    bytes: u64,
+) -> AllocatorEv {
+    AllocatorEv {
+        allocator: TORCH_ASYNC,
+        action,
+        device,
+        stack,
+        pool: 0,
+        address,
+        bytes,
+        stream: 0,
+    }
+}
+
+/// The driver allocations live in one process, for matching a framework's
+/// segments with them.
 struct LiveMemory<'a> {
     live: &'a FastMap<(u32, u64), Live>,
     stream: u32,
@@ -1147,30 +1169,18 @@ impl Engine {
         let reserved = self.regions.pools_size(&st.torch_pools, m.device);
         let axis = self.axis.as_ref().expect("axis set before events");
         let fw = st.framework.get_or_insert_with(|| {
-            Box::new(FrameworkState::new(AllocConfig::parse(
-                "backend:cudaMallocAsync",
-            )))
+            Box::new(FrameworkState::new(AllocConfig {
+                cuda_malloc_async: true,
+                ..AllocConfig::default()
+            }))
         });
         fw.set_reserved(t, axis, m.device, TORCH_ASYNC, reserved);
         let driver = LiveMemory {
             live: &self.live,
             stream,
         };
-        fw.apply(
-            t,
-            axis,
-            &AllocatorEv {
-                allocator: TORCH_ASYNC,
-                action: AllocatorAction::ALLOC,
-                device: m.device,
-                stack,
-                pool: 0,
-                address: m.address,
-                bytes: m.bytes,
-                stream: 0,
-            },
-            &driver,
-        );
+        let ev = torch_async_event(AllocatorAction::ALLOC, m.device, stack, m.address, m.bytes);
+        fw.apply(t, axis, &ev, &driver);
     }
 
     /// The backend's side of a free (`torch_async_alloc`), or of a change
@@ -1197,23 +1207,13 @@ impl Engine {
             stream,
         };
         if let Some(address) = freed {
-            let ev = AllocatorEv {
-                allocator: TORCH_ASYNC,
-                action: AllocatorAction::FREE,
-                device,
-                stack: 0,
-                pool: 0,
-                address,
-                bytes: 0,
-                stream: 0,
-            };
+            let ev = torch_async_event(AllocatorAction::FREE, device, 0, address, 0);
             fw.apply(t, axis, &ev, &driver);
         }
         let reserved = self.regions.pools_size(&st.torch_pools, device);
         fw.set_reserved(t, axis, device, TORCH_ASYNC, reserved);
     }
 
-    /// Returns the raw site of the allocation freed, if it was seen.
     /// Takes CUPTI's record of a mapping of another process's memory
     /// (opened through CUDA IPC), or of its unmapping, out of this
     /// process's figures: that memory is counted where it was allocated.
@@ -1238,6 +1238,7 @@ impl Engine {
         }
     }
 
+    /// Returns the raw site of the allocation freed, if it was seen.
     fn free(&mut self, stream: u32, t: u64, address: u64) -> Option<u32> {
         let st = &mut self.streams[stream as usize];
         st.frees += 1;

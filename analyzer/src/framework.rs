@@ -336,6 +336,24 @@ impl DeviceView {
         }
     }
 
+    /// The allocator now holds `bytes` from CUDA; at a new peak, the block
+    /// allocated next is charged with it (a segment, or a pool's growth,
+    /// comes just before the block it is for). Returns whether it is a new
+    /// peak.
+    fn set_reserved(&mut self, t: u64, axis: &Axis, bytes: u64) -> bool {
+        self.reserved = bytes;
+        self.reserved_curve.set(axis, bytes);
+        if bytes <= self.reserved_peak {
+            return false;
+        }
+        self.reserved_peak = bytes;
+        self.reserved_peak_time = t;
+        self.allocated_at_reserved_peak = self.allocated;
+        self.reserved_peak_site = None;
+        self.awaiting_peak_site = true;
+        true
+    }
+
     /// Segments of the default pools holding no block (bytes, count),
     /// leaving out the one starting at `except`.
     fn idle_segments(&self, except: u64) -> (u64, u64) {
@@ -683,21 +701,13 @@ impl FrameworkState {
                     }
                 }
                 dev.segments.insert(seg_start, seg);
-                dev.reserved += ev.bytes;
-                if dev.reserved > dev.reserved_peak {
-                    dev.reserved_peak = dev.reserved;
-                    dev.reserved_peak_time = t;
-                    dev.allocated_at_reserved_peak = dev.allocated;
-                    // The segment comes just before the block it is for.
-                    dev.reserved_peak_site = None;
-                    dev.awaiting_peak_site = true;
+                if dev.set_reserved(t, axis, dev.reserved + ev.bytes) {
                     dev.idle_at_reserved_peak = if expandable {
                         (0, 0)
                     } else {
                         dev.idle_segments(seg_start)
                     };
                 }
-                dev.reserved_curve.set(axis, dev.reserved);
                 dev.frag_dirty = true;
             }
             AllocatorAction::SEGMENT_FREE | AllocatorAction::SEGMENT_UNMAP => {
@@ -724,8 +734,7 @@ impl FrameworkState {
                     dev.segment_frees += 1;
                     dev.segments.remove(&start);
                 }
-                dev.reserved = dev.reserved.saturating_sub(ev.bytes);
-                dev.reserved_curve.set(axis, dev.reserved);
+                dev.set_reserved(t, axis, dev.reserved.saturating_sub(ev.bytes));
                 dev.frag_dirty = true;
             }
             AllocatorAction::OOM => {
@@ -808,18 +817,9 @@ impl FrameworkState {
             .devices
             .entry(device)
             .or_insert_with(|| DeviceView::new(allocator));
-        if dev.reserved == bytes {
-            return;
+        if dev.reserved != bytes {
+            dev.set_reserved(t, axis, bytes);
         }
-        dev.reserved = bytes;
-        if bytes > dev.reserved_peak {
-            dev.reserved_peak = bytes;
-            dev.reserved_peak_time = t;
-            dev.allocated_at_reserved_peak = dev.allocated;
-            dev.reserved_peak_site = None;
-            dev.awaiting_peak_site = true;
-        }
-        dev.reserved_curve.set(axis, bytes);
     }
 
     /// Records fragmentation at the end of the current bucket.

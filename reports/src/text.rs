@@ -9,12 +9,12 @@ use crate::format::{bytes, percent, time};
 /// How many sites each list shows.
 const TOP: usize = 5;
 
-fn growth_lines(
+fn growth_lines<'a>(
     w: &mut dyn Write,
-    growth: &[Growth],
+    growth: impl IntoIterator<Item = &'a Growth>,
     label: impl Fn(u32) -> String,
 ) -> io::Result<()> {
-    for g in growth.iter().take(TOP) {
+    for g in growth.into_iter().take(TOP) {
         writeln!(
             w,
             "  +{:>9} ({} → {}) pid {}: {}",
@@ -252,7 +252,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         writeln!(w, "tensor growth after the warm-up:")?;
         growth_lines(w, &a.tensor_growth, |s| a.tensor_site_label(s))?;
     }
-    let growth: Vec<Growth> = a.growth_beyond_tensors().into_iter().cloned().collect();
+    let growth = a.growth_beyond_tensors();
     if growth.is_empty() && a.tensor_growth.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
     } else if a.growth.is_empty() {
@@ -264,7 +264,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         )?;
     } else {
         writeln!(w, "growth after the warm-up:")?;
-        growth_lines(w, &growth, |s| a.site_label(s))?;
+        growth_lines(w, growth, |s| a.site_label(s))?;
     }
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {
