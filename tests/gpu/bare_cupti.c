@@ -27,6 +27,15 @@
  *                                                tracing first
  *                                                (cuptiActivityEnableHWTrace; its
  *                                                result is printed)
+ *   BARE_CUPTI_DEVBUF_MB=N                       CUPTI's device buffer for kernel
+ *                                                records, N MiB (default 3)
+ *   BARE_CUPTI_PER_THREAD=1                      CUPTI's per-thread activity
+ *                                                buffers
+ *   BARE_CUPTI_CALLBACKS=launch                  callbacks on the kernel launch
+ *                                                cbids that read a clock and the
+ *                                                kernel's name: the floor of
+ *                                                seeing every launch on the host
+ *                                                instead of CUPTI's kernel activity
  *   CUDA_INJECTION64_PATH=.../libbare_cupti.so ./app
  */
 #include <cupti.h>
@@ -38,7 +47,8 @@
 #include <string.h>
 #include <time.h>
 
-static size_t records, callbacks, wrapped_calls, wraps_handed, proc_lookups;
+static uint64_t last_launch_ns;
+static size_t records, callbacks, launches, named, wrapped_calls, wraps_handed, proc_lookups;
 static CUpti_SubscriberHandle subscriber;
 static long flush_ms;
 
@@ -60,12 +70,35 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 
 static void on_proc_address(const CUpti_CallbackData *cb);
 
+static const CUpti_CallbackId launch_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+};
+
+static int is_launch(CUpti_CallbackId cbid) {
+    for (size_t i = 0; i < sizeof launch_cbids / sizeof *launch_cbids; i++)
+        if (launch_cbids[i] == cbid) return 1;
+    return 0;
+}
+
 static void CUPTIAPI on_callback(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                  const void *data) {
     (void)user;
     if (domain == CUPTI_CB_DOMAIN_DRIVER_API && (cbid == CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress ||
                                                  cbid == CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress_v2)) {
         on_proc_address(data);
+        return;
+    }
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API && is_launch(cbid)) {
+        /* What a host-side launch record needs: a time and the name. */
+        const CUpti_CallbackData *cb = data;
+        if (cb->callbackSite == CUPTI_API_ENTER) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+            __atomic_store_n(&last_launch_ns, (uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+            if (cb->symbolName && cb->symbolName[0]) __atomic_fetch_add(&named, 1, __ATOMIC_RELAXED);
+        }
         return;
     }
     __atomic_fetch_add(&callbacks, 1, __ATOMIC_RELAXED);
@@ -142,8 +175,8 @@ static void *flusher(void *arg) {
 
 static void at_exit(void) {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    fprintf(stderr, "bare_cupti: %zu records, %zu callbacks, %zu proc-address lookups, %zu wrappers handed out, %zu wrapped calls\n",
-            records, callbacks, proc_lookups, wraps_handed, wrapped_calls);
+    fprintf(stderr, "bare_cupti: %zu records, %zu callbacks, %zu launches seen (%zu named), %zu proc-address lookups, %zu wrappers handed out, %zu wrapped calls\n",
+            records, callbacks, launches, named, proc_lookups, wraps_handed, wrapped_calls);
 }
 
 /* The driver cbids collector/src/callbacks.rs watches by default (WATCHED
@@ -200,6 +233,19 @@ int InitializeInjection(void) {
         fprintf(stderr, "bare_cupti: cuptiActivityEnableHWTrace(1) = %d%s\n", result,
                 enable_hw ? "" : " (not in this CUPTI)");
     }
+    const char *devbuf = getenv("BARE_CUPTI_DEVBUF_MB");
+    if (devbuf && atol(devbuf) > 0) {
+        size_t bytes = (size_t)atol(devbuf) << 20, len = sizeof bytes;
+        int rc = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &len, &bytes);
+        fprintf(stderr, "bare_cupti: device buffer %zu bytes = %d\n", bytes, rc);
+    }
+    const char *per_thread = getenv("BARE_CUPTI_PER_THREAD");
+    if (per_thread && *per_thread == '1') {
+        uint8_t on = 1;
+        size_t len = sizeof on;
+        int rc = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &len, &on);
+        fprintf(stderr, "bare_cupti: per-thread activity buffers = %d\n", rc);
+    }
     if (has(kinds, "kernel") || has(kinds, "both"))
         cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     if (has(kinds, "memory") || has(kinds, "both")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
@@ -213,6 +259,7 @@ int InitializeInjection(void) {
         if (has(cbs, "ours")) ENABLE(ours);
         if (has(cbs, "frees")) ENABLE(frees);
         if (has(cbs, "async")) ENABLE(async_only);
+        if (has(cbs, "launch")) ENABLE(launch_cbids);
         if (wrapping) {
             cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
                                 CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress);

@@ -6,12 +6,18 @@
 #
 #   tests/gpu/overhead.sh [events] [resnet] [alloc] [launch]  (default: the first three)
 #
+# PIN_CPUS=LIST runs every run (plain and recorded alike) under
+# `taskset -c LIST`: the host's scheduler otherwise moves the program
+# between cores and NUMA nodes from run to run, and plain runs of the same
+# loop then differ by up to 30%.
+#
 # events: bench_events.cu, ns per cudaMallocAsync+cudaFreeAsync pair from 30
 #         frames deep (the per-event cost, least noisy); EVENTS_VARIANTS
 #         (default "plain full nostacks nokernels").
 # resnet: torchvision resnet50 bf16 training (default caching allocator);
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
-#         also nokernels, nostacks, slowflush = --flush-ms 1000,
+#         also nokernels, timed = --kernels timed, nostacks,
+#         slowflush = --flush-ms 1000,
 #         freestacks = --free-stacks, and depthN = --stack-depth N, for any
 #         bench).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
@@ -41,6 +47,11 @@
 #   barewrap     bareactivity plus wrappers of cuMemAllocAsync and
 #                cuMemAllocFromPoolAsync handed out through a cuGetProcAddress
 #                callback: allocation calls seen without CUPTI's callback path
+#   barekernels32  barekernels with a 32 MiB device buffer for kernel records
+#   barekernelspt  barekernels with CUPTI's per-thread activity buffers
+#   barelaunch   callbacks on the kernel launch cbids reading a clock and the
+#                name, no activity: every launch seen on the host instead
+#   bareallcb    bareall with launch callbacks in place of kernel activity
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -57,6 +68,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     rm -f "$trace"
     case $variant in
         nokernels) flags=(--no-kernels) ;;
+        timed) flags=(--kernels timed) ;;
         nostacks) flags=(--stack-depth 0) ;;
         slowflush) flags=(--flush-ms 1000) ;;
         freestacks) flags=(--free-stacks) ;;
@@ -65,13 +77,16 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         tensornative) flags=(--tensor-native-stacks) ;;
         depth*) flags=(--stack-depth "${variant#depth}") ;;
     esac
+    if [ -n "${PIN_CPUS:-}" ]; then
+        set -- taskset -c "$PIN_CPUS" "$@"
+    fi
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
     elif [ "${variant#bare}" != "$variant" ]; then
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
         [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
-        local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0
+        local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0 devbuf=0 pt=0
         case $variant in
             barekernels) kinds=kernel ;;
             barehw) kinds=kernel hw=1 ;;
@@ -82,9 +97,14 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             bareallfrees) kinds=kernel,memory,pool,device cbs=ours,frees resource=1 flush=200 ;;
             bareactivity) kinds=kernel,memory,pool,device resource=1 flush=200 ;;
             barewrap) kinds=kernel,memory,pool,device resource=1 flush=200 wrap=1 ;;
+            barekernels32) kinds=kernel devbuf=32 ;;
+            barekernelspt) kinds=kernel pt=1 ;;
+            barelaunch) kinds=none cbs=launch ;;
+            bareallcb) kinds=memory,pool,device cbs=ours,launch resource=1 flush=200 ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
             BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap BARE_CUPTI_HWTRACE=$hw \
+            BARE_CUPTI_DEVBUF_MB=$devbuf BARE_CUPTI_PER_THREAD=$pt \
             "$@" 2>"$trace.log" | tail -1)
     else
         line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
@@ -186,10 +206,13 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
     depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
-    for variant in ["full", "nostacks", "nopython", "noframeworks", "tensornative", *depths, "nokernels",
-                    "slowflush", "freestacks",
-                    "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
-                    "bareall", "bareallfrees", "bareactivity", "barewrap"]:
+    order = ["full", "nostacks", "nopython", "noframeworks", "tensornative", *depths, "nokernels",
+             "slowflush", "freestacks",
+             "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
+             "bareall", "bareallfrees", "bareactivity", "barewrap"]
+    # Then any other variant run, in the order first seen.
+    order += [v for (b, v) in by if b == bench and v != "plain" and v not in order]
+    for variant in order:
         v = by.get((bench, variant))
         if not v:
             continue
