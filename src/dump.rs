@@ -93,7 +93,12 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
             "process pid={} ppid={} start={} host={} exe={} cmdline={} collector={} cupti_api={} cupti={} driver={} kernels={} stacks={} cupti_device_buffers={} collector_tids={:?}",
             p.pid, p.ppid, p.start.0, q(&p.hostname), q(&p.exe), q(&p.cmdline.join(" ")),
             p.collector_version, p.cupti_api_version, q(&p.cupti_path), q(&p.driver_version),
-            p.kernels_traced, p.stacks_captured, p.cupti_device_buffer_bytes.0, p.collector_tids
+            match (p.kernels_traced, p.kernels_timed) {
+                (false, _) => "off",
+                (true, false) => "launches",
+                (true, true) => "timed",
+            },
+            p.stacks_captured, p.cupti_device_buffer_bytes.0, p.collector_tids
         ),
         Record::Device(d) => write!(
             l,
@@ -157,6 +162,12 @@ fn text_line(l: &mut String, stream: u32, r: &Record) {
             "kernel start={} end={} name={} dev={} ctx={} stream={} corr={} grid={:?} block={:?} smem={}+{} regs={}",
             k.start.0, k.end.0, k.name.0, k.device, k.context, k.stream, k.correlation, k.grid,
             k.block, k.static_shared, k.dynamic_shared, k.registers
+        ),
+        Record::KernelLaunch(k) => write!(
+            l,
+            "kernel_launch t={} tid={} name={} dev={} ctx={} stream={} corr={} grid={:?} block={:?} smem={}",
+            k.time.0, k.tid, k.name.0, k.device, k.context, k.stream, k.correlation, k.grid,
+            k.block, k.dynamic_shared
         ),
         Record::Dropped(d) => write!(l, "dropped t={} cupti={} collector={}", d.time.0, d.cupti, d.collector),
         Record::CallDevice(c) => write!(l, "call_device t={} tid={} dev={}", c.time.0, c.tid, c.device),

@@ -134,7 +134,14 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     cmd.env("CUDA_INJECTION64_PATH", &collector)
         .env("GMEM_PROF_DIR", &parts)
         .env("GMEM_PROF_CUPTI", &cupti)
-        .env("GMEM_PROF_KERNELS", if a.no_kernels { "0" } else { "1" })
+        .env(
+            "GMEM_PROF_KERNELS",
+            if a.no_kernels {
+                "off"
+            } else {
+                a.kernels.env_value()
+            },
+        )
         .env("GMEM_PROF_STACK_DEPTH", a.stack_depth.to_string())
         .env(
             "GMEM_PROF_FREE_STACKS",

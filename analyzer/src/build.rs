@@ -258,6 +258,7 @@ pub fn build(
             start_ns: rel(k.start),
             end_ns: rel(k.end),
             stream: k.cuda_stream,
+            timed: !k.launch,
         }
     };
     let by_site = |list: &[(u32, u64, u64)]| site_bytes(list, site_id);
@@ -298,7 +299,12 @@ pub fn build(
                     .iter()
                     .any(|x| x.stream as usize == *i && x.device == d)
             })
-            .all(|(_, s)| s.defs.process.as_ref().is_some_and(|p| p.kernels_traced));
+            .map(|(_, s)| s.defs.process.as_ref())
+            .map(|p| p.map_or((false, false), |p| (p.kernels_traced, p.kernels_timed)))
+            .fold((true, true), |(all_traced, all_timed), (traced, timed)| {
+                (all_traced && traced, all_timed && traced && timed)
+            });
+        let (kernels_traced, kernels_timed) = kernels_traced;
         let has_cache_sites = engine
             .sites
             .iter()
@@ -452,13 +458,18 @@ pub fn build(
             peak_sites: by_site(&dev.peak_sites),
             timeline_sites,
             kernels_per_bucket: dev.kernel_counts.finish(&axis, buckets),
-            kernels_at_peak: dev
-                .kernels_at_peak
-                .iter()
-                .map(|k| kernel_ref(k, streams))
-                .collect(),
+            kernels_at_peak: {
+                let mut v: Vec<KernelRef> = dev
+                    .kernels_at_peak
+                    .iter()
+                    .map(|k| kernel_ref(k, streams))
+                    .collect();
+                v.sort_by_key(|k| (k.start_ns, k.pid, k.stream));
+                v
+            },
             next_kernel_after_peak: dev.next_kernel.as_ref().map(|k| kernel_ref(k, streams)),
             kernels_traced,
+            kernels_timed,
             live: dev.curve.finish(&axis, buckets),
             live_by_kind,
             reserved: dev.reserved_curve.finish(&axis, buckets),
@@ -717,6 +728,7 @@ fn process_reports(
             end_ns: st.ended.unwrap_or(st.last_time).saturating_sub(start),
             clean_exit: st.ended.is_some(),
             kernels_traced: p.kernels_traced,
+            kernels_timed: p.kernels_traced && p.kernels_timed,
             stacks_captured: p.stacks_captured,
             allocations: st.allocations,
             frees: st.frees,

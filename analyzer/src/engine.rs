@@ -324,6 +324,9 @@ pub struct KernelSnap {
     pub start: u64,
     pub end: u64,
     pub cuda_stream: u32,
+    /// Seen at its launch on the host (`start` = `end` = the launch), not
+    /// as its run on the device.
+    pub launch: bool,
 }
 
 /// Host memory (pinned, pageable) rather than the device's own. Managed
@@ -359,6 +362,9 @@ pub struct DeviceState {
     /// Raw sites that ever allocated on this device.
     pub sites: Vec<u32>,
     active_kernels: VecDeque<KernelSnap>,
+    /// The last kernel launched on each CUDA stream of each process (traced
+    /// as launches): at the peak, what the program had just launched.
+    last_launches: Vec<KernelSnap>,
     pub kernels_at_peak: Vec<KernelSnap>,
     want_next_kernel: bool,
     pub next_kernel: Option<KernelSnap>,
@@ -394,6 +400,7 @@ impl DeviceState {
             peak_sites: Vec::new(),
             sites: Vec::new(),
             active_kernels: VecDeque::new(),
+            last_launches: Vec::new(),
             kernels_at_peak: Vec::new(),
             want_next_kernel: false,
             next_kernel: None,
@@ -906,6 +913,7 @@ impl Engine {
                 name,
                 device,
                 stream: cuda_stream,
+                launch,
             } => {
                 self.kernels += 1;
                 let k = KernelSnap {
@@ -914,6 +922,7 @@ impl Engine {
                     start: t,
                     end,
                     cuda_stream,
+                    launch,
                 };
                 let dev = self.devices.get_or_insert(device);
                 if let Some(axis) = &self.axis {
@@ -923,10 +932,20 @@ impl Engine {
                     dev.want_next_kernel = false;
                     dev.next_kernel = Some(k.clone());
                 }
-                while dev.active_kernels.front().is_some_and(|f| f.end <= t) {
-                    dev.active_kernels.pop_front();
+                if launch {
+                    let same_stream = |x: &&mut KernelSnap| {
+                        x.stream_of_process == stream && x.cuda_stream == cuda_stream
+                    };
+                    match dev.last_launches.iter_mut().find(same_stream) {
+                        Some(last) => *last = k,
+                        None => dev.last_launches.push(k),
+                    }
+                } else {
+                    while dev.active_kernels.front().is_some_and(|f| f.end <= t) {
+                        dev.active_kernels.pop_front();
+                    }
+                    dev.active_kernels.push_back(k);
                 }
-                dev.active_kernels.push_back(k);
                 if self.rows.is_some() {
                     let st = &self.streams[stream as usize];
                     let text = st.defs.strings.get(&name).cloned();
@@ -1125,6 +1144,7 @@ impl Engine {
                 .active_kernels
                 .iter()
                 .filter(|k| k.start <= t && t < k.end)
+                .chain(&dev.last_launches)
                 .cloned()
                 .collect();
             dev.want_next_kernel = true;

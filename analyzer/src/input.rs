@@ -137,11 +137,14 @@ pub enum Event {
         size: u64,
         device: u32,
     },
+    /// A kernel: its run on the device (`end` its end), or, for a
+    /// `launch`, the moment the program launched it (`end` = that moment).
     Kernel {
         end: u64,
         name: u32,
         device: u32,
         stream: u32,
+        launch: bool,
     },
     /// The device's own view was sampled (NVML: `used` bytes on the
     /// device); the sample itself is among the stream's definitions.
@@ -369,6 +372,21 @@ fn push_event(
             push_kernel(out, seq, &record::decode_kernel_span(d, base)?);
             true
         }
+        tag::KERNEL_LAUNCH => {
+            let k = record::decode_kernel_launch(d, base)?;
+            out.push(TimedEvent {
+                time: k.time.0,
+                seq,
+                event: Event::Kernel {
+                    end: k.time.0,
+                    name: k.name.0,
+                    device: k.device,
+                    stream: k.stream,
+                    launch: true,
+                },
+            });
+            true
+        }
         tag::ALLOCATOR_EVENT => {
             let a = record::decode_allocator_event(d, base)?;
             out.push(TimedEvent {
@@ -512,6 +530,7 @@ fn push_kernel(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan) {
             name: k.name.0,
             device: k.device,
             stream: k.stream,
+            launch: false,
         },
     });
 }

@@ -344,12 +344,18 @@ pub struct DeviceReport {
     pub peak_by_kind: Vec<KindBytes>,
     /// What was live at the peak, by site (site ids index `Analysis.sites`).
     pub peak_sites: Vec<SiteBytes>,
-    /// Kernels running on this device at the peak instant.
+    /// Kernels at the peak instant: those running on this device (traced
+    /// `timed`), and the last one launched on each stream before it (traced
+    /// as launches); in start order.
     pub kernels_at_peak: Vec<KernelRef>,
-    /// The first kernel to start on this device after the peak.
+    /// The first kernel to start (or be launched) on this device after the
+    /// peak.
     pub next_kernel_after_peak: Option<KernelRef>,
     /// Whether kernels were traced in every process on this device.
     pub kernels_traced: bool,
+    /// Whether every process on this device traced kernels `timed`: their
+    /// runs on the device, not their launches.
+    pub kernels_timed: bool,
     /// Live bytes, all kinds together.
     pub live: Vec<Point>,
     pub live_by_kind: Vec<KindCurve>,
@@ -401,9 +407,12 @@ pub struct SiteBytes {
 pub struct KernelRef {
     pub name: String,
     pub pid: u32,
+    /// Its run on the device when `timed`; else the moment the program
+    /// launched it (`start_ns` = `end_ns`).
     pub start_ns: u64,
     pub end_ns: u64,
     pub stream: u32,
+    pub timed: bool,
 }
 
 /// External fragmentation inside the reserved regions whose sub-allocations
@@ -463,6 +472,9 @@ pub struct ProcessReport {
     /// The collector shut down cleanly (false: killed, crashed, cut short).
     pub clean_exit: bool,
     pub kernels_traced: bool,
+    /// Kernels traced as their runs on the device (`record --kernels
+    /// timed`), not as launches.
+    pub kernels_timed: bool,
     pub stacks_captured: bool,
     pub allocations: u64,
     pub frees: u64,

@@ -87,7 +87,7 @@ pub struct Names {
 }
 
 impl Names {
-    fn intern(&mut self, name: &str, out: &mut Vec<Record>) -> StringId {
+    pub fn intern(&mut self, name: &str, out: &mut Vec<Record>) -> StringId {
         if let Some(id) = self.ids.get(name) {
             return *id;
         }

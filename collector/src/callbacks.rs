@@ -9,7 +9,9 @@ use std::ffi::c_void;
 use std::mem::offset_of;
 
 use cudarc::cupti::sys::{self as cs, CUpti_driver_api_trace_cbid as Cb};
-use gmem_prof_traces::record::{ApiCall, ApiFunc, Bytes, CallDevice, Nanos};
+use gmem_prof_traces::record::{
+    ApiCall, ApiFunc, Bytes, CallDevice, KernelLaunch, Nanos, StringId,
+};
 use gmem_prof_traces::Record;
 
 use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
@@ -142,6 +144,22 @@ pub const WATCHED: &[(Cb, ApiFunc)] = &[
         ApiFunc::IPC_CLOSE_MEM_HANDLE,
     ),
 ];
+
+/// The driver's kernel launch calls, watched with `--kernels launches`
+/// (the runtime's launches reach them too). Kernels of a CUDA graph are
+/// launched by the graph, not by these: only `--kernels timed` sees them.
+pub const LAUNCHES: &[Cb] = &[
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+];
+
+pub fn is_launch(cbid: u32) -> bool {
+    LAUNCHES.iter().any(|c| *c as u32 == cbid)
+}
 
 /// Frees whose release CUPTI's MEMORY2 activity records already carry (with
 /// address, size and time). Their callbacks add nothing the report uses
@@ -453,6 +471,74 @@ const OFF_RETURN: usize = offset_of!(cs::CUpti_CallbackData, functionReturnValue
 const OFF_CORR_DATA: usize = offset_of!(cs::CUpti_CallbackData, correlationData);
 const OFF_CORR_ID: usize = offset_of!(cs::CUpti_CallbackData, correlationId);
 const OFF_CONTEXT: usize = offset_of!(cs::CUpti_CallbackData, context);
+const OFF_CONTEXT_UID: usize = offset_of!(cs::CUpti_CallbackData, contextUid);
+const OFF_SYMBOL: usize = offset_of!(cs::CUpti_CallbackData, symbolName);
+
+/// A launch's geometry and stream, from its parameters.
+struct Launch {
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_shared: u32,
+    stream: *mut c_void,
+    per_thread: bool,
+}
+
+/// # Safety
+/// `p` must point to the parameter struct CUPTI documents for `cbid`, one
+/// of `LAUNCHES`.
+unsafe fn launch_params(cbid: u32, p: *const c_void) -> Option<Launch> {
+    let per_thread = cbid == Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz as u32
+        || cbid == Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz as u32
+        || cbid == Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz as u32;
+    if cbid == Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx as u32
+        || cbid == Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz as u32
+    {
+        // SAFETY: both forms start with the launch's CUlaunchConfig pointer
+        // (the caller's promise about `p`); the config is the call's own
+        // argument, readable for the length of the call.
+        let c = unsafe {
+            let q = std::ptr::read_unaligned(p as *const cs::cuLaunchKernelEx_params);
+            if q.config.is_null() {
+                return None;
+            }
+            std::ptr::read_unaligned(q.config)
+        };
+        return Some(Launch {
+            grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
+            block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+            dynamic_shared: c.sharedMemBytes,
+            stream: c.hStream as *mut c_void,
+            per_thread,
+        });
+    }
+    // cuLaunchKernel, cuLaunchCooperativeKernel and their _ptsz forms share
+    // their leading fields: function, grid, block, shared memory, stream.
+    // SAFETY: the caller's promise about `p`.
+    let q = unsafe { std::ptr::read_unaligned(p as *const cs::cuLaunchCooperativeKernel_params) };
+    Some(Launch {
+        grid: [q.gridDimX, q.gridDimY, q.gridDimZ],
+        block: [q.blockDimX, q.blockDimY, q.blockDimZ],
+        dynamic_shared: q.sharedMemBytes,
+        stream: q.hStream as *mut c_void,
+        per_thread,
+    })
+}
+
+/// Name ids by the address of CUPTI's copy of the name, with the text.
+type NamesByAddress = std::collections::HashMap<usize, (StringId, Box<[u8]>)>;
+
+thread_local! {
+    /// Kernel names this thread launched, by the address CUPTI gave the
+    /// name at (the driver's copy, one per function): a launch finds its
+    /// name's id without the process-wide lock. The text is kept to check
+    /// that the address still holds the same name (a module unloaded and
+    /// another loaded in its place).
+    static LAUNCH_NAMES: std::cell::RefCell<NamesByAddress> =
+        std::cell::RefCell::new(NamesByAddress::new());
+    /// The device of the context this thread last launched in, by the
+    /// context's unique id (CUPTI never reuses one).
+    static LAUNCH_DEVICE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
+}
 
 thread_local! {
     static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -567,9 +653,129 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// A kernel launch (`LAUNCHES`), at entry or exit: at exit, a launch
+    /// that succeeded becomes a `KernelLaunch` record at its entry time.
+    ///
+    /// # Safety
+    /// `data` must be the CUpti_CallbackData CUPTI passed for a driver API
+    /// callback of one of `LAUNCHES`.
+    pub unsafe fn on_kernel_launch(&self, cbid: u32, data: *const u8) {
+        // SAFETY: data is a CUpti_CallbackData (the caller's promise); the
+        // offsets come from its bindgen layout.
+        let (site, params_ptr, ret_ptr, corr_data) = unsafe {
+            (
+                field::<u32>(data, OFF_SITE),
+                field::<*const c_void>(data, OFF_PARAMS),
+                field::<*const u32>(data, OFF_RETURN),
+                field::<*mut u64>(data, OFF_CORR_DATA),
+            )
+        };
+        if site == SITE_ENTER {
+            if !corr_data.is_null() {
+                // SAFETY: CUPTI's 8-byte slot for this call, handed back at exit.
+                unsafe { *corr_data = self.clock.now() };
+            }
+            return;
+        }
+        if site != SITE_EXIT || params_ptr.is_null() || corr_data.is_null() {
+            return;
+        }
+        // SAFETY: a non-null pointer to the call's CUresult.
+        if !ret_ptr.is_null() && unsafe { std::ptr::read_unaligned(ret_ptr) } != 0 {
+            return; // not launched
+        }
+        // SAFETY: the slot written at entry; the rest are fields of the same
+        // CUpti_CallbackData and, for the parameters, the struct of this
+        // cbid.
+        let (time, context, context_uid, symbol, correlation, launch) = unsafe {
+            (
+                *corr_data,
+                field::<*mut c_void>(data, OFF_CONTEXT),
+                field::<u32>(data, OFF_CONTEXT_UID),
+                field::<*const std::ffi::c_char>(data, OFF_SYMBOL),
+                field::<u32>(data, OFF_CORR_ID),
+                launch_params(cbid, params_ptr),
+            )
+        };
+        let Some(launch) = launch else { return };
+        let device = LAUNCH_DEVICE.with(|d| {
+            let (uid, device) = d.get();
+            if uid == context_uid {
+                return device;
+            }
+            let device = self.cupti.device_of(context).unwrap_or(0);
+            d.set((context_uid, device));
+            device
+        });
+        let record = KernelLaunch {
+            time: Nanos(time),
+            tid: current_tid(),
+            // SAFETY: CUPTI's name of the launched kernel, NUL-terminated,
+            // or NULL.
+            name: unsafe { self.launch_name(symbol) },
+            device,
+            context: context_uid,
+            stream: self
+                .cupti
+                .stream_id(context, launch.stream, launch.per_thread),
+            correlation,
+            grid: launch.grid,
+            block: launch.block,
+            dynamic_shared: launch.dynamic_shared,
+        };
+        self.sink
+            .push(gmem_prof_traces::Record::KernelLaunch(record));
+    }
+
+    /// The id of a launched kernel's name, defined in the trace the first
+    /// time the process meets it.
+    ///
+    /// # Safety
+    /// `symbol` is NULL or a NUL-terminated string.
+    unsafe fn launch_name(&self, symbol: *const std::ffi::c_char) -> StringId {
+        if symbol.is_null() {
+            return StringId(0);
+        }
+        // SAFETY: the caller's promise.
+        let text = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_bytes();
+        let key = symbol as usize;
+        let known = LAUNCH_NAMES.with(|m| {
+            m.borrow()
+                .get(&key)
+                .filter(|(_, t)| **t == *text)
+                .map(|(id, _)| *id)
+        });
+        if let Some(id) = known {
+            return id;
+        }
+        let mut defs = Vec::new();
+        let id = match self.kernel_names.lock() {
+            Ok(mut names) => names.intern(&String::from_utf8_lossy(text), &mut defs),
+            Err(_) => return StringId(0),
+        };
+        for d in defs {
+            self.sink.push(d);
+        }
+        LAUNCH_NAMES.with(|m| m.borrow_mut().insert(key, (id, text.into())));
+        id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launches_are_told_apart_from_watched_calls() {
+        for cbid in LAUNCHES {
+            assert!(is_launch(*cbid as u32));
+            assert_eq!(func_of(*cbid as u32), None, "{cbid:?} is also watched");
+        }
+        for (cbid, _) in WATCHED {
+            assert!(!is_launch(*cbid as u32), "{cbid:?}");
+        }
+    }
 
     #[test]
     fn every_watched_cbid_maps_to_its_function() {

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 pub const ENV_DIR: &str = "GMEM_PROF_DIR";
 /// Path of the libcupti to load. Default: search (see `find_cupti`).
 pub const ENV_CUPTI: &str = "GMEM_PROF_CUPTI";
-/// "0" turns kernel tracing off (lowest overhead).
+/// How kernels are traced: "launches" (default; also "1"), "timed", or
+/// "0"/"off" (see `KernelMode`).
 pub const ENV_KERNELS: &str = "GMEM_PROF_KERNELS";
 /// Native stack depth per allocation; "0" turns stacks off.
 pub const ENV_STACK_DEPTH: &str = "GMEM_PROF_STACK_DEPTH";
@@ -43,11 +44,39 @@ pub const ENV_UNDER_CLI: &str = "GMEM_PROF_UNDER_CLI";
 pub const DEFAULT_STACK_DEPTH: usize = 64;
 pub const MAX_STACK_DEPTH: usize = 256;
 
+/// How kernels are traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelMode {
+    /// Not at all.
+    Off,
+    /// Each launch, on the launching thread when the program makes it
+    /// (CUPTI callbacks on the launch calls): name, stream, grid, time of
+    /// the launch. About 0.2 µs per launch on the H200.
+    Launches,
+    /// Each kernel's run on the device, start to end (CUPTI's kernel
+    /// activity). About 0.9 µs per launch on the H200, paid on the
+    /// launching thread: it shows in loops of many small kernels.
+    Timed,
+}
+
+impl KernelMode {
+    fn from_env() -> KernelMode {
+        match std::env::var(ENV_KERNELS) {
+            Err(_) => KernelMode::Launches,
+            Ok(v) => match v.trim() {
+                "0" | "" | "false" | "no" | "off" => KernelMode::Off,
+                "timed" => KernelMode::Timed,
+                _ => KernelMode::Launches,
+            },
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub dir: PathBuf,
     pub cupti: Option<String>,
-    pub kernels: bool,
+    pub kernels: KernelMode,
     pub stack_depth: usize,
     pub free_stacks: bool,
     pub frameworks: bool,
@@ -83,7 +112,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(".")),
             cupti: std::env::var(ENV_CUPTI).ok().filter(|s| !s.is_empty()),
-            kernels: flag(ENV_KERNELS, true),
+            kernels: KernelMode::from_env(),
             stack_depth: (number(ENV_STACK_DEPTH, DEFAULT_STACK_DEPTH as u64) as usize)
                 .min(MAX_STACK_DEPTH),
             free_stacks: flag(ENV_FREE_STACKS, false),

@@ -56,6 +56,7 @@ type GetNumDropped = unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> u32;
 type GetAttribute = unsafe extern "C" fn(u32, *mut usize, *mut c_void) -> u32;
 type GetTimestamp = unsafe extern "C" fn(*mut u64) -> u32;
 type GetDeviceId = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+type GetStreamIdEx = unsafe extern "C" fn(*mut c_void, *mut c_void, u8, *mut u32) -> u32;
 
 /// The functions we call, resolved from one loaded libcupti.
 pub struct Cupti {
@@ -73,6 +74,9 @@ pub struct Cupti {
     get_timestamp: GetTimestamp,
     /// `cuptiGetDeviceId`, optional: only failed allocations ask it.
     get_device_id: Option<GetDeviceId>,
+    /// `cuptiGetStreamIdEx`, optional: kernel launches name their stream
+    /// with it (0 when it is missing).
+    get_stream_id: Option<GetStreamIdEx>,
 }
 
 /// The loaded library's handle is kept open for the life of the process.
@@ -126,6 +130,13 @@ impl Cupti {
                 // SAFETY: CUPTI's function of that name (cupti_activity.h).
                 (!p.is_null())
                     .then(|| unsafe { std::mem::transmute::<*mut c_void, GetDeviceId>(p) })
+            },
+            get_stream_id: {
+                // SAFETY: a live handle and a NUL-terminated name.
+                let p = unsafe { libc::dlsym(handle, c"cuptiGetStreamIdEx".as_ptr()) };
+                // SAFETY: CUPTI's function of that name (cupti_activity.h).
+                (!p.is_null())
+                    .then(|| unsafe { std::mem::transmute::<*mut c_void, GetStreamIdEx>(p) })
             },
         })
     }
@@ -239,6 +250,26 @@ impl Cupti {
         let mut id = 0u32;
         // SAFETY: a context CUPTI handed to a callback, and an out pointer.
         (unsafe { f(context, &mut id) } == 0).then_some(id)
+    }
+
+    /// CUPTI's id of a stream (the `streamId` of its activity records), for
+    /// a stream handle a launch callback passed; `per_thread` for the
+    /// `_ptsz` entry points, whose default stream is the thread's own.
+    pub fn stream_id(&self, context: *mut c_void, stream: *mut c_void, per_thread: bool) -> u32 {
+        let Some(f) = self.get_stream_id else {
+            return 0;
+        };
+        if context.is_null() {
+            return 0;
+        }
+        let mut id = 0u32;
+        // SAFETY: a context and stream handle CUPTI handed to a callback
+        // (the call's own), and an out pointer.
+        if unsafe { f(context, stream, per_thread as u8, &mut id) } == 0 {
+            id
+        } else {
+            0
+        }
     }
 
     /// Calls `f` with each record of a completed activity buffer, as a pointer

@@ -15,7 +15,7 @@ use gmem_prof_traces::Record;
 use crate::activity::{self, Names};
 use crate::callbacks::{self, current_tid, WATCHED};
 use crate::clock::Clock;
-use crate::config::{self, Config};
+use crate::config::{self, Config, KernelMode};
 use crate::cupti::{self, Cupti};
 use crate::nvml::Nvml;
 use crate::python::Python;
@@ -254,7 +254,13 @@ unsafe extern "C" fn on_api(
         }
         if domain == cupti::DOMAIN_DRIVER_API {
             // SAFETY: CUPTI passes a CUpti_CallbackData for driver API callbacks.
-            unsafe { c.on_driver_call(cbid, data as *const u8) };
+            unsafe {
+                if callbacks::is_launch(cbid) {
+                    c.on_kernel_launch(cbid, data as *const u8)
+                } else {
+                    c.on_driver_call(cbid, data as *const u8)
+                }
+            };
         } else if domain == cupti::DOMAIN_RESOURCE
             && cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING
         {
@@ -343,8 +349,15 @@ impl Collector {
         self.cupti.activity_enable(cupti::KIND_MEMORY2)?;
         self.cupti.activity_enable(cupti::KIND_MEMORY_POOL)?;
         self.cupti.activity_enable(cupti::KIND_DEVICE)?;
-        if self.config.kernels {
-            self.cupti.activity_enable(cupti::KIND_CONCURRENT_KERNEL)?;
+        match self.config.kernels {
+            KernelMode::Off => {}
+            KernelMode::Launches => {
+                for cbid in callbacks::LAUNCHES {
+                    self.cupti
+                        .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
+                }
+            }
+            KernelMode::Timed => self.cupti.activity_enable(cupti::KIND_CONCURRENT_KERNEL)?,
         }
         Ok(())
     }
@@ -382,10 +395,11 @@ impl Collector {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| self.cupti.path.clone()),
             driver_version: driver_version(),
-            kernels_traced: self.config.kernels,
+            kernels_traced: self.config.kernels != KernelMode::Off,
             stacks_captured: self.stacks.is_some(),
             cupti_device_buffer_bytes: Bytes(device_buffer as u64),
             collector_tids,
+            kernels_timed: self.config.kernels == KernelMode::Timed,
         }
     }
 

@@ -227,33 +227,60 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
             },
         ));
     }
-    if !d.kernels_at_peak.is_empty() {
-        out.push_str("<p>Kernels running at the peak:</p><ul>");
-        for k in &d.kernels_at_peak {
+    let (running, launched): (Vec<_>, Vec<_>) = d.kernels_at_peak.iter().partition(|k| k.timed);
+    for (title, kernels) in [
+        ("Kernels running at the peak:", running),
+        (
+            "The last kernel launched on each stream before the peak:",
+            launched,
+        ),
+    ] {
+        if kernels.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<p>{title}</p><ul>");
+        for k in kernels {
+            let when = if k.timed {
+                format!("{} – {}", time(k.start_ns), time(k.end_ns))
+            } else {
+                format!("launched at {}", time(k.start_ns))
+            };
             let _ = write!(
                 out,
-                "<li><code>{}</code> (pid {}, stream {}, {} – {})</li>",
+                "<li><code>{}</code> (pid {}, stream {}, {when})</li>",
                 escape(&k.name),
                 k.pid,
-                k.stream,
-                time(k.start_ns),
-                time(k.end_ns)
+                k.stream
             );
         }
         out.push_str("</ul>");
     }
     if let Some(k) = &d.next_kernel_after_peak {
-        let _ = write!(
-            out,
-            "<p>First kernel to start after the peak: <code>{}</code> (pid {}, stream {}, at {}).</p>",
-            escape(&k.name),
-            k.pid,
-            k.stream,
-            time(k.start_ns)
-        );
+        let _ = if k.timed {
+            write!(
+                out,
+                "<p>First kernel to start after the peak: <code>{}</code> (pid {}, stream {}, at {}).</p>",
+                escape(&k.name),
+                k.pid,
+                k.stream,
+                time(k.start_ns)
+            )
+        } else {
+            write!(
+                out,
+                "<p>First kernel launched after the peak: <code>{}</code> (pid {}, stream {}, at {}), \
+                 most often the one that uses what was just allocated.</p>",
+                escape(&k.name),
+                k.pid,
+                k.stream,
+                time(k.start_ns)
+            )
+        };
     }
     if !d.kernels_traced {
-        out.push_str("<p class=\"note\">Kernels were not traced in every process on this device (recorded with <code>--no-kernels</code>): the kernel at the peak may be unknown.</p>");
+        out.push_str("<p class=\"note\">Kernels were not traced in every process on this device (recorded with <code>--kernels off</code>): the kernel at the peak may be unknown.</p>");
+    } else if !d.kernels_timed {
+        out.push_str("<p class=\"note\">Kernels were traced as launches (<code>record --kernels launches</code>, the default): when the program launched each, not when it ran. <code>--kernels timed</code> shows which ran at the peak, at about 0.9 µs more per launch on an H200.</p>");
     }
     out.push_str("<h3>Fragmentation</h3>");
     for c in charts.iter().filter(|c| c.name == frag) {

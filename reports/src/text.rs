@@ -154,11 +154,23 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 }
             )?;
         }
-        match (d.kernels_at_peak.first(), &d.next_kernel_after_peak) {
-            (Some(k), _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
-            (None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
-            (None, None) if !d.kernels_traced => {
-                writeln!(w, "  kernels were not traced (recorded with --no-kernels)")?
+        let running = d.kernels_at_peak.iter().find(|k| k.timed);
+        let launched = d.kernels_at_peak.iter().rfind(|k| !k.timed);
+        let next = d.next_kernel_after_peak.as_ref();
+        match (running, launched, next) {
+            (Some(k), _, _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
+            (None, Some(before), after) => writeln!(
+                w,
+                "  kernels launched around the peak: {} before, {} after",
+                before.name,
+                after.map_or("none", |k| k.name.as_str())
+            )?,
+            (None, None, Some(k)) if !k.timed => {
+                writeln!(w, "  first kernel launched after the peak: {}", k.name)?
+            }
+            (None, None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
+            (None, None, None) if !d.kernels_traced => {
+                writeln!(w, "  kernels were not traced (recorded with --kernels off)")?
             }
             _ => {}
         }

@@ -119,7 +119,8 @@
     function show(h) {
       if (h && h.kernels !== undefined) {
         tip.hidden = false;
-        tip.textContent = h.kernels + " kernel" + (h.kernels === 1 ? "" : "s") + " started from " +
+        tip.textContent = h.kernels + " kernel" + (h.kernels === 1 ? "" : "s") +
+          (data.kernels_launched ? " launched from " : " started from ") +
           seconds(h.bucket * step) + " to " + seconds((h.bucket + 1) * step);
         return;
       }

@@ -25,8 +25,10 @@ struct Data {
     live_max: Vec<u64>,
     ooms: Vec<Mark>,
     kernels: Vec<Kernel>,
-    /// Kernels started in each bucket (empty: none traced, or not a device).
+    /// Kernels started in each bucket (empty: none traced, or not a device);
+    /// launched, when they were traced as launches.
     kernel_counts: Vec<u32>,
+    kernels_launched: bool,
     peak: Peak,
 }
 
@@ -122,6 +124,7 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> String {
             })
             .collect(),
         kernel_counts: d.kernels_per_bucket.clone(),
+        kernels_launched: d.kernels_traced && !d.kernels_timed,
         peak: Peak {
             t: secs(d.peak_time_ns),
             bytes: d.peak_bytes,
@@ -160,6 +163,7 @@ pub fn framework_html(a: &Analysis, v: &FrameworkView) -> String {
         ooms: framework_ooms(a, |x| x.pid == v.pid && x.device == v.device).collect(),
         kernels: Vec::new(),
         kernel_counts: Vec::new(),
+        kernels_launched: false,
         peak: Peak {
             t: secs(v.allocated_peak_time_ns),
             bytes: v.allocated_peak,
@@ -199,8 +203,8 @@ fn container(id: &str, data: &Data, what: &str) -> String {
         "<div class=\"timeline\" data-json=\"timeline-data-{id}\"><div class=\"tip\" hidden></div>\
          <p class=\"meta\">{what} Point at a band for its site, bytes and stack; drag across the chart to \
          zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; \
-         under the axis, grey: how many kernels started in each moment (point at it for the count); \
-         ticks: the kernels at the peak.</p></div>\
+         under the axis, grey: how many kernels started (or, traced as launches, were launched) in \
+         each moment (point at it for the count); ticks: the kernels at the peak.</p></div>\
          <script type=\"application/json\" id=\"timeline-data-{id}\">{json}</script>"
     );
     out

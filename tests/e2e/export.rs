@@ -128,6 +128,32 @@ fn perfetto_kernels_are_the_traces_kernels() {
     assert!(slices.iter().all(|s| s["name"] == "touch_kernel"));
 }
 
+/// Kernels traced as their launches (`record`'s default) have no duration:
+/// each is an instant on its stream's track, not a slice.
+#[test]
+fn perfetto_shows_kernel_launches_as_instants() {
+    let dir = scratch("export-perfetto-launches");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["basic", "0"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json = dir.join("t.json");
+    export(&dir.join("t.bin"), "perfetto", &json);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    for e in events {
+        check_trace_event(e);
+    }
+    let launches: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "kernel launch")
+        .collect();
+    // fake_app.c `basic` launches k_one twice.
+    assert_eq!(launches.len(), 2, "{events:?}");
+    assert!(launches
+        .iter()
+        .all(|e| e["ph"] == "i" && e["name"] == "k_one"));
+    assert!(phase(events, "X").is_empty());
+}
+
 /// Exports a sample as Parquet and reads it back; `test` keeps the scratch
 /// folders of tests running in parallel apart.
 fn parquet(test: &str, name: &str) -> DataFrame {

@@ -32,7 +32,8 @@ fn records_allocations_failures_kernels_and_stacks_and_passes_the_exit_code() {
     let names = stack_functions(&recs, 0, failed[0]["stack"].as_u64().unwrap());
     assert!(names.iter().any(|n| n == "site_too_big"), "{names:?}");
     assert!(names.iter().any(|n| n == "main"), "{names:?}");
-    let kernels = of_type(&recs, "Kernel");
+    // Kernels, by default as their launches.
+    let kernels = of_type(&recs, "KernelLaunch");
     assert_eq!(kernels.len(), 2);
     let k_one = of_type(&recs, "String")
         .into_iter()
@@ -459,6 +460,80 @@ fn environment_variables_alone_then_symbolize() {
     );
 }
 
+/// `--kernels`: launches (the default) give a `KernelLaunch` per launch at
+/// the moment of the launch, `timed` CUPTI's record of each run, `off` (and
+/// `--no-kernels`) neither; the process record says which.
+#[test]
+fn kernels_are_traced_as_launches_timed_or_not_at_all() {
+    let dir = scratch("kernel-modes");
+    for (flags, launches, runs, traced, timed) in [
+        (&[][..], 2, 0, true, false),
+        (&["--kernels", "launches"][..], 2, 0, true, false),
+        (&["--kernels", "timed"][..], 0, 2, true, true),
+        (&["--kernels", "off"][..], 0, 0, false, false),
+        (&["--no-kernels"][..], 0, 0, false, false),
+    ] {
+        let out = run(&mut record_cmd_with(
+            &dir,
+            "t.bin",
+            &[&["-f"][..], flags].concat(),
+            &["basic", "0"],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let launch_records = of_type(&recs, "KernelLaunch");
+        assert_eq!(launch_records.len(), launches, "{flags:?}");
+        assert_eq!(of_type(&recs, "Kernel").len(), runs, "{flags:?}");
+        let p = &of_type(&recs, "Process")[0];
+        assert_eq!(
+            (p["kernels_traced"].as_bool(), p["kernels_timed"].as_bool()),
+            (Some(traced), Some(timed)),
+            "{flags:?}"
+        );
+        // A launch is placed between the calls around it: after the
+        // failed request and before the first free (fake_app.c `basic`).
+        if launches > 0 {
+            let failed = of_type(&recs, "Api")
+                .into_iter()
+                .find(|a| a["result"] != 0)
+                .unwrap();
+            let first_free = of_type(&recs, "Memory")
+                .into_iter()
+                .find(|m| m["alloc"] == false)
+                .unwrap();
+            for k in &launch_records {
+                let t = k["time"].as_u64().unwrap();
+                assert!(
+                    failed["time"].as_u64().unwrap() <= t
+                        && t <= first_free["time"].as_u64().unwrap(),
+                    "{k}"
+                );
+                assert_eq!(k["grid"], serde_json::json!([1, 1, 1]));
+                assert_eq!(k["block"], serde_json::json!([256, 1, 1]));
+            }
+            // The report names them in launch order around the peak.
+            let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
+            assert!(
+                summary.contains("kernels launched around the peak: k_one before")
+                    || summary.contains("first kernel launched after the peak: k_one"),
+                "{summary}"
+            );
+        }
+    }
+    let out = run(&mut record_cmd_with(
+        &dir,
+        "t.bin",
+        &["-f", "--kernels", "sometimes"],
+        &["basic", "0"],
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("launches, timed, off"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn help_explains_record() {
     let out = Command::new(gmem())
@@ -468,6 +543,8 @@ fn help_explains_record() {
     let help = String::from_utf8_lossy(&out.stdout);
     for needle in [
         "--no-kernels",
+        "--kernels <HOW>",
+        "timed",
         "--stack-depth",
         "--cupti",
         "exit code",

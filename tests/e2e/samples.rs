@@ -52,6 +52,88 @@ fn kinds_every_memory_kind_at_its_site() {
     assert!(dev["total_memory"].as_u64().unwrap() > 140_000_000_000);
 }
 
+/// kinds.cu recorded twice in a row by the same build: kernels traced as
+/// launches, then timed. Each launch is the kernel CUPTI saw run: the same
+/// name, stream, correlation id and geometry, in the same order.
+#[test]
+fn kernel_launches_are_the_kernels_cupti_saw_run() {
+    let launches = dump_json(&sample("kinds_launches.bin"));
+    let timed = dump_json(&sample("kinds_timed.bin"));
+    let key = |recs: &[Value], k: &Value| {
+        let name = of_type(recs, "String")
+            .into_iter()
+            .find(|s| s["id"] == k["name"])
+            .and_then(|s| s["text"].as_str().map(str::to_string));
+        (
+            name,
+            k["stream"].clone(),
+            k["correlation"].clone(),
+            k["grid"].clone(),
+            k["block"].clone(),
+        )
+    };
+    let seen: Vec<_> = of_type(&launches, "KernelLaunch")
+        .iter()
+        .map(|k| key(&launches, k))
+        .collect();
+    let ran: Vec<_> = of_type(&timed, "Kernel")
+        .iter()
+        .map(|k| key(&timed, k))
+        .collect();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen, ran);
+    assert!(of_type(&launches, "Kernel").is_empty());
+    assert!(of_type(&timed, "KernelLaunch").is_empty());
+    let p = &of_type(&launches, "Process")[0];
+    assert_eq!(
+        (p["kernels_traced"].as_bool(), p["kernels_timed"].as_bool()),
+        (Some(true), Some(false))
+    );
+    // Launch times: in launch order, before the process ended.
+    let times: Vec<u64> = of_type(&launches, "KernelLaunch")
+        .iter()
+        .map(|k| k["time"].as_u64().unwrap())
+        .collect();
+    let end = of_type(&launches, "ProcessEnd")[0]["time"]
+        .as_u64()
+        .unwrap();
+    assert!(times.windows(2).all(|w| w[0] < w[1]) && times[2] < end);
+
+    // The peak (5 MiB: the leaked buffer and the managed one) comes between
+    // the second launch and the third, which touches the managed buffer:
+    // the report names one as launched before it, the other after.
+    let dir = scratch("kinds-launches-report");
+    let a = export_json(&sample("kinds_launches.bin"), &dir);
+    let d = &a["devices"][0];
+    assert_eq!(d["peak_bytes"], 5 * MIB);
+    assert_eq!(d["kernels_timed"], false);
+    let before = &d["kernels_at_peak"].as_array().unwrap()[..];
+    let after = &d["next_kernel_after_peak"];
+    assert_eq!(before.len(), 1, "{before:?}");
+    let peak = d["peak_time_ns"].as_u64().unwrap();
+    assert!(before[0]["start_ns"].as_u64().unwrap() < peak);
+    assert!(after["start_ns"].as_u64().unwrap() > peak);
+    for k in [&before[0], after] {
+        assert_eq!(k["timed"], false);
+        assert_eq!(k["name"], "touch_kernel");
+        assert_eq!(k["start_ns"], k["end_ns"]);
+    }
+    let summary = report_summary(&sample("kinds_launches.bin"), &dir);
+    assert!(
+        summary
+            .contains("kernels launched around the peak: touch_kernel before, touch_kernel after"),
+        "{summary}"
+    );
+    let html = std::fs::read_to_string(dir.join("kinds_launches.html")).unwrap();
+    for needle in [
+        "The last kernel launched on each stream before the peak",
+        "First kernel launched after the peak: <code>touch_kernel</code>",
+        "<code>--kernels timed</code> shows which ran at the peak",
+    ] {
+        assert!(html.contains(needle), "{needle}");
+    }
+}
+
 #[test]
 fn oom_failed_requests_with_their_sizes_and_sites() {
     let r = dump_json(&sample("oom.bin"));

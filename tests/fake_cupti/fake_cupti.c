@@ -114,7 +114,11 @@ uint32_t cuptiEnableCallback(uint32_t enable, void *sub, uint32_t domain, uint32
     if (domain == 1 && cbid < 1024) enabled_cbids[cbid] = (int)enable;
     return 0;
 }
-uint32_t cuptiActivityEnable(uint32_t kind) { (void)kind; return 0; }
+static int kernel_activity; /* CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL enabled */
+uint32_t cuptiActivityEnable(uint32_t kind) {
+    if (kind == 10) kernel_activity = 1;
+    return 0;
+}
 uint32_t cuptiActivityRegisterCallbacks(buf_req r, buf_done d) { requested = r; completed = d; return 0; }
 uint32_t cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec) {
     uint8_t *next = *rec ? (uint8_t *)*rec + SLOT : buf;
@@ -262,14 +266,49 @@ uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes) {
 
 uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes) { return release(CB_IPC_CLOSE, dptr, bytes); }
 
+enum { CB_LAUNCH_KERNEL = 307 };
+
+/* cuLaunchKernel_params (cupti's generated_cuda_meta.h). */
+struct launch_params {
+    void *f;
+    uint32_t grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+    void *stream;
+    void **args, **extra;
+};
+
+/* A kernel launch: the launch callbacks when they are enabled (`--kernels
+ * launches`), and the kernel's activity record when kernel activity is
+ * (`--kernels timed`), as CUPTI gives them. */
 void fake_kernel(const char *name) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    if (callback && enabled_cbids[CB_LAUNCH_KERNEL]) {
+        static __thread uint64_t corr_data;
+        struct launch_params p = {NULL, 1, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL};
+        uint32_t ret = 0;
+        for (uint32_t site = 0; site < 2; site++) {
+            CallbackData d = {0};
+            d.callbackSite = site;
+            d.functionName = "cuLaunchKernel";
+            d.functionParams = &p;
+            d.functionReturnValue = site == 1 ? &ret : NULL;
+            d.symbolName = name;
+            d.correlationData = &corr_data;
+            d.correlationId = corr;
+            d.context = (void *)(uintptr_t)(current_device + 1);
+            d.contextUid = current_device + 1;
+            callback(callback_userdata, 1, CB_LAUNCH_KERNEL, &d);
+        }
+    }
+    if (!kernel_activity) return;
     Kernel10 k = {0};
     k.kind = 10;
     k.start = now_ns();
     k.end = k.start + 1000;
     k.gridX = k.gridY = k.gridZ = 1;
     k.blockX = 256; k.blockY = k.blockZ = 1;
-    k.correlationId = next_corr;
+    k.correlationId = corr;
     k.name = name; /* string literals: valid until the process ends */
     enqueue(&k, sizeof k);
 }

@@ -167,12 +167,19 @@ def check(gmem, trace, program, exit_code):
                     if c["device"] == int(kv["device"]))
             verdict(text, {"count": kv["count"]}, {"count": n})
         elif head == "kernels":
-            n = 0
+            # Runs on the device (`--kernels timed`) or launches (the
+            # default), as the process traced them; threads = the sum of
+            # grid x block over them, from each launch's own geometry.
+            n = threads = 0
             for p in procs:
-                for k in p.recs.get("Kernel", []):
+                kind = "Kernel" if p.proc.get("kernels_timed", True) else "KernelLaunch"
+                for k in p.recs.get(kind, []):
                     if kv["name"] in p.strings.get(k["name"], ""):
                         n += 1
-            verdict(text, {"count": kv["count"]}, {"count": n})
+                        g, b = k["grid"], k["block"]
+                        threads += g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
+            want = {k: v for k, v in kv.items() if k != "name"}
+            verdict(text, want, {"count": n, "threads": threads})
         elif head == "pool":
             ops = {"created": 1, "destroyed": 2, "trimmed": 3}
             n = sum(1 for p in procs for r in p.recs.get("Pool", [])

@@ -6,6 +6,9 @@
 // expect: api func=cuGraphAddMemAllocNode count=1 bytes=2097152
 // expect: api func=cuGraphAddMemFreeNode count=1
 // expect: kernels name=fill_kernel count=5
+// record: --kernels timed
+// (A graph's kernels are launched by the graph: only kernels traced timed
+// see each of its runs.)
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>

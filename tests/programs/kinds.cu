@@ -10,7 +10,7 @@
 // expect: site=alloc_array kind=array allocs=1 freed=1 leaked=0
 // expect: site=alloc_managed kind=managed allocs=1 bytes=4194304 freed=1 leaked=0
 // expect: site=alloc_pinned kind=pinned allocs=2 bytes=3145728 freed=1 leaked=1 leaked_bytes=1048576
-// expect: kernels name=touch_kernel count=3
+// expect: kernels name=touch_kernel count=3 threads=6291456
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>

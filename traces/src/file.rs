@@ -212,6 +212,7 @@ pub fn record_time(r: &Record) -> Option<u64> {
         Record::Memory(m) => m.time.0,
         Record::Pool(p) => p.time.0,
         Record::Kernel(k) => k.start.0,
+        Record::KernelLaunch(k) => k.time.0,
         Record::Dropped(d) => d.time.0,
         Record::DeviceMemory(m) => m.time.0,
         Record::CallDevice(c) => c.time.0,

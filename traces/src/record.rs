@@ -61,6 +61,7 @@ pub mod tag {
     pub const DEVICE_MEMORY: u8 = 18;
     pub const CALL_DEVICE: u8 = 19;
     pub const POOL_USAGE: u8 = 20;
+    pub const KERNEL_LAUNCH: u8 = 21;
 }
 
 /// One decoded record.
@@ -76,6 +77,7 @@ pub enum Record {
     Memory(MemoryEvent),
     Pool(PoolEvent),
     Kernel(KernelEvent),
+    KernelLaunch(KernelLaunch),
     Dropped(DropCounts),
     Message(Message),
     ProcessEnd(ProcessEnd),
@@ -123,6 +125,12 @@ pub struct ProcessInfo {
     /// Thread ids of the collector's own threads: API calls made on them are
     /// CUPTI's or ours, not the program's.
     pub collector_tids: Vec<u32>,
+    /// How kernels were traced, when `kernels_traced`: true, as `Kernel`
+    /// records of when each ran on the device (CUPTI's kernel activity);
+    /// false, as `KernelLaunch` records of when the program launched each.
+    /// Traces written before launches existed have no such field: they
+    /// timed every kernel they traced.
+    pub kernels_timed: bool,
 }
 
 /// A GPU the process used (from CUPTI's device record).
@@ -529,6 +537,24 @@ pub struct KernelEvent {
     pub registers: u32,
 }
 
+/// One kernel launch, seen on the launching thread when the program made it
+/// (`record --kernels launches`): the kernel runs on the device later, for
+/// a time this record does not know.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct KernelLaunch {
+    pub time: Nanos,
+    pub tid: u32,
+    pub name: StringId,
+    pub device: u32,
+    pub context: u32,
+    pub stream: u32,
+    pub correlation: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_shared: u32,
+}
+
 /// The device's own view of its memory (NVML, as `nvidia-smi` shows it),
 /// sampled by the collector of one process.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -809,6 +835,61 @@ pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError>
     })
 }
 
+/// Decodes the body of a `PROCESS` record.
+fn decode_process(d: &mut Dec, base: u64) -> Result<ProcessInfo, DecodeError> {
+    let mut p = ProcessInfo {
+        pid: d.var32()?,
+        ppid: d.var32()?,
+        start: get_time(d, base)?,
+        hostname: d.string()?,
+        exe: d.string()?,
+        cmdline: {
+            let n = d.count(1)?;
+            (0..n).map(|_| d.string()).collect::<Result<_, _>>()?
+        },
+        collector_version: d.string()?,
+        cupti_api_version: d.var32()?,
+        cupti_path: d.string()?,
+        driver_version: d.string()?,
+        kernels_traced: d.bool()?,
+        stacks_captured: d.bool()?,
+        cupti_device_buffer_bytes: Bytes(d.var()?),
+        collector_tids: {
+            let n = d.count(1)?;
+            (0..n).map(|_| d.var32()).collect::<Result<_, _>>()?
+        },
+        kernels_timed: false,
+    };
+    // Appended later: absent in older traces, which timed every kernel
+    // they traced.
+    p.kernels_timed = if d.is_empty() {
+        p.kernels_traced
+    } else {
+        d.bool()?
+    };
+    Ok(p)
+}
+
+/// Decodes the body of a `KERNEL_LAUNCH` record.
+#[inline]
+pub fn decode_kernel_launch(d: &mut impl Fields, base: u64) -> Result<KernelLaunch, DecodeError> {
+    let mut k = KernelLaunch {
+        time: get_time(d, base)?,
+        tid: d.var32()?,
+        name: StringId(d.var32()?),
+        device: d.var32()?,
+        context: d.var32()?,
+        stream: d.var32()?,
+        correlation: d.var32()?,
+        ..Default::default()
+    };
+    for v in k.grid.iter_mut().chain(k.block.iter_mut()) {
+        *v = d.var32()?;
+    }
+    k.dynamic_shared = d.var32()?;
+    Ok(k)
+}
+
 /// Decodes the body of an `ALLOCATOR_EVENT` record.
 #[inline]
 pub fn decode_allocator_event(
@@ -860,6 +941,7 @@ impl Record {
             Record::Memory(_) => tag::MEMORY,
             Record::Pool(_) => tag::POOL,
             Record::Kernel(_) => tag::KERNEL,
+            Record::KernelLaunch(_) => tag::KERNEL_LAUNCH,
             Record::Dropped(_) => tag::DROPPED,
             Record::DeviceMemory(_) => tag::DEVICE_MEMORY,
             Record::CallDevice(_) => tag::CALL_DEVICE,
@@ -907,6 +989,7 @@ impl Record {
                 for t in &p.collector_tids {
                     e.var((*t).into());
                 }
+                e.bool(p.kernels_timed);
             }
             Record::Device(d) => {
                 e.var(d.device.into());
@@ -1013,6 +1096,19 @@ impl Record {
                 e.var(k.dynamic_shared.into());
                 e.var(k.registers.into());
             }
+            Record::KernelLaunch(k) => {
+                put_time(e, k.time, base);
+                e.var(k.tid.into());
+                e.var(k.name.0.into());
+                e.var(k.device.into());
+                e.var(k.context.into());
+                e.var(k.stream.into());
+                e.var(k.correlation.into());
+                for v in k.grid.iter().chain(&k.block) {
+                    e.var((*v).into());
+                }
+                e.var(k.dynamic_shared.into());
+            }
             Record::Dropped(d) => {
                 put_time(e, d.time, base);
                 e.var(d.cupti);
@@ -1108,28 +1204,7 @@ impl Record {
     pub fn decode(tag: u8, body: &[u8], base: u64) -> Result<Record, DecodeError> {
         let d = &mut Dec::new(body);
         let r = match tag {
-            tag::PROCESS => Record::Process(ProcessInfo {
-                pid: d.var32()?,
-                ppid: d.var32()?,
-                start: get_time(d, base)?,
-                hostname: d.string()?,
-                exe: d.string()?,
-                cmdline: {
-                    let n = d.count(1)?;
-                    (0..n).map(|_| d.string()).collect::<Result<_, _>>()?
-                },
-                collector_version: d.string()?,
-                cupti_api_version: d.var32()?,
-                cupti_path: d.string()?,
-                driver_version: d.string()?,
-                kernels_traced: d.bool()?,
-                stacks_captured: d.bool()?,
-                cupti_device_buffer_bytes: Bytes(d.var()?),
-                collector_tids: {
-                    let n = d.count(1)?;
-                    (0..n).map(|_| d.var32()).collect::<Result<_, _>>()?
-                },
-            }),
+            tag::PROCESS => Record::Process(decode_process(d, base)?),
             tag::DEVICE => Record::Device(DeviceInfo {
                 device: d.var32()?,
                 name: d.string()?,
@@ -1194,6 +1269,7 @@ impl Record {
             tag::MEMORY => Record::Memory(decode_memory(d, base)?),
             tag::POOL => Record::Pool(decode_pool(d, base)?),
             tag::KERNEL => Record::Kernel(decode_kernel(d, base)?),
+            tag::KERNEL_LAUNCH => Record::KernelLaunch(decode_kernel_launch(d, base)?),
             tag::DROPPED => Record::Dropped(DropCounts {
                 time: get_time(d, base)?,
                 cupti: d.var()?,

@@ -37,6 +37,7 @@ fn record() -> impl Strategy<Value = Record> {
                     stacks_captured: !k,
                     cupti_device_buffer_bytes: Bytes(u64::from(v)),
                     collector_tids: tids,
+                    kernels_timed: k && v % 2 == 0,
                 }
             )),
         (any::<u32>(), s(), any::<u64>(), any::<[u8; 16]>()).prop_map(|(d, n, m, u)| {
@@ -183,6 +184,25 @@ fn record() -> impl Strategy<Value = Record> {
                 static_shared: 1,
                 dynamic_shared: 2,
                 registers: 32,
+            })),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<[u32; 3]>(),
+            any::<[u32; 3]>()
+        )
+            .prop_map(|(t, tid, n, g, b)| Record::KernelLaunch(KernelLaunch {
+                time: Nanos(t),
+                tid,
+                name: StringId(n),
+                device: 1,
+                context: 2,
+                stream: 13,
+                correlation: n ^ tid,
+                grid: g,
+                block: b,
+                dynamic_shared: tid % 4096,
             })),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(t, c, k)| Record::Dropped(
             DropCounts {
@@ -743,5 +763,33 @@ proptest! {
     ) {
         let (checked, windowed) = both_ways(tag, &body, &tail, base);
         prop_assert_eq!(checked, windowed);
+    }
+}
+
+#[test]
+fn processes_written_before_kernel_launches_timed_the_kernels_they_traced() {
+    for traced in [true, false] {
+        let p = ProcessInfo {
+            pid: 7,
+            kernels_traced: traced,
+            kernels_timed: false,
+            collector_tids: vec![3, 4],
+            ..Default::default()
+        };
+        let (mut out, mut body) = (
+            gmem_prof_traces::Enc::default(),
+            gmem_prof_traces::Enc::default(),
+        );
+        Record::Process(p.clone()).encode(&mut out, &mut body, 0);
+        let decode = |b: &[u8]| match Record::decode(tag::PROCESS, b, 0).unwrap() {
+            Record::Process(q) => q,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(decode(&body.buf), p);
+        // The body as collectors before `kernels_timed` wrote it: the same
+        // without its last byte.
+        let old = decode(&body.buf[..body.buf.len() - 1]);
+        assert_eq!(old.kernels_timed, traced);
+        assert_eq!(old.collector_tids, p.collector_tids);
     }
 }

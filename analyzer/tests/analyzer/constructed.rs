@@ -1,7 +1,8 @@
 //! Patterns whose answers are known exactly.
 
 use gmem_prof_traces::record::{
-    ApiCall, ApiFunc, Bytes, Frame, Nanos, ProcessEnd, StackDef, StackId,
+    ApiCall, ApiFunc, Bytes, Frame, KernelLaunch, Nanos, ProcessEnd, StackDef, StackId, StringDef,
+    StringId,
 };
 use gmem_prof_traces::Record;
 
@@ -321,4 +322,55 @@ fn the_device_memory_peak_leaves_pinned_host_memory_out() {
         "reached by the first event"
     );
     assert_eq!(d.pinned_host_peak_bytes, 8 * MIB);
+}
+
+fn launch(time: u64, name: u32, stream: u32) -> Record {
+    Record::KernelLaunch(KernelLaunch {
+        time: Nanos(time),
+        name: StringId(name),
+        device: 0,
+        stream,
+        ..Default::default()
+    })
+}
+
+/// Kernels traced as launches: at the peak, the last kernel launched on
+/// each stream before it; after it, the first launched (the one that will
+/// use what was just allocated). None of them claims to be running.
+#[test]
+fn kernels_traced_as_launches_are_named_around_the_peak_by_launch_order() {
+    let names = [(1, "k_a"), (2, "k_b"), (3, "k_c"), (4, "k_d")].map(|(id, text)| {
+        Record::String(StringDef {
+            id: StringId(id),
+            text: text.into(),
+        })
+    });
+    let mut records = names.to_vec();
+    records.extend([
+        mem(1_000, true, 0x1000, MIB, None),
+        launch(2_000, 1, 7),
+        launch(3_000, 2, 9),
+        launch(4_000, 3, 7),
+        mem(5_000, true, 0x200000, 4 * MIB, None),
+        launch(6_000, 4, 7),
+        mem(7_000, false, 0x200000, 4 * MIB, None),
+        launch(8_000, 1, 9),
+    ]);
+    let a = analyze_bytes(&trace(&records));
+    let d = &a.devices[0];
+    assert_eq!(d.peak_bytes, 5 * MIB);
+    assert!(d.kernels_traced && !d.kernels_timed);
+    let at_peak: Vec<(&str, u32, bool)> = d
+        .kernels_at_peak
+        .iter()
+        .map(|k| (k.name.as_str(), k.stream, k.timed))
+        .collect();
+    assert_eq!(at_peak, [("k_b", 9, false), ("k_c", 7, false)]);
+    let next = d.next_kernel_after_peak.as_ref().unwrap();
+    assert_eq!(
+        (next.name.as_str(), next.stream, next.timed),
+        ("k_d", 7, false)
+    );
+    assert_eq!(next.start_ns, next.end_ns);
+    assert_eq!(a.input.kernels, 5);
 }
