@@ -685,6 +685,8 @@ impl Collector {
         if !ret_ptr.is_null() && unsafe { std::ptr::read_unaligned(ret_ptr) } != 0 {
             return; // not launched
         }
+        let timed = self.launch_timer.count();
+        let started = if timed { self.clock.now() } else { 0 };
         // SAFETY: the slot written at entry; the rest are fields of the same
         // CUpti_CallbackData and, for the parameters, the struct of this
         // cbid.
@@ -726,6 +728,9 @@ impl Collector {
         };
         self.sink
             .push(gmem_prof_traces::Record::KernelLaunch(record));
+        if timed {
+            self.launch_timer.timed(started, self.clock.now());
+        }
     }
 
     /// The id of a launched kernel's name, defined in the trace the first

@@ -14,7 +14,7 @@ use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
 use crate::callbacks::{self, current_tid, WATCHED};
-use crate::clock::Clock;
+use crate::clock::{Clock, EventTimer, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
 use crate::cupti::{self, Cupti};
 use crate::nvml::Nvml;
@@ -36,6 +36,8 @@ pub struct Collector {
     /// Whether PyTorch's trace entries carry the private pool id (2.11+).
     torch_pool_ids: AtomicBool,
     pub kernel_names: Mutex<Names>,
+    /// The cost of recording each kernel launch, sampled.
+    pub launch_timer: EventTimer,
     /// The device's own view (NVML), opened at first use; `None` inside
     /// when it could not be (the trace says why once).
     nvml: OnceLock<Option<Nvml>>,
@@ -158,6 +160,7 @@ fn start_with(config: Config) -> Result<(), String> {
         torch: TorchHook::default(),
         torch_pool_ids: AtomicBool::new(false),
         kernel_names: Mutex::new(Names::default()),
+        launch_timer: EventTimer::default(),
         nvml: OnceLock::new(),
         devices_seen: Mutex::new(Vec::new()),
         pid,
@@ -598,15 +601,24 @@ impl Collector {
             // What the process still holds as it ends, as nvidia-smi shows it.
             self.sample_devices(device_memory::EXIT);
         }
-        let events = self.torch.events.load(Ordering::Relaxed);
+        let (events, micros) = self.torch.timer.summary();
         if events > 0 {
-            let nanos = self.torch.nanos.load(Ordering::Relaxed);
             self.report(
                 0,
                 format!(
-                    "PyTorch allocator: {events} events recorded, {:.2} µs per event (stack \
-                     included; one event in 16 timed)",
-                    nanos as f64 / events as f64 / 1000.0
+                    "PyTorch allocator: {events} events recorded, {micros:.2} µs per event (stack \
+                     included; one event in {TIMED_EVERY} timed)"
+                ),
+            );
+        }
+        let (launches, micros) = self.launch_timer.summary();
+        if launches > 0 {
+            self.report(
+                0,
+                format!(
+                    "kernel launches: {launches} recorded, {micros:.2} µs per launch in the \
+                     collector (one in {TIMED_EVERY} timed; CUPTI's callbacks around it not \
+                     included)"
                 ),
             );
         }

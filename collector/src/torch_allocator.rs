@@ -28,7 +28,7 @@
 use std::ffi::c_int;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use gmem_prof_traces::record::{
@@ -37,6 +37,7 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::Record;
 
 use crate::callbacks::current_tid;
+use crate::clock::EventTimer;
 use crate::elf::{self, FileSymbol};
 use crate::modules;
 use crate::session::{self, Collector};
@@ -59,8 +60,8 @@ pub struct TorchHook {
     looked_at: Mutex<Option<(u64, Option<Range<u64>>)>>,
     /// Events recorded, and the time spent recording them (stacks
     /// included), for the trace's notes.
-    pub events: AtomicU64,
-    pub nanos: AtomicU64,
+    /// The cost of recording each event, sampled.
+    pub timer: EventTimer,
 }
 
 impl Default for TorchHook {
@@ -68,29 +69,8 @@ impl Default for TorchHook {
         TorchHook {
             state: AtomicU8::new(WAITING),
             looked_at: Mutex::new(None),
-            events: AtomicU64::new(0),
-            nanos: AtomicU64::new(0),
+            timer: EventTimer::default(),
         }
-    }
-}
-
-/// Every event is counted; one in this many is timed, and its time counted
-/// this many times over: a second clock read per event would cost a tenth
-/// of what recording the event costs.
-const TIMED_EVERY: u64 = 16;
-
-impl TorchHook {
-    /// Counts an event: returns whether to time it (then `timed` gets its
-    /// start and end).
-    fn count(&self) -> bool {
-        self.events
-            .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(TIMED_EVERY)
-    }
-
-    fn timed(&self, started: u64, now: u64) {
-        self.nanos
-            .fetch_add(now.saturating_sub(started) * TIMED_EVERY, Ordering::Relaxed);
     }
 }
 
@@ -216,10 +196,10 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             device_free: if oom { address } else { 0 },
             limit: 0,
         };
-        let timed = c.torch.count();
+        let timed = c.torch.timer.count();
         c.push_allocator_event(event, stack);
         if timed {
-            c.torch.timed(started, c.clock.now());
+            c.torch.timer.timed(started, c.clock.now());
         }
     });
 }

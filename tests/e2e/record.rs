@@ -483,6 +483,16 @@ fn kernels_are_traced_as_launches_timed_or_not_at_all() {
         let recs = dump_json(&dir.join("t.bin"));
         let launch_records = of_type(&recs, "KernelLaunch");
         assert_eq!(launch_records.len(), launches, "{flags:?}");
+        // The collector says what recording them cost.
+        let note = of_type(&recs, "Message")
+            .into_iter()
+            .filter_map(|m| m["text"].as_str().map(str::to_string))
+            .find(|t| t.starts_with("kernel launches:"));
+        assert_eq!(
+            note.is_some_and(|t| t.starts_with(&format!("kernel launches: {launches} recorded, "))),
+            launches > 0,
+            "{flags:?}"
+        );
         assert_eq!(of_type(&recs, "Kernel").len(), runs, "{flags:?}");
         let p = &of_type(&recs, "Process")[0];
         assert_eq!(
