@@ -86,7 +86,7 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub force: bool,
     /// How kernels are traced. `launches` (default): each launch when the
-    /// program makes it (name, stream, grid), about 0.2 µs per launch on an
+    /// program makes it (name, stream, grid), about 0.3–0.7 µs per launch on an
     /// H200; the report names the last kernel launched on each stream
     /// before the peak and the first one after it (the one that uses what
     /// was just allocated). `timed`: each kernel's run on the device, start

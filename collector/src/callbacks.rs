@@ -147,7 +147,9 @@ pub const WATCHED: &[(Cb, ApiFunc)] = &[
 
 /// The driver's kernel launch calls, watched with `--kernels launches`
 /// (the runtime's launches reach them too). Kernels of a CUDA graph are
-/// launched by the graph, not by these: only `--kernels timed` sees them.
+/// launched by the graph, not by these: only `--kernels timed` sees them
+/// run; a launch into a stream being captured is recorded once, when it is
+/// captured.
 pub const LAUNCHES: &[Cb] = &[
     Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     Cb::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,

@@ -51,7 +51,7 @@ pub enum KernelMode {
     Off,
     /// Each launch, on the launching thread when the program makes it
     /// (CUPTI callbacks on the launch calls): name, stream, grid, time of
-    /// the launch. About 0.2 µs per launch on the H200.
+    /// the launch. About 0.3-0.7 µs per launch on the H200.
     Launches,
     /// Each kernel's run on the device, start to end (CUPTI's kernel
     /// activity). About 0.9 µs per launch on the H200, paid on the
