@@ -1,5 +1,6 @@
 //! The CUPTI callback: driver API calls that allocate or free memory, seen on
 //! the calling thread. This is the only place that sees failed allocations.
+//! With kernels traced as launches (the default), the launch calls too.
 //!
 //! We subscribe to the driver API only: runtime calls (cudaMalloc, …) reach
 //! the driver's entry points, so one callback per call suffices, and programs
