@@ -435,6 +435,18 @@ pub fn build(
                 peak: dev.kind_peaks[k],
             })
             .collect();
+        // Timed kernels running at the peak; or, traced as launches, the
+        // last launched on each stream before it.
+        let kernels_at_peak = |launches: bool| {
+            let mut v: Vec<KernelRef> = dev
+                .kernels_at_peak
+                .iter()
+                .filter(|k| k.launch == launches)
+                .map(|k| kernel_ref(k, streams))
+                .collect();
+            v.sort_by_key(|k| (k.start_ns, k.pid, k.stream));
+            v
+        };
         devices.push(DeviceReport {
             device_view: smi,
             device: d,
@@ -458,15 +470,8 @@ pub fn build(
             peak_sites: by_site(&dev.peak_sites),
             timeline_sites,
             kernels_per_bucket: dev.kernel_counts.finish(&axis, buckets),
-            kernels_at_peak: {
-                let mut v: Vec<KernelRef> = dev
-                    .kernels_at_peak
-                    .iter()
-                    .map(|k| kernel_ref(k, streams))
-                    .collect();
-                v.sort_by_key(|k| (k.start_ns, k.pid, k.stream));
-                v
-            },
+            kernels_at_peak: kernels_at_peak(false),
+            kernels_launched_before_peak: kernels_at_peak(true),
             next_kernel_after_peak: dev.next_kernel.as_ref().map(|k| kernel_ref(k, streams)),
             kernels_traced,
             kernels_timed,

@@ -344,10 +344,12 @@ pub struct DeviceReport {
     pub peak_by_kind: Vec<KindBytes>,
     /// What was live at the peak, by site (site ids index `Analysis.sites`).
     pub peak_sites: Vec<SiteBytes>,
-    /// Kernels at the peak instant: those running on this device (traced
-    /// `timed`), and the last one launched on each stream before it (traced
-    /// as launches); in start order.
+    /// Kernels running on this device at the peak instant (traced `timed`),
+    /// in start order.
     pub kernels_at_peak: Vec<KernelRef>,
+    /// Traced as launches (`record --kernels launches`, the default): the
+    /// last kernel launched on each stream before the peak, in launch order.
+    pub kernels_launched_before_peak: Vec<KernelRef>,
     /// The first kernel to start (or be launched) on this device after the
     /// peak.
     pub next_kernel_after_peak: Option<KernelRef>,

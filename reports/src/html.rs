@@ -227,12 +227,11 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
             },
         ));
     }
-    let (running, launched): (Vec<_>, Vec<_>) = d.kernels_at_peak.iter().partition(|k| k.timed);
     for (title, kernels) in [
-        ("Kernels running at the peak:", running),
+        ("Kernels running at the peak:", &d.kernels_at_peak),
         (
             "The last kernel launched on each stream before the peak:",
-            launched,
+            &d.kernels_launched_before_peak,
         ),
     ] {
         if kernels.is_empty() {

@@ -154,8 +154,8 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 }
             )?;
         }
-        let running = d.kernels_at_peak.iter().find(|k| k.timed);
-        let launched = d.kernels_at_peak.iter().rfind(|k| !k.timed);
+        let running = d.kernels_at_peak.first();
+        let launched = d.kernels_launched_before_peak.last();
         let next = d.next_kernel_after_peak.as_ref();
         match (running, launched, next) {
             (Some(k), _, _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,

@@ -117,6 +117,7 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> String {
         kernels: d
             .kernels_at_peak
             .iter()
+            .chain(&d.kernels_launched_before_peak)
             .chain(d.next_kernel_after_peak.iter())
             .map(|k| Kernel {
                 t: secs(k.start_ns),

@@ -107,7 +107,8 @@ fn kernel_launches_are_the_kernels_cupti_saw_run() {
     let d = &a["devices"][0];
     assert_eq!(d["peak_bytes"], 5 * MIB);
     assert_eq!(d["kernels_timed"], false);
-    let before = &d["kernels_at_peak"].as_array().unwrap()[..];
+    assert_eq!(d["kernels_at_peak"], serde_json::json!([]));
+    let before = &d["kernels_launched_before_peak"].as_array().unwrap()[..];
     let after = &d["next_kernel_after_peak"];
     assert_eq!(before.len(), 1, "{before:?}");
     let peak = d["peak_time_ns"].as_u64().unwrap();
