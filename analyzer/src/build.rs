@@ -289,7 +289,9 @@ pub fn build(
             .flat_map(|s| s.defs.devices.iter())
             .find(|x| x.device == d)
             .cloned();
-        let kernels_traced = engine
+        // Whether every process that allocated on this device traced
+        // kernels, and whether each timed them.
+        let (kernels_traced, kernels_timed) = engine
             .streams
             .iter()
             .enumerate()
@@ -304,7 +306,6 @@ pub fn build(
             .fold((true, true), |(all_traced, all_timed), (traced, timed)| {
                 (all_traced && traced, all_timed && traced && timed)
             });
-        let (kernels_traced, kernels_timed) = kernels_traced;
         let has_cache_sites = engine
             .sites
             .iter()

@@ -374,17 +374,15 @@ fn push_event(
         }
         tag::KERNEL_LAUNCH => {
             let k = record::decode_kernel_launch(d, base)?;
-            out.push(TimedEvent {
-                time: k.time.0,
-                seq,
-                event: Event::Kernel {
-                    end: k.time.0,
-                    name: k.name.0,
-                    device: k.device,
-                    stream: k.stream,
-                    launch: true,
-                },
-            });
+            let at_launch = record::KernelSpan {
+                start: k.time,
+                end: k.time,
+                name: k.name,
+                device: k.device,
+                context: k.context,
+                stream: k.stream,
+            };
+            push_kernel_as(out, seq, &at_launch, true);
             true
         }
         tag::ALLOCATOR_EVENT => {
@@ -522,6 +520,12 @@ fn push_api(out: &mut Vec<TimedEvent>, seq: u64, a: &record::ApiCall) {
 
 #[inline(always)]
 fn push_kernel(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan) {
+    push_kernel_as(out, seq, k, false);
+}
+
+/// A kernel's run, or (`launch`) its launch: a span of no length.
+#[inline(always)]
+fn push_kernel_as(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan, launch: bool) {
     out.push(TimedEvent {
         time: k.start.0,
         seq,
@@ -530,7 +534,7 @@ fn push_kernel(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan) {
             name: k.name.0,
             device: k.device,
             stream: k.stream,
-            launch: false,
+            launch,
         },
     });
 }

@@ -6,6 +6,8 @@
 //! measured once at start (normally zero) and the collector reads
 //! CLOCK_REALTIME: every record stays on CUPTI's clock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::cupti::Cupti;
 
 pub struct Clock {
@@ -64,8 +66,8 @@ impl Clock {
 /// event would cost a tenth of what recording one does).
 #[derive(Default)]
 pub struct EventTimer {
-    events: std::sync::atomic::AtomicU64,
-    nanos: std::sync::atomic::AtomicU64,
+    events: AtomicU64,
+    nanos: AtomicU64,
 }
 
 pub const TIMED_EVERY: u64 = 16;
@@ -75,21 +77,19 @@ impl EventTimer {
     /// start and end).
     pub fn count(&self) -> bool {
         self.events
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(TIMED_EVERY)
     }
 
     pub fn timed(&self, started: u64, now: u64) {
-        self.nanos.fetch_add(
-            now.saturating_sub(started) * TIMED_EVERY,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.nanos
+            .fetch_add(now.saturating_sub(started) * TIMED_EVERY, Ordering::Relaxed);
     }
 
     /// Events counted, and microseconds per event (0 with none).
     pub fn summary(&self) -> (u64, f64) {
-        let events = self.events.load(std::sync::atomic::Ordering::Relaxed);
-        let nanos = self.nanos.load(std::sync::atomic::Ordering::Relaxed);
+        let events = self.events.load(Ordering::Relaxed);
+        let nanos = self.nanos.load(Ordering::Relaxed);
         (events, nanos as f64 / events.max(1) as f64 / 1000.0)
     }
 }

@@ -63,11 +63,9 @@ impl KernelMode {
     fn from_env() -> KernelMode {
         match std::env::var(ENV_KERNELS) {
             Err(_) => KernelMode::Launches,
-            Ok(v) => match v.trim() {
-                "0" | "" | "false" | "no" | "off" => KernelMode::Off,
-                "timed" => KernelMode::Timed,
-                _ => KernelMode::Launches,
-            },
+            Ok(v) if is_off(&v) => KernelMode::Off,
+            Ok(v) if v.trim() == "timed" => KernelMode::Timed,
+            Ok(_) => KernelMode::Launches,
         }
     }
 }
@@ -90,9 +88,14 @@ pub struct Config {
     pub under_cli: bool,
 }
 
+/// A variable's value that turns a feature off.
+fn is_off(value: &str) -> bool {
+    matches!(value.trim(), "0" | "" | "false" | "no" | "off")
+}
+
 fn flag(name: &str, default: bool) -> bool {
     match std::env::var(name) {
-        Ok(v) => !matches!(v.trim(), "0" | "" | "false" | "no" | "off"),
+        Ok(v) => !is_off(&v),
         Err(_) => default,
     }
 }

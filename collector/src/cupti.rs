@@ -98,18 +98,24 @@ impl Cupti {
         if handle.is_null() {
             return Err(format!("cannot load {path}: {}", dlerror()));
         }
-        macro_rules! sym {
+        // A function the collector can do without: None when missing.
+        macro_rules! optional_sym {
             ($name:literal, $ty:ty) => {{
                 let n = concat!($name, "\0");
                 // SAFETY: handle is a live dlopen handle and n is NUL-terminated.
                 let p = unsafe { libc::dlsym(handle, n.as_ptr().cast()) };
-                if p.is_null() {
-                    return Err(format!("{path} has no symbol {}", $name));
-                }
                 // SAFETY: the symbol is CUPTI's function of that name, whose C
                 // signature the field's type mirrors (cupti_*.h, CUDA 13.0).
-                unsafe { std::mem::transmute::<*mut c_void, $ty>(p) }
+                (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, $ty>(p) })
             }};
+        }
+        macro_rules! sym {
+            ($name:literal, $ty:ty) => {
+                match optional_sym!($name, $ty) {
+                    Some(f) => f,
+                    None => return Err(format!("{path} has no symbol {}", $name)),
+                }
+            };
         }
         Ok(Cupti {
             path: path.to_string(),
@@ -124,20 +130,8 @@ impl Cupti {
             activity_get_num_dropped: sym!("cuptiActivityGetNumDroppedRecords", GetNumDropped),
             activity_get_attribute: sym!("cuptiActivityGetAttribute", GetAttribute),
             get_timestamp: sym!("cuptiGetTimestamp", GetTimestamp),
-            get_device_id: {
-                // SAFETY: a live handle and a NUL-terminated name.
-                let p = unsafe { libc::dlsym(handle, c"cuptiGetDeviceId".as_ptr()) };
-                // SAFETY: CUPTI's function of that name (cupti_activity.h).
-                (!p.is_null())
-                    .then(|| unsafe { std::mem::transmute::<*mut c_void, GetDeviceId>(p) })
-            },
-            get_stream_id: {
-                // SAFETY: a live handle and a NUL-terminated name.
-                let p = unsafe { libc::dlsym(handle, c"cuptiGetStreamIdEx".as_ptr()) };
-                // SAFETY: CUPTI's function of that name (cupti_activity.h).
-                (!p.is_null())
-                    .then(|| unsafe { std::mem::transmute::<*mut c_void, GetStreamIdEx>(p) })
-            },
+            get_device_id: optional_sym!("cuptiGetDeviceId", GetDeviceId),
+            get_stream_id: optional_sym!("cuptiGetStreamIdEx", GetStreamIdEx),
         })
     }
 

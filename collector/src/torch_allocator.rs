@@ -59,8 +59,7 @@ pub struct TorchHook {
     /// would otherwise walk it on every call).
     looked_at: Mutex<Option<(u64, Option<Range<u64>>)>>,
     /// Events recorded, and the time spent recording them (stacks
-    /// included), for the trace's notes.
-    /// The cost of recording each event, sampled.
+    /// included, sampled), for the trace's notes.
     pub timer: EventTimer,
 }
 

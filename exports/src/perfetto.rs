@@ -81,32 +81,31 @@ impl<W: Write> PerfettoWriter<W> {
     pub fn rows(&mut self, rows: &[EventRow]) -> io::Result<()> {
         for r in rows {
             match r.what {
-                // A kernel traced as its launch has no duration (its end is
-                // its start, the launch): an instant on its stream's track.
-                EventKind::Kernel if r.end_ns == r.time_ns => {
-                    self.streams.insert((r.device, r.cuda_stream));
-                    let name = r.name.as_deref().unwrap_or("kernel");
-                    self.separator()?;
-                    write!(
-                        self.out,
-                        "{{\"name\":{},\"cat\":\"kernel launch\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{},\"args\":{{\"process\":{}}}}}",
-                        json_str(name),
-                        Micros(r.time_ns),
-                        track(r.device),
-                        r.cuda_stream,
-                        r.pid
-                    )?;
-                }
                 EventKind::Kernel => {
                     self.streams.insert((r.device, r.cuda_stream));
                     let name = r.name.as_deref().unwrap_or("kernel");
+                    // A kernel traced as its launch has no duration (its
+                    // end is its start, the launch): an instant on its
+                    // stream's track; a run is a slice.
+                    let launch = r.end_ns == r.time_ns;
+                    let shape = if launch {
+                        "\"cat\":\"kernel launch\",\"ph\":\"i\",\"s\":\"t\""
+                    } else {
+                        "\"cat\":\"kernel\",\"ph\":\"X\""
+                    };
                     self.separator()?;
                     write!(
                         self.out,
-                        "{{\"name\":{},\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{\"process\":{}}}}}",
+                        "{{\"name\":{},{shape},\"ts\":{}",
                         json_str(name),
-                        Micros(r.time_ns),
-                        Micros(r.end_ns - r.time_ns),
+                        Micros(r.time_ns)
+                    )?;
+                    if !launch {
+                        write!(self.out, ",\"dur\":{}", Micros(r.end_ns - r.time_ns))?;
+                    }
+                    write!(
+                        self.out,
+                        ",\"pid\":{},\"tid\":{},\"args\":{{\"process\":{}}}}}",
                         track(r.device),
                         r.cuda_stream,
                         r.pid

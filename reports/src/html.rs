@@ -255,26 +255,22 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         out.push_str("</ul>");
     }
     if let Some(k) = &d.next_kernel_after_peak {
-        let _ = if k.timed {
-            write!(
-                out,
-                "<p>First kernel to start after the peak: <code>{}</code> (pid {}, stream {}, at {}).</p>",
-                escape(&k.name),
-                k.pid,
-                k.stream,
-                time(k.start_ns)
-            )
+        let (what, why) = if k.timed {
+            ("First kernel to start after the peak", "")
         } else {
-            write!(
-                out,
-                "<p>First kernel launched after the peak: <code>{}</code> (pid {}, stream {}, at {}), \
-                 most often the one that uses what was just allocated.</p>",
-                escape(&k.name),
-                k.pid,
-                k.stream,
-                time(k.start_ns)
+            (
+                "First kernel launched after the peak",
+                ", most often the one that uses what was just allocated",
             )
         };
+        let _ = write!(
+            out,
+            "<p>{what}: <code>{}</code> (pid {}, stream {}, at {}){why}.</p>",
+            escape(&k.name),
+            k.pid,
+            k.stream,
+            time(k.start_ns)
+        );
     }
     if !d.kernels_traced {
         out.push_str("<p class=\"note\">Kernels were not traced in every process on this device (recorded with <code>--kernels off</code>): the kernel at the peak may be unknown.</p>");
