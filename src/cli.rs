@@ -414,7 +414,10 @@ pub struct DumpArgs {
     /// Trace files, or directories of per-process trace files.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
-    /// One JSON object per line instead of text.
+    /// One JSON object per line instead of text: the record's fields, its
+    /// `type`, `trace_stream`, the process's stream of records in the
+    /// trace (the text's `s0`, `s1`, …), and with several traces
+    /// `trace_file`, the trace's place among them (from 0).
     #[arg(long)]
     pub json: bool,
 }

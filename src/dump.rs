@@ -42,9 +42,12 @@ pub fn run(a: DumpArgs) -> Result<()> {
                 if a.json {
                     let mut v = serde_json::to_value(r)?;
                     if let Some(o) = v.as_object_mut() {
-                        o.insert("stream".into(), chunk.stream.into());
+                        // Not "stream" and "file": records have fields of
+                        // those names (a CUDA stream, a Python file) that
+                        // these must not replace.
+                        o.insert("trace_stream".into(), chunk.stream.into());
                         if files.len() > 1 {
-                            o.insert("file".into(), i.into());
+                            o.insert("trace_file".into(), i.into());
                         }
                         if let Record::Api(call) = r {
                             o.insert("func_name".into(), call.func.name().unwrap_or("").into());

@@ -54,6 +54,55 @@ fn dump_prints_one_line_per_record() {
     assert!(text.lines().all(|l| l.starts_with("s0 ")));
 }
 
+/// `--json` adds where a record sits (`trace_stream`, `trace_file`) without
+/// replacing the record's own fields of the same kind: a launch's CUDA
+/// stream, a Python code object's file.
+#[test]
+fn json_dump_keeps_the_records_own_fields() {
+    let (_, text, _) = dump_text(&sample("kinds_launches.bin"));
+    let text_streams: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("s0 kernel_launch "))
+        .filter_map(|l| l.split(" stream=").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    let recs = dump_json(&sample("kinds_launches.bin"));
+    let json_streams: Vec<u64> = of_type(&recs, "KernelLaunch")
+        .iter()
+        .map(|k| k["stream"].as_u64().unwrap())
+        .collect();
+    assert_eq!(json_streams.len(), 3);
+    assert_eq!(json_streams, text_streams);
+    assert!(json_streams.iter().all(|s| *s != 0), "{json_streams:?}");
+    assert!(recs.iter().all(|r| r["trace_stream"] == 0));
+
+    let out = Command::new(gmem())
+        .args(["dump", "--json"])
+        .arg(sample("kinds_launches.bin"))
+        .arg(sample("torch_leak.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let both: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let files = |recs: &[serde_json::Value]| -> Vec<String> {
+        recs.iter()
+            .filter(|r| r["type"] == "PyCode")
+            .map(|r| r["file"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let second: Vec<_> = both
+        .iter()
+        .filter(|r| r["trace_file"] == 1)
+        .cloned()
+        .collect();
+    let alone = files(&dump_json(&sample("torch_leak.bin")));
+    assert!(!alone.is_empty());
+    assert_eq!(files(&second), alone);
+    assert_eq!(both.len() - second.len(), recs.len());
+}
+
 /// A sample re-merged by `symbolize`, which writes chunks of 128 KiB: a
 /// trace of several chunks to damage.
 fn rechunked(dir: &Path, name: &str) -> std::path::PathBuf {

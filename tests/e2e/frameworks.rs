@@ -58,7 +58,10 @@ fn codes(recs: &[Value]) -> HashMap<(u64, u64), &Value> {
         .into_iter()
         .map(|c| {
             (
-                (c["stream"].as_u64().unwrap(), c["id"].as_u64().unwrap()),
+                (
+                    c["trace_stream"].as_u64().unwrap(),
+                    c["id"].as_u64().unwrap(),
+                ),
                 c,
             )
         })
@@ -71,7 +74,7 @@ fn frames(recs: &[Value], stream: u64, stack: u64) -> Vec<Result<(String, String
     let codes = codes(recs);
     let st = recs
         .iter()
-        .find(|r| r["type"] == "Stack" && r["stream"] == stream && r["id"] == stack)
+        .find(|r| r["type"] == "Stack" && r["trace_stream"] == stream && r["id"] == stack)
         .unwrap_or_else(|| panic!("no stack {stack}"));
     st["frames"]
         .as_array()

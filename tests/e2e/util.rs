@@ -321,7 +321,8 @@ pub struct Index<'a> {
 
 impl<'a> Index<'a> {
     pub fn new(recs: &'a [Value]) -> Self {
-        let key = |r: &Value, f: &str| (r["stream"].as_u64().unwrap(), r[f].as_u64().unwrap());
+        let key =
+            |r: &Value, f: &str| (r["trace_stream"].as_u64().unwrap(), r[f].as_u64().unwrap());
         let mut ix = Index {
             stacks: HashMap::new(),
             symbols: HashMap::new(),
@@ -367,7 +368,7 @@ impl<'a> Index<'a> {
     /// The program's API call that caused a memory record.
     pub fn call_of(&self, m: &Value) -> Option<&'a Value> {
         self.calls
-            .get(&(m["stream"].as_u64()?, m["correlation"].as_u64()?))
+            .get(&(m["trace_stream"].as_u64()?, m["correlation"].as_u64()?))
             .copied()
     }
 }
@@ -385,12 +386,12 @@ pub fn site_figures(recs: &[Value], kind: u64, site: &str) -> (u64, u64, u64, u6
         .iter()
         .filter(|r| r["type"] == "Memory" && r["kind"] == kind)
         .collect();
-    mem.sort_by_key(|m| (m["stream"].as_u64(), m["time"].as_u64()));
+    mem.sort_by_key(|m| (m["trace_stream"].as_u64(), m["time"].as_u64()));
     let mut site_of_stack: HashMap<(u64, u64), bool> = HashMap::new();
     let mut live = HashMap::new();
     let (mut n, mut bytes, mut freed, mut freed_bytes) = (0, 0, 0, 0);
     for m in mem {
-        let stream = m["stream"].as_u64().unwrap();
+        let stream = m["trace_stream"].as_u64().unwrap();
         let key = (stream, m["address"].as_u64().unwrap());
         if m["alloc"] == true {
             let at_site = ix.call_of(m).is_some_and(|c| {
