@@ -541,7 +541,34 @@ thread_local! {
     /// The device of the context this thread last launched in, by the
     /// context's unique id (CUPTI never reuses one).
     static LAUNCH_DEVICE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
+    /// CUPTI's ids of the streams this thread launched into: asking CUPTI
+    /// on every launch was the larger part of the launch handler's cost.
+    static LAUNCH_STREAMS: std::cell::RefCell<StreamIds> =
+        const { std::cell::RefCell::new(StreamIds { epoch: 0, known: Vec::new() }) };
 }
+
+/// Counts streams and contexts destroyed (`forget_stream_handles`): the
+/// driver may give a destroyed stream's handle to the next stream created,
+/// so a thread's cached stream ids hold only while this has not moved.
+static STREAM_HANDLES_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Called when a stream or a context is about to be destroyed: every
+/// thread drops its cached stream ids before its next launch.
+pub fn forget_stream_handles() {
+    STREAM_HANDLES_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Release);
+}
+
+/// A thread's stream ids by (context uid, stream handle, per-thread entry
+/// point), valid for one `STREAM_HANDLES_EPOCH`. A thread launches into a
+/// few streams: a short list searched in order beats hashing.
+struct StreamIds {
+    epoch: u64,
+    known: Vec<(u32, usize, bool, u32)>,
+}
+
+/// More streams than a thread plausibly cycles through: past it, the list
+/// starts over rather than grow without bound.
+const MAX_CACHED_STREAMS: usize = 64;
 
 thread_local! {
     static TID: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -721,9 +748,7 @@ impl Collector {
             name: unsafe { self.launch_name(symbol) },
             device,
             context: context_uid,
-            stream: self
-                .cupti
-                .stream_id(context, launch.stream, launch.per_thread),
+            stream: self.launch_stream(context, context_uid, &launch),
             correlation,
             grid: launch.grid,
             block: launch.block,
@@ -734,6 +759,46 @@ impl Collector {
         if timed {
             self.launch_timer.timed(started, self.clock.now());
         }
+    }
+
+    /// CUPTI's id of the stream a launch went into, from the thread's cache
+    /// when it knows the stream (see `StreamIds`).
+    fn launch_stream(&self, context: *mut c_void, context_uid: u32, launch: &Launch) -> u32 {
+        let key = (context_uid, launch.stream as usize, launch.per_thread);
+        let epoch = STREAM_HANDLES_EPOCH.load(std::sync::atomic::Ordering::Acquire);
+        let cached = LAUNCH_STREAMS.with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            if s.epoch != epoch {
+                s.epoch = epoch;
+                s.known.clear();
+            }
+            s.known
+                .iter()
+                .find(|(c, h, p, _)| (*c, *h, *p) == key)
+                .map(|k| k.3)
+        });
+        if let Some(id) = cached {
+            return id;
+        }
+        let id = self
+            .cupti
+            .stream_id(context, launch.stream, launch.per_thread);
+        if id != 0 {
+            LAUNCH_STREAMS.with(|s| {
+                if let Ok(mut s) = s.try_borrow_mut() {
+                    // Filed under the epoch read before asking CUPTI: a
+                    // stream destroyed since then clears it at the next
+                    // launch.
+                    if s.epoch == epoch {
+                        if s.known.len() >= MAX_CACHED_STREAMS {
+                            s.known.clear();
+                        }
+                        s.known.push((key.0, key.1, key.2, id));
+                    }
+                }
+            });
+        }
+        id
     }
 
     /// The id of a launched kernel's name, defined in the trace the first

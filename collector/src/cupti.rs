@@ -22,6 +22,7 @@ pub const DOMAIN_RESOURCE: u32 = 3;
 pub const SITE_ENTER: u32 = 0;
 pub const SITE_EXIT: u32 = 1;
 pub const CBID_RESOURCE_CONTEXT_DESTROY_STARTING: u32 = 2;
+pub const CBID_RESOURCE_STREAM_DESTROY_STARTING: u32 = 4;
 
 pub const KIND_DEVICE: u32 = 8;
 pub const KIND_CONCURRENT_KERNEL: u32 = 10;

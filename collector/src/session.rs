@@ -264,11 +264,14 @@ unsafe extern "C" fn on_api(
                     c.on_driver_call(cbid, data as *const u8)
                 }
             };
-        } else if domain == cupti::DOMAIN_RESOURCE
-            && cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING
-        {
-            // Activity records of a context must be taken before it goes.
-            c.flush_activity(0);
+        } else if domain == cupti::DOMAIN_RESOURCE {
+            if cbid == cupti::CBID_RESOURCE_CONTEXT_DESTROY_STARTING {
+                // Activity records of a context must be taken before it goes.
+                c.flush_activity(0);
+                callbacks::forget_stream_handles();
+            } else if cbid == cupti::CBID_RESOURCE_STREAM_DESTROY_STARTING {
+                callbacks::forget_stream_handles();
+            }
         }
     });
 }
@@ -359,6 +362,12 @@ impl Collector {
                     self.cupti
                         .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
                 }
+                // Launches keep stream ids by handle (callbacks.rs).
+                self.cupti.enable_callback(
+                    sub,
+                    cupti::DOMAIN_RESOURCE,
+                    cupti::CBID_RESOURCE_STREAM_DESTROY_STARTING,
+                )?;
             }
             KernelMode::Timed => self.cupti.activity_enable(cupti::KIND_CONCURRENT_KERNEL)?,
         }

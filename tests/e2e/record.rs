@@ -460,6 +460,51 @@ fn environment_variables_alone_then_symbolize() {
     );
 }
 
+/// A launch names CUPTI's id of its stream, the id a timed kernel of that
+/// stream carries. The collector keeps the ids by stream handle, so it asks
+/// CUPTI once per stream, and forgets them when a stream is destroyed: the
+/// driver may give the handle to the next stream created (fake_app.c
+/// `streams` makes it so).
+#[test]
+fn launches_name_their_stream_after_its_handle_is_reused() {
+    let dir = scratch("launch-streams");
+    let mut by_mode = Vec::new();
+    for (flags, record_type) in [
+        (&[][..], "KernelLaunch"),
+        (&["--kernels", "timed"][..], "Kernel"),
+    ] {
+        let out = run(&mut record_cmd_with(
+            &dir,
+            "t.bin",
+            &[&["-f"][..], flags].concat(),
+            &["streams"],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let streams: Vec<u64> = of_type(&recs, record_type)
+            .iter()
+            .map(|k| k["stream"].as_u64().unwrap())
+            .collect();
+        let lookups = String::from_utf8_lossy(&out.stdout).into_owned();
+        by_mode.push((streams, lookups));
+    }
+    let (launched, lookups) = &by_mode[0];
+    // Two launches on each of the three streams, each stream its own id.
+    assert_eq!(launched.len(), 6, "{launched:?}");
+    assert!(
+        launched[0] == launched[1] && launched[2] == launched[3] && launched[4] == launched[5],
+        "{launched:?}"
+    );
+    assert!(
+        launched[0] != launched[2] && launched[2] != launched[4] && launched[0] != launched[4],
+        "{launched:?}"
+    );
+    // The same ids as the kernels' own records.
+    assert_eq!(launched, &by_mode[1].0);
+    // One lookup per stream, not per launch.
+    assert!(lookups.contains("stream id lookups: 3"), "{lookups}");
+}
+
 /// `--kernels`: launches (the default) give a `KernelLaunch` per launch at
 /// the moment of the launch, `timed` CUPTI's record of each run, `off` (and
 /// `--no-kernels`) neither; the process record says which.

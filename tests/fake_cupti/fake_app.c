@@ -15,6 +15,10 @@
 uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 void fake_kernel(const char *name);
+void fake_kernel_on(void *stream, const char *name);
+void *fake_cuStreamCreate(void);
+void fake_cuStreamDestroy(void *stream);
+uint32_t fake_stream_id_calls(void);
 void fake_cuSetDevice(uint32_t device);
 uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuIpcCloseMemHandle(uint64_t dptr, size_t bytes);
@@ -72,6 +76,23 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "basic")) {
         basic();
         return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (!strcmp(mode, "streams")) {
+        /* k_s twice on a stream, which is then destroyed; twice on the
+         * stream created next, which gets the same handle; twice on the
+         * default stream. Prints how often CUPTI was asked for a stream id. */
+        void *first = fake_cuStreamCreate();
+        fake_kernel_on(first, "k_s");
+        fake_kernel_on(first, "k_s");
+        fake_cuStreamDestroy(first);
+        void *second = fake_cuStreamCreate();
+        if (second != first) return 12;
+        fake_kernel_on(second, "k_s");
+        fake_kernel_on(second, "k_s");
+        fake_kernel("k_s");
+        fake_kernel("k_s");
+        printf("stream id lookups: %u\n", fake_stream_id_calls());
+        return 0;
     }
     if (!strcmp(mode, "two_devices")) {
         /* 2 MiB on device 1, then 1 MiB on device 0, then a 2 TiB request

@@ -109,9 +109,11 @@ uint32_t cuptiSubscribe(void **sub, api_cb cb, void *ud) {
     *sub = (void *)1;
     return 0;
 }
+static int enabled_resource_cbids[32];
 uint32_t cuptiEnableCallback(uint32_t enable, void *sub, uint32_t domain, uint32_t cbid) {
     (void)sub;
     if (domain == 1 && cbid < 1024) enabled_cbids[cbid] = (int)enable;
+    if (domain == 3 && cbid < 32) enabled_resource_cbids[cbid] = (int)enable;
     return 0;
 }
 static int kernel_activity; /* CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL enabled */
@@ -276,16 +278,72 @@ struct launch_params {
     void **args, **extra;
 };
 
-/* A kernel launch: the launch callbacks when they are enabled (`--kernels
- * launches`), and the kernel's activity record when kernel activity is
- * (`--kernels timed`), as CUPTI gives them. */
-void fake_kernel(const char *name) {
+/* Streams. As the driver may, a destroyed stream's handle goes to the next
+ * stream created; CUPTI's id of each stream is new (from 20), and the
+ * legacy default stream (NULL) is 7, as in memory records. */
+#define MAX_STREAMS 8
+static uint32_t stream_ids[MAX_STREAMS]; /* by handle slot; 0 = free */
+static uint32_t next_stream_id = 20;
+static uint32_t stream_id_calls;
+static void *stream_handle(int slot) { return (void *)(uintptr_t)(0x5000 + 16 * slot); }
+
+void *fake_cuStreamCreate(void) {
+    pthread_mutex_lock(&lock);
+    void *h = NULL;
+    for (int i = 0; i < MAX_STREAMS && !h; i++) {
+        if (!stream_ids[i]) {
+            stream_ids[i] = next_stream_id++;
+            h = stream_handle(i);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return h;
+}
+
+/* cuStreamDestroy: CUPTI's resource callback (STREAM_DESTROY_STARTING)
+ * first, when enabled. */
+void fake_cuStreamDestroy(void *stream) {
+    if (callback && enabled_resource_cbids[4]) {
+        uint8_t resource_data[24] = {0};
+        callback(callback_userdata, 3, 4, resource_data);
+    }
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (stream_handle(i) == stream) stream_ids[i] = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* CUPTI's id of a live stream, 0 for none. */
+static uint32_t stream_id_of(void *stream) {
+    if (!stream) return 7;
+    uint32_t id = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (stream_handle(i) == stream) id = stream_ids[i];
+    pthread_mutex_unlock(&lock);
+    return id;
+}
+
+uint32_t cuptiGetStreamIdEx(void *context, void *stream, uint8_t per_thread, uint32_t *id) {
+    (void)context; (void)per_thread;
+    __atomic_fetch_add(&stream_id_calls, 1, __ATOMIC_SEQ_CST);
+    *id = stream_id_of(stream);
+    return *id ? 0 : 1; /* 1: CUPTI_ERROR_INVALID_PARAMETER, not a live stream */
+}
+
+/* How many times the collector asked for a stream's id. */
+uint32_t fake_stream_id_calls(void) { return __atomic_load_n(&stream_id_calls, __ATOMIC_SEQ_CST); }
+
+/* A kernel launch into `stream`: the launch callbacks when they are enabled
+ * (`--kernels launches`), and the kernel's activity record when kernel
+ * activity is (`--kernels timed`), as CUPTI gives them. */
+void fake_kernel_on(void *stream, const char *name) {
     pthread_mutex_lock(&lock);
     uint32_t corr = next_corr++;
     pthread_mutex_unlock(&lock);
     if (callback && enabled_cbids[CB_LAUNCH_KERNEL]) {
         static __thread uint64_t corr_data;
-        struct launch_params p = {NULL, 1, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL};
+        struct launch_params p = {NULL, 1, 1, 1, 256, 1, 1, 0, stream, NULL, NULL};
         uint32_t ret = 0;
         for (uint32_t site = 0; site < 2; site++) {
             CallbackData d = {0};
@@ -309,9 +367,13 @@ void fake_kernel(const char *name) {
     k.gridX = k.gridY = k.gridZ = 1;
     k.blockX = 256; k.blockY = k.blockZ = 1;
     k.correlationId = corr;
+    k.streamId = stream_id_of(stream);
     k.name = name; /* string literals: valid until the process ends */
     enqueue(&k, sizeof k);
 }
+
+/* A kernel launch into the legacy default stream. */
+void fake_kernel(const char *name) { fake_kernel_on(NULL, name); }
 
 /* Device 0, as CUPTI describes a device when its context is created: an
  * 80 GiB "Fake GPU" whose UUID bytes are 0x10, 0x11, … 0x1f (NVML's text

@@ -26,7 +26,7 @@ def load(gmem, trace):
     streams = defaultdict(lambda: defaultdict(list))
     for line in out.stdout.splitlines():
         r = json.loads(line)
-        streams[r["stream"]][r["type"]].append(r)
+        streams[r["trace_stream"]][r["type"]].append(r)
     return streams, out.stderr
 
 
@@ -170,7 +170,9 @@ def check(gmem, trace, program, exit_code):
             # Runs on the device (`--kernels timed`) or launches (the
             # default), as the process traced them; threads = the sum of
             # grid x block over them, from each launch's own geometry.
+            # streams = how many CUDA streams (CUPTI's ids) they went into.
             n = threads = 0
+            streams = set()
             for p in procs:
                 kind = "Kernel" if p.proc.get("kernels_timed", True) else "KernelLaunch"
                 for k in p.recs.get(kind, []):
@@ -178,8 +180,9 @@ def check(gmem, trace, program, exit_code):
                         n += 1
                         g, b = k["grid"], k["block"]
                         threads += g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
+                        streams.add(k["stream"])
             want = {k: v for k, v in kv.items() if k != "name"}
-            verdict(text, want, {"count": n, "threads": threads})
+            verdict(text, want, {"count": n, "threads": threads, "streams": len(streams)})
         elif head == "pool":
             ops = {"created": 1, "destroyed": 2, "trimmed": 3}
             n = sum(1 for p in procs for r in p.recs.get("Pool", [])

@@ -135,7 +135,7 @@ for bench in $BENCHES; do
             for t in "$WORK"/overhead/resnet-*-1.bin; do
                 [ -f "$t" ] || continue
                 echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|clock):.*' | sed 's/^/    /'
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|clock):.*' | sed 's/^/    /'
             done ;;
         launch)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
@@ -153,7 +153,7 @@ for bench in $BENCHES; do
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
             for t in "$WORK"/overhead/allocnative-*-1.bin; do
                 echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|clock):.*' | sed 's/^/    /'
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|clock):.*' | sed 's/^/    /'
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do

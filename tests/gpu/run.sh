@@ -61,13 +61,13 @@ record() {  # record NAME PROGRAM ARGS... ; sets CODE
 
 programs() {
     build
-    # A program's `// record: FLAGS` line gives its record options; kinds
-    # runs once more with kernels timed (its expectations hold both ways).
-    for name in kinds kinds_shared kinds_timed pools two_pools vmm graph oom threads children cupti_client; do
+    # A program's `// record: FLAGS` line gives its record options; NAME_timed
+    # records NAME with kernels timed (its expectations hold both ways).
+    for name in kinds kinds_shared kinds_timed streams streams_timed pools two_pools vmm graph oom threads children cupti_client; do
         src="$ROOT/tests/programs/${name%_*}.cu"
         [ -f "$src" ] || src="$ROOT/tests/programs/$name.cu"
         flags=$(sed -n 's|^// record: ||p' "$src")
-        [ "$name" = kinds_timed ] && flags="--kernels timed"
+        [ "${name%_timed}" != "$name" ] && flags="--kernels timed"
         RECORD_FLAGS=$flags record "$name" "bin/${name%_timed}"
         python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$WORK/traces/$name.bin" "$src" "$CODE" || FAILED=1
     done
