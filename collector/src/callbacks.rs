@@ -528,7 +528,36 @@ unsafe fn launch_params(cbid: u32, p: *const c_void) -> Option<Launch> {
 }
 
 /// Name ids by the address of CUPTI's copy of the name, with the text.
-type NamesByAddress = std::collections::HashMap<usize, (StringId, Box<[u8]>)>;
+type NamesByAddress = std::collections::HashMap<
+    usize,
+    (StringId, std::ffi::CString),
+    std::hash::BuildHasherDefault<AddressHasher>,
+>;
+
+/// Hashes an address with one multiplication, folded so that the aligned
+/// (zero) low bits of the address do not leave buckets unused. The std
+/// hasher's resistance to chosen keys buys nothing for addresses the
+/// driver picked, and cost a visible part of a launch.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl std::hash::Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0 ^ u64::from(*b));
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        let wide = u128::from(n ^ self.0) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (wide as u64) ^ ((wide >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 thread_local! {
     /// Kernel names this thread launched, by the address CUPTI gave the
@@ -537,12 +566,12 @@ thread_local! {
     /// that the address still holds the same name (a module unloaded and
     /// another loaded in its place).
     static LAUNCH_NAMES: std::cell::RefCell<NamesByAddress> =
-        std::cell::RefCell::new(NamesByAddress::new());
+        std::cell::RefCell::new(NamesByAddress::default());
     /// The device of the context this thread last launched in, by the
     /// context's unique id (CUPTI never reuses one).
     static LAUNCH_DEVICE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
-    /// CUPTI's ids of the streams this thread launched into: asking CUPTI
-    /// on every launch was the larger part of the launch handler's cost.
+    /// CUPTI's ids of the streams this thread launched into, so that a
+    /// launch does not call into CUPTI to learn it again.
     static LAUNCH_STREAMS: std::cell::RefCell<StreamIds> =
         const { std::cell::RefCell::new(StreamIds { epoch: 0, known: Vec::new() }) };
 }
@@ -810,27 +839,30 @@ impl Collector {
         if symbol.is_null() {
             return StringId(0);
         }
-        // SAFETY: the caller's promise.
-        let text = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_bytes();
         let key = symbol as usize;
         let known = LAUNCH_NAMES.with(|m| {
             m.borrow()
                 .get(&key)
-                .filter(|(_, t)| **t == *text)
+                // SAFETY: both NUL-terminated (the caller's promise, and a
+                // CString); one pass over the name, where measuring it first
+                // and then comparing took two.
+                .filter(|(_, t)| unsafe { libc::strcmp(symbol, t.as_ptr()) } == 0)
                 .map(|(id, _)| *id)
         });
         if let Some(id) = known {
             return id;
         }
+        // SAFETY: the caller's promise.
+        let text = unsafe { std::ffi::CStr::from_ptr(symbol) };
         let mut defs = Vec::new();
         let id = match self.kernel_names.lock() {
-            Ok(mut names) => names.intern(&String::from_utf8_lossy(text), &mut defs),
+            Ok(mut names) => names.intern(&text.to_string_lossy(), &mut defs),
             Err(_) => return StringId(0),
         };
         for d in defs {
             self.sink.push(d);
         }
-        LAUNCH_NAMES.with(|m| m.borrow_mut().insert(key, (id, text.into())));
+        LAUNCH_NAMES.with(|m| m.borrow_mut().insert(key, (id, text.to_owned())));
         id
     }
 }

@@ -16,16 +16,17 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gmem_prof_traces::record::{
-    AllocatorAction, AllocatorEvent, ApiCall, DropCounts, Frame, ModuleInfo, Nanos, ProcessEnd,
-    PyCodeId, StackDef, StackId,
+    AllocatorAction, AllocatorEvent, ApiCall, DropCounts, Frame, KernelLaunch, ModuleInfo, Nanos,
+    ProcessEnd, PyCodeId, StackDef, StackId,
 };
 use gmem_prof_traces::{file_header, ChunkEncoder, Record};
 
 use crate::python;
 
-/// Items waiting for the writer before new ones are dropped. An item is 200
-/// bytes, so a stalled writer costs the program at most ~200 MiB; at 100,000
-/// events/s the writer would have to stall for ten seconds to get there.
+/// Items waiting for the writer before new ones are dropped. An item is 96
+/// bytes, so a stalled writer costs the program at most ~100 MiB (and the
+/// frames); at 100,000 events/s the writer would have to stall for ten
+/// seconds to get there.
 pub const MAX_PENDING: usize = 1 << 20;
 /// The writer is woken when this many items wait (else it wakes on its
 /// timer): the two batches it swaps with the app threads then stay a few
@@ -35,16 +36,22 @@ const WAKE_AT: usize = 8192;
 /// A chunk is written when its payload reaches this size…
 const CHUNK_BYTES: usize = 512 << 10;
 
+/// What app threads queue. Kept small: every event is copied in here, and
+/// the bytes written per event are a cost the program pays in cache misses
+/// (a `Record` is 200 bytes, for the sake of records that are rare).
 enum Item {
     /// A record whose stack the writer interns; its frames are
     /// `Pending::frames[frames_at..frames_at + frames_len]`.
     WithStack {
         record: Stacked,
-        frames_at: usize,
-        frames_len: usize,
+        frames_at: u32,
+        frames_len: u32,
         truncated: bool,
     },
-    Record(Record),
+    /// The one stackless record that comes at event rates.
+    Launch(KernelLaunch),
+    /// Any other: code objects, names, messages, failed calls' devices.
+    Record(Box<Record>),
 }
 
 /// The records that carry a stack.
@@ -108,12 +115,13 @@ impl Sink {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let frames_at = p.frames.len();
+        // Bounded by MAX_PENDING items of at most MAX_FRAMES frames.
+        let frames_at = p.frames.len() as u32;
         p.frames.extend_from_slice(frames);
         p.items.push(Item::WithStack {
             record,
             frames_at,
-            frames_len: frames.len(),
+            frames_len: frames.len() as u32,
             truncated,
         });
         if p.items.len() == WAKE_AT {
@@ -152,7 +160,10 @@ impl Sink {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        p.items.push(Item::Record(record));
+        p.items.push(match record {
+            Record::KernelLaunch(launch) => Item::Launch(launch),
+            other => Item::Record(Box::new(other)),
+        });
     }
 
     /// Asks the writer to drain everything and finish the file.
@@ -308,13 +319,15 @@ impl Writer {
         for item in batch.items.drain(..) {
             match item {
                 Item::Record(r) => self.emit(env, &r),
+                Item::Launch(launch) => self.emit(env, &Record::KernelLaunch(launch)),
                 Item::WithStack {
                     record,
                     frames_at,
                     frames_len,
                     truncated,
                 } => {
-                    let frames = &batch.frames[frames_at..frames_at + frames_len];
+                    let (at, len) = (frames_at as usize, frames_len as usize);
+                    let frames = &batch.frames[at..at + len];
                     let stack = self.stack_id(env, frames, truncated);
                     let record = match record {
                         Stacked::Api(mut call) => {
@@ -407,6 +420,13 @@ mod tests {
     use gmem_prof_traces::read_all;
     use gmem_prof_traces::record::{ApiFunc, Bytes};
     use std::sync::Arc;
+
+    /// What an event costs the program to queue: a new variant as large as
+    /// the largest record would double it (see `Item`).
+    #[test]
+    fn a_queued_item_stays_at_96_bytes() {
+        assert!(std::mem::size_of::<Item>() <= 96);
+    }
 
     struct FakeEnv;
     impl WriterEnv for FakeEnv {

@@ -505,6 +505,28 @@ fn launches_name_their_stream_after_its_handle_is_reused() {
     assert!(lookups.contains("stream id lookups: 3"), "{lookups}");
 }
 
+/// The collector finds a launched kernel's name by the address CUPTI gives
+/// it at, and checks the text: a name at an address that held another is
+/// its own (fake_app.c `renamed`).
+#[test]
+fn a_kernel_name_at_a_reused_address_is_read_again() {
+    let dir = scratch("launch-renamed");
+    let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["renamed"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let names: Vec<String> = of_type(&recs, "KernelLaunch")
+        .iter()
+        .map(|k| {
+            of_type(&recs, "String")
+                .into_iter()
+                .find(|s| s["id"] == k["name"])
+                .and_then(|s| s["text"].as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(names, ["k_first", "k_second"]);
+}
+
 /// `--kernels`: launches (the default) give a `KernelLaunch` per launch at
 /// the moment of the launch, `timed` CUPTI's record of each run, `off` (and
 /// `--no-kernels`) neither; the process record says which.

@@ -94,6 +94,16 @@ int main(int argc, char **argv) {
         printf("stream id lookups: %u\n", fake_stream_id_calls());
         return 0;
     }
+    if (!strcmp(mode, "renamed")) {
+        /* Two kernels whose names CUPTI hands over at the same address (a
+         * module unloaded and another loaded in its place). */
+        static char name[32];
+        strcpy(name, "k_first");
+        fake_kernel(name);
+        strcpy(name, "k_second");
+        fake_kernel(name);
+        return 0;
+    }
     if (!strcmp(mode, "two_devices")) {
         /* 2 MiB on device 1, then 1 MiB on device 0, then a 2 TiB request
          * that fails on device 1: the failure is device 1's, though the
@@ -208,6 +218,24 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
         printf("%.1f ns per alloc+free\n", ns / n);
+        return 0;
+    }
+    if (!strcmp(mode, "launch_bench")) {
+        /* ns per kernel launch, measured inside the program: launches of
+         * kernels with names as long as PyTorch's, in turn, on one stream. */
+        long n = argc > 2 ? atol(argv[2]) : 200000;
+        static char names[8][300];
+        for (int k = 0; k < 8; k++) {
+            memset(names[k], 'a' + k, sizeof names[k] - 1);
+            names[k][sizeof names[k] - 1] = 0;
+        }
+        void *s = fake_cuStreamCreate();
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++) fake_kernel_on(s, names[i & 7]);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+        printf("%.1f ns per launch\n", ns / n);
         return 0;
     }
     fprintf(stderr, "unknown mode %s\n", mode);
