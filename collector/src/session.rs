@@ -616,7 +616,7 @@ impl Collector {
                 0,
                 format!(
                     "PyTorch allocator: {events} events recorded, {micros:.2} µs per event (stack \
-                     included; one event in {TIMED_EVERY} timed)"
+                     included; one event in {TIMED_EVERY} timed, drawn at random)"
                 ),
             );
         }
@@ -626,7 +626,7 @@ impl Collector {
                 0,
                 format!(
                     "kernel launches: {launches} recorded, {micros:.2} µs per launch in the \
-                     collector (one in {TIMED_EVERY} timed; CUPTI's callbacks around it not \
+                     collector (one in {TIMED_EVERY} timed, drawn at random; CUPTI's callbacks around it not \
                      included)"
                 ),
             );
