@@ -8,7 +8,9 @@
 # characters long), ns per tensor allocated and freed through the stand-in
 # caching allocator from 30 Python frames (bench_torch.py), and the
 # collector's own timing of each from the trace. Plain runs (no collector)
-# come first. Build a collector to compare with `cargo build --release -p
+# come first. SWEEP_KIB=N writes N KiB between tensors, as a framework's
+# own work would, so the collector's data leaves the CPU's caches (on this
+# machine, 2048 took the collector from 0.12 to 0.18 µs per event). Build a collector to compare with `cargo build --release -p
 # gmem-prof-collector` and copy target/release/libgmem_prof_collector.so
 # aside. These are the stand-in's figures, cache-hot on an idle machine:
 # compare builds with them; the H200's are tests/gpu/overhead.sh's.
@@ -28,14 +30,14 @@ echo "__version__ = '2.11.0+fake'" >"$DIR/torch/version.py"
 ${CXX:-c++} -O1 -shared -fPIC -o "$DIR/torch/lib/libc10_cuda.so" "$SRC/fake_torch.cpp" "$DIR/libcupti.so.13"
 cd "$DIR"
 launches() { ./fake_app launch_bench 300000; }
-tensors() { python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so; }
+tensors() { python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}"; }
 echo "plain: $(launches | grep -o '[0-9.]* ns'), $(tensors | grep -o '[0-9.]* ns')"
 for r in $(seq 1 "$ROUNDS"); do
     for so in "$@"; do
         rec() { "$GMEM" record --collector "$so" --cupti ./libcupti.so.13 -f -o "$DIR/t.bin" -- "$@" 2>/dev/null; }
         l=$(rec ./fake_app launch_bench 300000 | grep -o '[0-9.]* ns')
         ls=$("$GMEM" dump "$DIR/t.bin" | grep -o '[0-9.]* µs per launch' || true)
-        t=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so | grep -o '[0-9.]* ns')
+        t=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" | grep -o '[0-9.]* ns')
         ts=$("$GMEM" dump "$DIR/t.bin" | grep -o '[0-9.]* µs per event' || true)
         echo "round $r $so: launch $l ($ls), tensor $t ($ts)"
     done

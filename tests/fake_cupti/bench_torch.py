@@ -1,7 +1,9 @@
 """The stand-in caching allocator (fake_torch.cpp) driven from Python 30
 frames deep: prints ns per tensor allocated and freed (median of 7 timed
 loops). Used by bench.sh; argv: the fake libcupti.so.13, the stand-in
-libc10_cuda.so."""
+libc10_cuda.so, and optionally KiB of memory to write between tensors (as
+a framework's own work would, leaving the collector's data out of the
+CPU's caches; the plain run pays it too)."""
 import ctypes
 import statistics
 import sys
@@ -16,12 +18,20 @@ c10.fake_torch_malloc.restype = ctypes.c_uint64
 c10.fake_torch_free.argtypes = [ctypes.c_uint64]
 c10.fake_torch_init()
 malloc, free = c10.fake_torch_malloc, c10.fake_torch_free
+sweep_bytes = int(sys.argv[3]) << 10 if len(sys.argv) > 3 else 0
+sweep = ctypes.create_string_buffer(max(sweep_bytes, 1))
+memset = ctypes.memset
 
 
 def loop(n):
     t0 = time.perf_counter_ns()
-    for _ in range(n):
-        free(malloc(4096))
+    if sweep_bytes:
+        for _ in range(n):
+            free(malloc(4096))
+            memset(sweep, 1, sweep_bytes)
+    else:
+        for _ in range(n):
+            free(malloc(4096))
     return (time.perf_counter_ns() - t0) / n
 
 
