@@ -40,7 +40,11 @@ def main():
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     backend = torch.cuda.get_allocator_backend()
+    # The 10th percentile too: a step's own cost with less of what the
+    # host's other load adds to some steps (a run's median moves with it).
+    p10 = statistics.quantiles(times, n=10)[0]
     print(json.dumps({"bench": "alloc" if backend == "cudaMallocAsync" else "allocnative", "median_ms": statistics.median(times),
+                      "p10_ms": p10, "min_ms": min(times),
                       "steps": warmup + steps, "backend": torch.cuda.get_allocator_backend()}))
 
 

@@ -181,11 +181,14 @@ events = {b: json.load(open(p)) for b, p in (("alloc", sys.argv[2]), ("allocnati
 by = {}
 steps = {}
 per_round = {}
+p10_round = {}
 for r in rows:
     res = r["result"]
     value = res.get("median_ms", res.get("ns_per_pair", res.get("ns_per_kernel")))
     by.setdefault((res["bench"], r["variant"]), []).append(value)
     per_round[(res["bench"], r["variant"], r["round"])] = value
+    if "p10_ms" in res:
+        p10_round[(res["bench"], r["variant"], r["round"])] = res["p10_ms"]
     steps[res["bench"]] = res.get("steps")
 
 
@@ -230,4 +233,9 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
         print(f"    {bench} {variant} per round: " + " ".join(f"{r:.3f}" for r in ratios))
+        p10 = [v / p10_round[(b, "plain", rnd)] for (b, var, rnd), v in p10_round.items()
+               if b == bench and var == variant and (b, "plain", rnd) in p10_round]
+        if p10:
+            print(f"    {bench} {variant} 10th-percentile steps, paired by round: median "
+                  f"{statistics.median(p10):.3f}: " + " ".join(f"{r:.3f}" for r in p10))
 PY
