@@ -64,7 +64,7 @@ impl Clock {
 /// that raised it: every event is counted, one in `TIMED_EVERY` is timed and
 /// its time counted that many times over (a second clock read on every
 /// event would cost a tenth of what recording one does). Which events are
-/// timed is drawn as at random: every Nth event would keep meeting costs that
+/// timed is pseudo-random: every Nth event would keep meeting costs that
 /// come every so many events (waking the writer every 8,192 queued items
 /// fell on timed launches every time, and the figure came out above the
 /// launch's whole cost).
@@ -82,8 +82,8 @@ impl EventTimer {
     pub fn count(&self) -> bool {
         let n = self.events.fetch_add(1, Ordering::Relaxed);
         // The event's number, scrambled (Fibonacci hashing): its top bits
-        // are as good as random, and cost a multiplication where a
-        // thread-local generator cost a TLS lookup per event.
+        // are as good as random for this, for one multiplication and no
+        // per-thread state.
         n.wrapping_mul(0x9e37_79b9_7f4a_7c15) < u64::MAX / TIMED_EVERY
     }
 
