@@ -4,6 +4,7 @@ cuMemAllocAsync/cuMemFreeAsync (bench "alloc"); with the default caching
 allocator, every tensor is an event of the allocator seen from the inside
 (bench "allocnative"). Prints one JSON line: median step time (ms)."""
 import json
+import os
 import statistics
 import time
 
@@ -12,6 +13,10 @@ import torch
 
 def main():
     steps = 1000
+    # BENCH_TORCH_HISTORY=1: PyTorch's own allocation history with Python
+    # stacks, the reference `overhead.sh` variant `torchhistory` measures.
+    if os.environ.get("BENCH_TORCH_HISTORY") == "1":
+        torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
     model = torch.nn.Sequential(
         torch.nn.Linear(512, 1024), torch.nn.ReLU(),
         torch.nn.Linear(1024, 1024), torch.nn.ReLU(),

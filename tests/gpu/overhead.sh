@@ -19,7 +19,9 @@
 #         also nokernels, timed = --kernels timed, nostacks,
 #         slowflush = --flush-ms 1000,
 #         freestacks = --free-stacks, and depthN = --stack-depth N, for any
-#         bench).
+#         bench; torchhistory = no gmem-prof, PyTorch's own
+#         `_record_memory_history(stacks="python")`, for resnet and the
+#         allocation loops).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 # allocnative: the same loop with PyTorch's default caching allocator, whose
@@ -82,6 +84,8 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     fi
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
+    elif [ "$variant" = torchhistory ]; then
+        line=$(BENCH_TORCH_HISTORY=1 "$@" 2>/dev/null | tail -1)
     elif [ "${variant#bare}" != "$variant" ]; then
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
