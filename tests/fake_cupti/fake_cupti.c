@@ -157,6 +157,13 @@ uint32_t cuptiGetTimestamp(uint64_t *t) { *t = now_ns(); return 0; }
  * hands over a full buffer. */
 static void enqueue(const void *rec, size_t len) {
     pthread_mutex_lock(&lock);
+    if (!requested || !completed) {
+        /* No client took CUPTI's buffers (the program runs with no
+         * collector): CUPTI records nothing, and a full queue would wait
+         * for a flush forever. */
+        pthread_mutex_unlock(&lock);
+        return;
+    }
     while (queued == MAX_QUEUED) {
         pthread_mutex_unlock(&lock);
         cuptiActivityFlushAll(0);
