@@ -92,6 +92,15 @@ impl EventTimer {
             .fetch_add(now.saturating_sub(started) * TIMED_EVERY, Ordering::Relaxed);
     }
 
+    /// Events counted, and the time of all of them as estimated from the
+    /// timed ones, in nanoseconds.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.events.load(Ordering::Relaxed),
+            self.nanos.load(Ordering::Relaxed),
+        )
+    }
+
     /// Events counted, and microseconds per event (0 with none).
     pub fn summary(&self) -> (u64, f64) {
         let events = self.events.load(Ordering::Relaxed);

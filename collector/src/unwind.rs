@@ -16,6 +16,7 @@ use std::sync::RwLock;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
+use crate::clock::EventTimer;
 pub use crate::modules::ModuleDesc;
 use crate::modules::{self, Registry};
 
@@ -32,17 +33,22 @@ pub struct Stacks {
 /// `StackStats`, counted as captures happen.
 #[derive(Default)]
 struct Counters {
-    captures: AtomicU64,
+    /// Walks, and their time: one walk in `TIMED_EVERY` is timed (two clock
+    /// reads were a fifth of a walk reused whole).
+    walks: EventTimer,
     unwound: AtomicU64,
     reused: AtomicU64,
     rule_misses: AtomicU64,
     unknown: AtomicU64,
-    nanos: AtomicU64,
 }
 
 impl Counters {
+    /// Adds `n`, skipping the shared line when there is nothing to add
+    /// (a walk reused whole unwinds nothing and misses no rule).
     fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -65,7 +71,8 @@ pub struct StackStats {
     /// Walks that met a return address outside every known module (each one
     /// asks the loader whether modules changed).
     pub unknown: u64,
-    /// Time spent in `capture`, in nanoseconds.
+    /// Time spent in `capture`, in nanoseconds, estimated from the walks
+    /// timed (see `Counters::walks`).
     pub nanos: u64,
 }
 
@@ -194,13 +201,14 @@ impl Stacks {
     pub fn stats(&self) -> StackStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (captures, nanos) = c.walks.totals();
         StackStats {
-            captures: get(&c.captures),
+            captures,
             unwound: get(&c.unwound),
             reused: get(&c.reused),
             rule_misses: get(&c.rule_misses),
             unknown: get(&c.unknown),
-            nanos: get(&c.nanos),
+            nanos,
         }
     }
 
@@ -221,7 +229,7 @@ impl Stacks {
     /// of frames and whether the depth limit cut the stack.
     #[inline(never)]
     pub fn capture(&self, out: &mut [u64]) -> (usize, bool) {
-        let started = std::time::Instant::now();
+        let started = self.counters.walks.count().then(std::time::Instant::now);
         let out_len = out.len().min(self.depth);
         let out = &mut out[..out_len];
         // Modules the program unloaded must be gone from the unwinder before
@@ -232,7 +240,11 @@ impl Stacks {
         if unknown {
             Counters::add(&self.counters.unknown, 1);
         }
-        Counters::add(&self.counters.nanos, started.elapsed().as_nanos() as u64);
+        if let Some(started) = started {
+            self.counters
+                .walks
+                .timed(0, started.elapsed().as_nanos() as u64);
+        }
         (n, truncated)
     }
 
@@ -367,7 +379,6 @@ impl Stacks {
             }
             t.history = Some(history);
             let c = &self.counters;
-            Counters::add(&c.captures, 1);
             Counters::add(&c.unwound, unwound);
             Counters::add(&c.reused, reused);
             Counters::add(&c.rule_misses, rule_misses);
