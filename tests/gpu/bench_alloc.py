@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from host_probe import host_probe_ms
+
 
 def main():
     steps = 1000
@@ -35,6 +37,7 @@ def main():
         opt.step()
         warmup += 1
     torch.cuda.synchronize()
+    probe_before = host_probe_ms()
     for i in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -48,8 +51,9 @@ def main():
     # The 10th percentile too: a step's own cost with less of what the
     # host's other load adds to some steps (a run's median moves with it).
     p10 = statistics.quantiles(times, n=10)[0]
+    probe = (probe_before + host_probe_ms()) / 2
     print(json.dumps({"bench": "alloc" if backend == "cudaMallocAsync" else "allocnative", "median_ms": statistics.median(times),
-                      "p10_ms": p10, "min_ms": min(times),
+                      "p10_ms": p10, "min_ms": min(times), "probe_ms": probe,
                       "steps": warmup + steps, "backend": torch.cuda.get_allocator_backend()}))
 
 

@@ -9,6 +9,8 @@ import time
 import torch
 import torchvision
 
+from host_probe import host_probe_ms
+
 
 def main():
     steps = 100
@@ -45,6 +47,7 @@ def main():
     # the step is host-bound and every microsecond the collector spends on
     # the host shows in full.
     issue = []
+    probe_before = host_probe_ms()
     for i in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -60,6 +63,7 @@ def main():
         "median_ms": statistics.median(times),
         "issue_ms": statistics.median(issue),
         "min_ms": min(times),
+        "probe_ms": (probe_before + host_probe_ms()) / 2,
         "cpu": cpu,
         "cpus": len(os.sched_getaffinity(0)),
         "steps": steps,

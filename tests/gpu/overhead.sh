@@ -186,6 +186,7 @@ by = {}
 steps = {}
 per_round = {}
 p10_round = {}
+probe_round = {}
 for r in rows:
     res = r["result"]
     value = res.get("median_ms", res.get("ns_per_pair", res.get("ns_per_kernel")))
@@ -193,6 +194,8 @@ for r in rows:
     per_round[(res["bench"], r["variant"], r["round"])] = value
     if "p10_ms" in res:
         p10_round[(res["bench"], r["variant"], r["round"])] = res["p10_ms"]
+    if "probe_ms" in res:
+        probe_round[(res["bench"], r["variant"], r["round"])] = res["probe_ms"]
     steps[res["bench"]] = res.get("steps")
 
 
@@ -242,4 +245,15 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
         if p10:
             print(f"    {bench} {variant} 10th-percentile steps, paired by round: median "
                   f"{statistics.median(p10):.3f}: " + " ".join(f"{r:.3f}" for r in p10))
+        # Each round's ratio over the ratio of the two runs' host probes
+        # (host_probe.py): what is left once the host's own speed is
+        # taken out.
+        adjusted = [v / per_round[(b, "plain", rnd)]
+                    / (probe_round[(b, var, rnd)] / probe_round[(b, "plain", rnd)])
+                    for (b, var, rnd), v in per_round.items()
+                    if b == bench and var == variant and (b, "plain", rnd) in per_round
+                    and (b, var, rnd) in probe_round and (b, "plain", rnd) in probe_round]
+        if adjusted:
+            print(f"    {bench} {variant} paired, over the host probes' ratio: median "
+                  f"{statistics.median(adjusted):.3f}: " + " ".join(f"{r:.3f}" for r in adjusted))
 PY
