@@ -103,8 +103,7 @@ impl EventTimer {
 
     /// Events counted, and microseconds per event (0 with none).
     pub fn summary(&self) -> (u64, f64) {
-        let events = self.events.load(Ordering::Relaxed);
-        let nanos = self.nanos.load(Ordering::Relaxed);
+        let (events, nanos) = self.totals();
         (events, nanos as f64 / events.max(1) as f64 / 1000.0)
     }
 }
