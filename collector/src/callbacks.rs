@@ -15,6 +15,7 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::Record;
 
+use crate::clock::ticks;
 use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::session::Collector;
 
@@ -145,6 +146,15 @@ pub const WATCHED: &[(Cb, ApiFunc)] = &[
         ApiFunc::IPC_CLOSE_MEM_HANDLE,
     ),
 ];
+
+/// The parts of a launch's cost (`Collector::launch_split`): reading
+/// CUPTI's data and the launch's parameters, finding the name's id, the
+/// stream's id, queueing the record.
+pub const LAUNCH_FIELDS: usize = 0;
+pub const LAUNCH_NAME: usize = 1;
+pub const LAUNCH_STREAM: usize = 2;
+pub const LAUNCH_QUEUE: usize = 3;
+pub const LAUNCH_PARTS: [&str; 4] = ["reading the call", "name", "stream", "queueing"];
 
 /// The driver's kernel launch calls, watched with `--kernels launches`
 /// (the runtime's launches reach them too). Kernels of a CUDA graph are
@@ -746,6 +756,7 @@ impl Collector {
         }
         let timed = self.launch_timer.count();
         let started = if timed { self.clock.now() } else { 0 };
+        let mut part = if timed { ticks() } else { 0 };
         // SAFETY: the slot written at entry; the rest are fields of the same
         // CUpti_CallbackData and, for the parameters, the struct of this
         // cbid.
@@ -769,15 +780,27 @@ impl Collector {
             d.set((context_uid, device));
             device
         });
+        let split = &self.launch_split;
+        if timed {
+            part = split.add(LAUNCH_FIELDS, part, ticks());
+        }
+        // SAFETY: CUPTI's name of the launched kernel, NUL-terminated, or
+        // NULL.
+        let name = unsafe { self.launch_name(symbol) };
+        if timed {
+            part = split.add(LAUNCH_NAME, part, ticks());
+        }
+        let stream = self.launch_stream(context, context_uid, &launch);
+        if timed {
+            part = split.add(LAUNCH_STREAM, part, ticks());
+        }
         let record = KernelLaunch {
             time: Nanos(time),
             tid: current_tid(),
-            // SAFETY: CUPTI's name of the launched kernel, NUL-terminated,
-            // or NULL.
-            name: unsafe { self.launch_name(symbol) },
+            name,
             device,
             context: context_uid,
-            stream: self.launch_stream(context, context_uid, &launch),
+            stream,
             correlation,
             grid: launch.grid,
             block: launch.block,
@@ -786,6 +809,7 @@ impl Collector {
         self.sink
             .push(gmem_prof_traces::Record::KernelLaunch(record));
         if timed {
+            split.add(LAUNCH_QUEUE, part, ticks());
             self.launch_timer.timed(started, self.clock.now());
         }
     }

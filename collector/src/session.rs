@@ -14,7 +14,7 @@ use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
 use crate::callbacks::{self, current_tid, WATCHED};
-use crate::clock::{Clock, EventTimer, TIMED_EVERY};
+use crate::clock::{ticks, Clock, CostSplit, EventTimer, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
 use crate::cupti::{self, Cupti};
 use crate::nvml::Nvml;
@@ -36,8 +36,13 @@ pub struct Collector {
     /// Whether PyTorch's trace entries carry the private pool id (2.11+).
     torch_pool_ids: AtomicBool,
     pub kernel_names: Mutex<Names>,
-    /// The cost of recording each kernel launch, sampled.
+    /// The cost of recording each kernel launch, sampled, and its parts
+    /// (`callbacks::LAUNCH_PARTS`).
     pub launch_timer: EventTimer,
+    pub launch_split: CostSplit<4>,
+    /// The parts of a framework allocator event's cost (`EVENT_PARTS`), on
+    /// the events its hook times.
+    pub event_split: CostSplit<4>,
     /// The device's own view (NVML), opened at first use; `None` inside
     /// when it could not be (the trace says why once).
     nvml: OnceLock<Option<Nvml>>,
@@ -52,6 +57,21 @@ pub struct Collector {
     cupti_dropped: AtomicU64,
     writer_done: Mutex<Option<mpsc::Receiver<()>>>,
 }
+
+/// The parts of a framework allocator event's cost (`event_split`):
+/// reading the allocator's entry, the stack (Python frames, or native ones
+/// on a thread without Python or with none asked; an event without a stack
+/// counts as native with next to nothing), queueing it.
+pub const EVENT_ENTRY: usize = 0;
+pub const EVENT_PYTHON: usize = 1;
+pub const EVENT_NATIVE: usize = 2;
+pub const EVENT_QUEUE: usize = 3;
+pub const EVENT_PARTS: [&str; 4] = [
+    "reading the entry",
+    "Python stack",
+    "native stack",
+    "queueing",
+];
 
 static COLLECTOR: OnceLock<Collector> = OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -161,6 +181,8 @@ fn start_with(config: Config) -> Result<(), String> {
         torch_pool_ids: AtomicBool::new(false),
         kernel_names: Mutex::new(Names::default()),
         launch_timer: EventTimer::default(),
+        launch_split: CostSplit::default(),
+        event_split: CostSplit::default(),
         nvml: OnceLock::new(),
         devices_seen: Mutex::new(Vec::new()),
         pid,
@@ -430,12 +452,31 @@ impl Collector {
     }
 
     /// A framework allocator's event, with the calling thread's stack when
-    /// `with_stack`.
+    /// `with_stack`. `split_from`: for an event being timed, the ticks when
+    /// its handling began (its parts go to `event_split`).
     pub fn push_allocator_event(
         &self,
         event: gmem_prof_traces::record::AllocatorEvent,
         with_stack: bool,
+        split_from: Option<u64>,
     ) {
+        let split = |part: usize, from: Option<u64>| {
+            from.map(|from| self.event_split.add(part, from, ticks()))
+        };
+        let part = split(EVENT_ENTRY, split_from);
+        let push = |event, frames: &[u64], truncated| {
+            if let Some(from) = part {
+                let stack_part = match frames.first() {
+                    Some(f) if crate::python::decode_frame(*f).is_some() => EVENT_PYTHON,
+                    _ => EVENT_NATIVE,
+                };
+                let from = self.event_split.add(stack_part, from, ticks());
+                self.sink.push_allocator(event, frames, truncated);
+                self.event_split.add(EVENT_QUEUE, from, ticks());
+            } else {
+                self.sink.push_allocator(event, frames, truncated);
+            }
+        };
         if with_stack {
             // The thread's own buffer: zeroing 4 KiB on the stack for every
             // event was a measurable part of its cost.
@@ -444,17 +485,17 @@ impl Collector {
                 if let Ok(mut frames) = frames.try_borrow_mut() {
                     let (n, truncated) = self.capture_framework_stack(&mut frames);
                     if let Some(event) = event.take() {
-                        self.sink.push_allocator(event, &frames[..n], truncated);
+                        push(event, &frames[..n], truncated);
                     }
                 }
             });
             if let Some(event) = event {
                 let mut frames = [0u64; crate::stack::MAX_FRAMES];
                 let (n, truncated) = self.capture_framework_stack(&mut frames);
-                self.sink.push_allocator(event, &frames[..n], truncated);
+                push(event, &frames[..n], truncated);
             }
         } else {
-            self.sink.push_allocator(event, &[], false);
+            push(event, &[], false);
         }
     }
 
@@ -616,7 +657,8 @@ impl Collector {
                 0,
                 format!(
                     "PyTorch allocator: {events} events recorded, {micros:.2} µs per event (stack \
-                     included; one event in {TIMED_EVERY} timed, drawn at random)"
+                     included; one event in {TIMED_EVERY} timed, drawn at random): {}",
+                    self.event_split.describe(EVENT_PARTS)
                 ),
             );
         }
@@ -627,7 +669,8 @@ impl Collector {
                 format!(
                     "kernel launches: {launches} recorded, {micros:.2} µs per launch in the \
                      collector (one in {TIMED_EVERY} timed, drawn at random; CUPTI's callbacks around it not \
-                     included)"
+                     included): {}",
+                    self.launch_split.describe(crate::callbacks::LAUNCH_PARTS)
                 ),
             );
         }

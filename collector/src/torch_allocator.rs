@@ -179,6 +179,8 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             _ => return,
         };
         let oom = action == AllocatorAction::OOM;
+        let timed = c.torch.timer.count();
+        let split_from = timed.then(crate::clock::ticks);
         let started = c.clock.now();
         let event = AllocatorEvent {
             time: Nanos(started),
@@ -195,8 +197,7 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             device_free: if oom { address } else { 0 },
             limit: 0,
         };
-        let timed = c.torch.timer.count();
-        c.push_allocator_event(event, stack);
+        c.push_allocator_event(event, stack, split_from);
         if timed {
             c.torch.timer.timed(started, c.clock.now());
         }
@@ -238,7 +239,7 @@ unsafe extern "C" fn on_oom(
             device_free: free,
             limit,
         };
-        c.push_allocator_event(event, true);
+        c.push_allocator_event(event, true, None);
         c.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
     });
 }
