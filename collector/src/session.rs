@@ -291,6 +291,9 @@ unsafe extern "C" fn on_api(
                 // Activity records of a context must be taken before it goes.
                 c.flush_activity(0);
                 callbacks::forget_stream_handles();
+                callbacks::forget_kernel_names();
+            } else if cbid == cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING {
+                callbacks::forget_kernel_names();
             } else if cbid == cupti::CBID_RESOURCE_STREAM_DESTROY_STARTING {
                 callbacks::forget_stream_handles();
             }
@@ -384,12 +387,15 @@ impl Collector {
                     self.cupti
                         .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
                 }
-                // Launches keep stream ids by handle (callbacks.rs).
-                self.cupti.enable_callback(
-                    sub,
-                    cupti::DOMAIN_RESOURCE,
+                // Launches keep stream ids by handle and kernel names by
+                // address (callbacks.rs).
+                for cbid in [
                     cupti::CBID_RESOURCE_STREAM_DESTROY_STARTING,
-                )?;
+                    cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
+                ] {
+                    self.cupti
+                        .enable_callback(sub, cupti::DOMAIN_RESOURCE, cbid)?;
+                }
             }
             KernelMode::Timed => self.cupti.activity_enable(cupti::KIND_CONCURRENT_KERNEL)?,
         }

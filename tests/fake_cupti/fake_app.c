@@ -18,6 +18,7 @@ void fake_kernel(const char *name);
 void fake_kernel_on(void *stream, const char *name);
 void *fake_cuStreamCreate(void);
 void fake_cuStreamDestroy(void *stream);
+void fake_cuModuleUnload(void);
 uint32_t fake_stream_id_calls(void);
 void fake_cuSetDevice(uint32_t device);
 uint32_t fake_cuIpcOpenMemHandle(uint64_t *dptr, size_t bytes);
@@ -95,12 +96,21 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(mode, "renamed")) {
-        /* Two kernels whose names CUPTI hands over at the same address (a
-         * module unloaded and another loaded in its place). */
-        static char name[32];
+        /* Kernels whose names CUPTI hands over at the same address (a module
+         * unloaded and another loaded in its place): two that differ early,
+         * then, after an unload, two long ones that differ only late (as
+         * PyTorch's mangled names do). */
+        static char name[400];
         strcpy(name, "k_first");
         fake_kernel(name);
         strcpy(name, "k_second");
+        fake_kernel(name);
+        memset(name, 'x', 300);
+        name[300] = 0;
+        name[250] = '1';
+        fake_kernel(name);
+        fake_cuModuleUnload();
+        name[250] = '2';
         fake_kernel(name);
         return 0;
     }

@@ -320,6 +320,15 @@ void fake_cuStreamDestroy(void *stream) {
     pthread_mutex_unlock(&lock);
 }
 
+/* cuModuleUnload: CUPTI's resource callback (MODULE_UNLOAD_STARTING) first,
+ * when enabled; the module's kernel names go with it. */
+void fake_cuModuleUnload(void) {
+    if (callback && enabled_resource_cbids[7]) {
+        uint8_t resource_data[24] = {0};
+        callback(callback_userdata, 3, 7, resource_data);
+    }
+}
+
 /* CUPTI's id of a live stream, 0 for none. */
 static uint32_t stream_id_of(void *stream) {
     if (!stream) return 7;
