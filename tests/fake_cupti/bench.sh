@@ -6,7 +6,8 @@
 #
 # Per run: ns per kernel launch (fake_app `launch_bench`, names 300
 # characters long), ns per tensor allocated and freed through the stand-in
-# caching allocator from 30 Python frames (bench_torch.py), and the
+# caching allocator from 30 Python frames (bench_torch.py) and from a thread
+# without Python (native stacks, 12 paths 30 frames deep in turn), and the
 # collector's own timing of each from the trace. Plain runs (no collector)
 # come first. SWEEP_KIB=N writes N KiB between tensors, as a framework's
 # own work would, so the collector's data leaves the CPU's caches (on this
@@ -30,15 +31,17 @@ echo "__version__ = '2.11.0+fake'" >"$DIR/torch/version.py"
 ${CXX:-c++} -O1 -shared -fPIC -o "$DIR/torch/lib/libc10_cuda.so" "$SRC/fake_torch.cpp" "$DIR/libcupti.so.13"
 cd "$DIR"
 launches() { ./fake_app launch_bench 300000; }
-tensors() { python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}"; }
-echo "plain: $(launches | grep -o '[0-9.]* ns'), $(tensors | grep -o '[0-9.]* ns')"
+tensors() { python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" "$@"; }
+echo "plain: $(launches | grep -o '[0-9.]* ns'), $(tensors | grep -o '[0-9.]* ns'), $(tensors native | grep -o '[0-9.]* ns')"
 for r in $(seq 1 "$ROUNDS"); do
     for so in "$@"; do
         rec() { "$GMEM" record --collector "$so" --cupti ./libcupti.so.13 -f -o "$DIR/t.bin" -- "$@" 2>/dev/null; }
         l=$(rec ./fake_app launch_bench 300000 | grep -o '[0-9.]* ns')
-        ls=$("$GMEM" dump "$DIR/t.bin" | grep -o '[0-9.]* µs per launch' || true)
+        ls=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per launch.*" | sed "s/(one in.*included)//" || true)
         t=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" | grep -o '[0-9.]* ns')
-        ts=$("$GMEM" dump "$DIR/t.bin" | grep -o '[0-9.]* µs per event' || true)
-        echo "round $r $so: launch $l ($ls), tensor $t ($ts)"
+        ts=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per event.*" | sed "s/(stack.*random)//" || true)
+        n=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so 0 native | grep -o '[0-9.]* ns')
+        ns=$("$GMEM" dump "$DIR/t.bin" | grep -oE "[0-9.]* µs per (event|walk).*" | sed "s/(stack.*random)//; s/; per walk.*//" | tr '\n' ' ' || true)
+        echo "round $r $so: launch $l ($ls), tensor $t ($ts), tensor without Python $n ($ns)"
     done
 done

@@ -1,9 +1,10 @@
 """The stand-in caching allocator (fake_torch.cpp) driven from Python 30
 frames deep: prints ns per tensor allocated and freed (median of 7 timed
 loops). Used by bench.sh; argv: the fake libcupti.so.13, the stand-in
-libc10_cuda.so, and optionally KiB of memory to write between tensors (as
+libc10_cuda.so, optionally KiB of memory to write between tensors (as
 a framework's own work would, leaving the collector's data out of the
-CPU's caches; the plain run pays it too)."""
+CPU's caches; the plain run pays it too), and "native" to allocate from a
+thread without Python instead."""
 import ctypes
 import statistics
 import sys
@@ -41,5 +42,13 @@ def deep(depth, n):
     return deep(depth - 1, n)
 
 
+if len(sys.argv) > 4 and sys.argv[4] == "native":
+    # From a thread that runs no Python (as PyTorch's autograd thread):
+    # 12 call paths 30 frames deep in turn.
+    c10.fake_torch_bench_native.argtypes = [ctypes.c_long, ctypes.c_uint, ctypes.c_int]
+    c10.fake_torch_bench_native.restype = ctypes.c_double
+    runs = [c10.fake_torch_bench_native(100000, 12, 30) for _ in range(5)]
+    print("%.0f ns per tensor allocated and freed" % statistics.median(runs))
+    sys.exit(0)
 loop(20000)
 print("%.0f ns per tensor allocated and freed" % statistics.median(deep(28, 50000)))

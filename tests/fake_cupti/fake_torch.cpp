@@ -9,6 +9,8 @@
 // requested and completed, segment alloc and free, OOM with its observer).
 // It tests our plumbing; what real PyTorch does is tested on the GPU
 // machine (tests/gpu).
+#include <chrono>
+#include <thread>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -153,6 +155,44 @@ void fake_torch_free(uint64_t p) {
   a->trace(TraceEntry::FREE_REQUESTED, p, it->second);
   a->trace(TraceEntry::FREE_COMPLETED, p, it->second);
   a->blocks.erase(it);
+}
+
+// Call paths for `fake_torch_bench_native`: at each level one of two
+// functions, chosen by a bit of the path's number, so that each path has
+// its own return addresses in its innermost frames and shares the outer
+// ones (as the ops of PyTorch's autograd thread do under its engine).
+static __attribute__((noinline)) void path_b(int depth, unsigned path);
+static __attribute__((noinline)) void path_a(int depth, unsigned path) {
+  if (depth == 0) {
+    fake_torch_free(fake_torch_malloc(4096));
+    return;
+  }
+  ((path >> (depth % 16)) & 1 ? path_b : path_a)(depth - 1, path);
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays
+}
+static __attribute__((noinline)) void path_b(int depth, unsigned path) {
+  if (depth == 0) {
+    fake_torch_free(fake_torch_malloc(4096));
+    return;
+  }
+  ((path >> (depth % 16)) & 1 ? path_a : path_b)(depth - 1, path);
+  asm volatile("" ::: "memory");
+}
+
+// ns per tensor allocated and freed on a thread that runs no Python (its
+// events take native stacks), from `paths` call paths `depth` frames deep
+// in turn.
+double fake_torch_bench_native(long n, unsigned paths, int depth) {
+  double ns = 0;
+  std::thread t([&] {
+    for (unsigned p = 0; p < paths; p++) path_a(depth, p);  // warm up
+    auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < n; i++) path_a(depth, (unsigned)(i % paths));
+    auto t1 = std::chrono::steady_clock::now();
+    ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / n;
+  });
+  t.join();
+  return ns;
 }
 
 // Gives every segment back to the driver (blocks still in them included:
