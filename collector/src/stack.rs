@@ -73,6 +73,12 @@ impl Collector {
             let n = interleave(&[], |_| false, &frames, out);
             Some((n, cut))
         });
-        python_only.unwrap_or_else(|| self.capture_stack(out))
+        // No Python frames on this thread: its native stack alone, straight
+        // into `out` (`capture_stack` would read the Python frames again
+        // and copy the native ones through a buffer of its own).
+        python_only.unwrap_or_else(|| match &self.stacks {
+            Some(stacks) => stacks.capture(&mut out[..MAX_STACK_DEPTH]),
+            None => (0, false),
+        })
     }
 }

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
@@ -104,6 +104,8 @@ struct Walk {
     /// Leading frames that were the collector's or CUPTI's.
     skip: usize,
     truncated: bool,
+    /// Its outermost frame was in no known module.
+    unknown: bool,
 }
 
 /// Earlier walks kept per thread. A program allocates from a few call paths
@@ -232,10 +234,6 @@ impl Stacks {
         let started = self.counters.walks.count().then(std::time::Instant::now);
         let out_len = out.len().min(self.depth);
         let out = &mut out[..out_len];
-        // Modules the program unloaded must be gone from the unwinder before
-        // it reads anything (their tables are unmapped), and ones it loaded
-        // since the last walk may be on this stack.
-        self.refresh(false);
         let (n, truncated, unknown) = self.capture_once(out);
         if unknown {
             Counters::add(&self.counters.unknown, 1);
@@ -248,13 +246,26 @@ impl Stacks {
         (n, truncated)
     }
 
+    /// The module registry, read-locked, for a walk about to evaluate
+    /// unwind rules: modules the program unloaded must be gone from the
+    /// unwinder before it reads anything (their tables are unmapped), and
+    /// ones it loaded since the last walk may be on this stack. A walk that
+    /// reuses an earlier one whole reads no unwind table and never asks
+    /// (the loader's lock and the registry's were a fifth of such a walk's
+    /// locked instructions).
+    fn hold<'a>(&'a self, held: &mut Option<RwLockReadGuard<'a, Registry>>) -> bool {
+        if held.is_none() {
+            self.refresh(false);
+            *held = self.registry.read().ok();
+        }
+        held.is_some()
+    }
+
     #[inline(always)]
     fn capture_once(&self, out: &mut [u64]) -> (usize, bool, bool) {
         let (rip, rsp, rbp) = current_regs();
         let stack_end = thread_stack_end();
-        let Ok(reg) = self.registry.read() else {
-            return (0, false, false);
-        };
+        let mut held: Option<RwLockReadGuard<Registry>> = None;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr < rsp
                 || !addr.is_multiple_of(8)
@@ -279,6 +290,7 @@ impl Stacks {
                     len: 0,
                     skip: 0,
                     truncated: false,
+                    unknown: false,
                 }))
             });
             let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
@@ -297,8 +309,20 @@ impl Stacks {
             'walk: while walked < t.frames.len() {
                 let pc = address.address();
                 let sp = regs.sp();
-                if skip.is_none() && !reg.skip.iter().any(|r| r.contains(&pc)) {
-                    skip = Some(walked);
+                if skip.is_none() {
+                    // The first frame is this function's own: the
+                    // collector's code (skipped unless `skip_self` is off).
+                    let ours = if walked == 0 {
+                        self.skip_self
+                    } else {
+                        self.hold(&mut held)
+                            && held
+                                .as_deref()
+                                .is_some_and(|r| r.skip.iter().any(|r| r.contains(&pc)))
+                    };
+                    if !ours {
+                        skip = Some(walked);
+                    }
                 }
                 if skip.is_some_and(|k| walked - k == out.len()) {
                     truncated = true;
@@ -338,6 +362,10 @@ impl Stacks {
                     }
                 }
                 unwound += 1;
+                if !self.hold(&mut held) {
+                    break;
+                }
+                let Some(reg) = held.as_deref() else { break };
                 let cache = rule_cache_for(&mut bank, address);
                 match reg
                     .unwinder
@@ -362,8 +390,18 @@ impl Stacks {
             let k = skip.unwrap_or(walked);
             let n = walked - k;
             // framehop stops at the first address outside its modules, so
-            // only the outermost frame can be one the module list lacks.
-            let unknown = n > 0 && reg.find(t.frames[walked - 1].0).is_none();
+            // only the outermost frame can be one the module list lacks. A
+            // walk reused whole ends where the earlier one did.
+            let unknown = match same_as {
+                Some(slot) => history[slot].unknown,
+                None => {
+                    n > 0
+                        && self.hold(&mut held)
+                        && held
+                            .as_deref()
+                            .is_some_and(|r| r.find(t.frames[walked - 1].0).is_none())
+                }
+            };
             for (o, f) in out.iter_mut().zip(&t.frames[k..walked]) {
                 *o = f.0;
             }
@@ -376,6 +414,7 @@ impl Stacks {
                 keep.len = walked;
                 keep.skip = k;
                 keep.truncated = truncated;
+                keep.unknown = unknown;
             }
             t.history = Some(history);
             let c = &self.counters;
