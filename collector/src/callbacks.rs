@@ -15,7 +15,7 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::Record;
 
-use crate::clock::ticks;
+use crate::clock::PartClock;
 use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::session::Collector;
 
@@ -817,7 +817,7 @@ impl Collector {
         }
         let timed = self.launch_timer.count();
         let started = if timed { self.clock.now() } else { 0 };
-        let mut part = if timed { ticks() } else { 0 };
+        let mut parts = timed.then(PartClock::<4>::start);
         // SAFETY: the slot written at entry; the rest are fields of the same
         // CUpti_CallbackData and, for the parameters, the struct of this
         // cbid.
@@ -841,20 +841,18 @@ impl Collector {
             d.set((context_uid, device));
             device
         });
-        let split = &self.launch_split;
-        if timed {
-            part = split.add(LAUNCH_FIELDS, part, ticks());
-        }
+        let mut mark = |part| {
+            if let Some(p) = parts.as_mut() {
+                p.mark(part);
+            }
+        };
+        mark(LAUNCH_FIELDS);
         // SAFETY: CUPTI's name of the launched kernel, NUL-terminated, or
         // NULL.
         let name = unsafe { self.launch_name(symbol) };
-        if timed {
-            part = split.add(LAUNCH_NAME, part, ticks());
-        }
+        mark(LAUNCH_NAME);
         let stream = self.launch_stream(context, context_uid, &launch);
-        if timed {
-            part = split.add(LAUNCH_STREAM, part, ticks());
-        }
+        mark(LAUNCH_STREAM);
         let record = KernelLaunch {
             time: Nanos(time),
             tid: current_tid(),
@@ -869,9 +867,10 @@ impl Collector {
         };
         self.sink
             .push(gmem_prof_traces::Record::KernelLaunch(record));
-        if timed {
-            split.add(LAUNCH_QUEUE, part, ticks());
+        mark(LAUNCH_QUEUE);
+        if let Some(parts) = parts {
             self.launch_timer.timed(started, self.clock.now());
+            self.launch_split.add(&parts);
         }
     }
 

@@ -128,6 +128,33 @@ pub struct CostSplit<const N: usize> {
     ticks: [AtomicU64; N],
 }
 
+/// One timed event's parts, kept on its own stack while it runs: adding
+/// each part to the shared totals as it ended would count that addition
+/// (a locked instruction) in the next part and in the event's time.
+pub struct PartClock<const N: usize> {
+    last: u64,
+    ticks: [u64; N],
+}
+
+impl<const N: usize> PartClock<N> {
+    pub fn start() -> Self {
+        PartClock {
+            last: ticks(),
+            ticks: [0; N],
+        }
+    }
+
+    /// The time since the last mark (or the start) was spent in `part`.
+    #[inline]
+    pub fn mark(&mut self, part: usize) {
+        let now = ticks();
+        if let Some(t) = self.ticks.get_mut(part) {
+            *t += now.saturating_sub(self.last);
+        }
+        self.last = now;
+    }
+}
+
 impl<const N: usize> Default for CostSplit<N> {
     fn default() -> Self {
         CostSplit {
@@ -137,13 +164,13 @@ impl<const N: usize> Default for CostSplit<N> {
 }
 
 impl<const N: usize> CostSplit<N> {
-    /// Counts the ticks from `from` to `to` to `part`; returns `to`, where
-    /// the next part starts.
-    pub fn add(&self, part: usize, from: u64, to: u64) -> u64 {
-        if let Some(t) = self.ticks.get(part) {
-            t.fetch_add(to.saturating_sub(from), Ordering::Relaxed);
+    /// Adds a finished event's parts (after its end was read).
+    pub fn add(&self, parts: &PartClock<N>) {
+        for (total, t) in self.ticks.iter().zip(parts.ticks) {
+            if t > 0 {
+                total.fetch_add(t, Ordering::Relaxed);
+            }
         }
-        to
     }
 
     /// Each part's share of all the ticks counted (all zero with none).
@@ -198,12 +225,18 @@ mod tests {
     fn a_cost_split_gives_each_part_its_share() {
         let split = CostSplit::<3>::default();
         assert_eq!(split.shares(), [0.0; 3]);
-        let t = split.add(0, 100, 130);
-        let t = split.add(1, t, 190);
-        split.add(2, t, 200);
-        split.add(7, 0, 1_000); // no such part: ignored
+        let mut parts = PartClock::<3> {
+            last: 0,
+            ticks: [30, 60, 10],
+        };
+        split.add(&parts);
         assert_eq!(split.shares(), [0.3, 0.6, 0.1]);
         assert_eq!(split.describe(["a", "b", "c"]), "a 30%, b 60%, c 10%");
-        assert!(ticks() > 0);
+        // Marks count the ticks since the last one to their part; a part
+        // that does not exist is ignored.
+        parts = PartClock::start();
+        parts.mark(1);
+        parts.mark(7);
+        assert!(parts.last > 0 && parts.ticks[0] == 0);
     }
 }

@@ -14,7 +14,7 @@ use gmem_prof_traces::Record;
 
 use crate::activity::{self, Names};
 use crate::callbacks::{self, current_tid, WATCHED};
-use crate::clock::{ticks, Clock, CostSplit, EventTimer, TIMED_EVERY};
+use crate::clock::{Clock, CostSplit, EventTimer, PartClock, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
 use crate::cupti::{self, Cupti};
 use crate::nvml::Nvml;
@@ -458,29 +458,27 @@ impl Collector {
     }
 
     /// A framework allocator's event, with the calling thread's stack when
-    /// `with_stack`. `split_from`: for an event being timed, the ticks when
-    /// its handling began (its parts go to `event_split`).
+    /// `with_stack`. `parts`: for an event being timed, its parts so far
+    /// (the stack's and the queueing's are marked here).
     pub fn push_allocator_event(
         &self,
         event: gmem_prof_traces::record::AllocatorEvent,
         with_stack: bool,
-        split_from: Option<u64>,
+        mut parts: Option<&mut PartClock<4>>,
     ) {
-        let split = |part: usize, from: Option<u64>| {
-            from.map(|from| self.event_split.add(part, from, ticks()))
-        };
-        let part = split(EVENT_ENTRY, split_from);
-        let push = |event, frames: &[u64], truncated| {
-            if let Some(from) = part {
-                let stack_part = match frames.first() {
-                    Some(f) if crate::python::decode_frame(*f).is_some() => EVENT_PYTHON,
-                    _ => EVENT_NATIVE,
-                };
-                let from = self.event_split.add(stack_part, from, ticks());
-                self.sink.push_allocator(event, frames, truncated);
-                self.event_split.add(EVENT_QUEUE, from, ticks());
-            } else {
-                self.sink.push_allocator(event, frames, truncated);
+        if let Some(p) = parts.as_mut() {
+            p.mark(EVENT_ENTRY);
+        }
+        let mut push = |event, frames: &[u64], truncated| {
+            if let Some(p) = parts.as_mut() {
+                let python = frames
+                    .first()
+                    .is_some_and(|f| crate::python::decode_frame(*f).is_some());
+                p.mark(if python { EVENT_PYTHON } else { EVENT_NATIVE });
+            }
+            self.sink.push_allocator(event, frames, truncated);
+            if let Some(p) = parts.as_mut() {
+                p.mark(EVENT_QUEUE);
             }
         };
         if with_stack {

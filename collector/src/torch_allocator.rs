@@ -180,7 +180,7 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         };
         let oom = action == AllocatorAction::OOM;
         let timed = c.torch.timer.count();
-        let split_from = timed.then(crate::clock::ticks);
+        let mut parts = timed.then(crate::clock::PartClock::<4>::start);
         let started = c.clock.now();
         let event = AllocatorEvent {
             time: Nanos(started),
@@ -197,9 +197,10 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             device_free: if oom { address } else { 0 },
             limit: 0,
         };
-        c.push_allocator_event(event, stack, split_from);
-        if timed {
+        c.push_allocator_event(event, stack, parts.as_mut());
+        if let Some(parts) = parts {
             c.torch.timer.timed(started, c.clock.now());
+            c.event_split.add(&parts);
         }
     });
 }
