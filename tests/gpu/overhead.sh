@@ -54,6 +54,10 @@
 #   barelaunch   callbacks on the kernel launch cbids reading a clock and the
 #                name, no activity: every launch seen on the host instead
 #   bareallcb    bareall with launch callbacks in place of kernel activity
+#
+# Variant with-NAME records with another collector build,
+# $GMEM_BIN/alt/NAME.so (`record --collector`): builds compared in the same
+# runs, by step time and by the collector's own figures of each.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${GMEM_BIN:-$ROOT/.gpu-bin}
@@ -78,6 +82,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         nopython) flags=(--no-python) ;;
         tensornative) flags=(--tensor-native-stacks) ;;
         depth*) flags=(--stack-depth "${variant#depth}") ;;
+        with-*) flags=(--collector "$BIN/alt/${variant#with-}.so") ;;
     esac
     if [ -n "${PIN_CPUS:-}" ]; then
         set -- taskset -c "$PIN_CPUS" "$@"
