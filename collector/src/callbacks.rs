@@ -15,7 +15,7 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::Record;
 
-use crate::clock::PartClock;
+use crate::clock::{PartClock, Sample};
 use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::session::Collector;
 
@@ -815,9 +815,10 @@ impl Collector {
         if !ret_ptr.is_null() && unsafe { std::ptr::read_unaligned(ret_ptr) } != 0 {
             return; // not launched
         }
-        let timed = self.launch_timer.count();
+        let sample = self.launch_timer.count();
+        let timed = sample == Sample::Timed;
         let started = if timed { self.clock.now() } else { 0 };
-        let mut parts = timed.then(PartClock::<4>::start);
+        let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
         // SAFETY: the slot written at entry; the rest are fields of the same
         // CUpti_CallbackData and, for the parameters, the struct of this
         // cbid.
@@ -868,8 +869,10 @@ impl Collector {
         self.sink
             .push(gmem_prof_traces::Record::KernelLaunch(record));
         mark(LAUNCH_QUEUE);
-        if let Some(parts) = parts {
+        if timed {
             self.launch_timer.timed(started, self.clock.now());
+        }
+        if let Some(parts) = parts {
             self.launch_split.add(&parts);
         }
     }

@@ -661,7 +661,8 @@ impl Collector {
                 0,
                 format!(
                     "PyTorch allocator: {events} events recorded, {micros:.2} µs per event (stack \
-                     included; one event in {TIMED_EVERY} timed, drawn at random): {}",
+                     included; one event in {TIMED_EVERY} timed, drawn at random); parts (another \
+                     one in {TIMED_EVERY}): {}",
                     self.event_split.describe(EVENT_PARTS)
                 ),
             );
@@ -673,7 +674,7 @@ impl Collector {
                 format!(
                     "kernel launches: {launches} recorded, {micros:.2} µs per launch in the \
                      collector (one in {TIMED_EVERY} timed, drawn at random; CUPTI's callbacks around it not \
-                     included): {}",
+                     included); parts (another one in {TIMED_EVERY}): {}",
                     self.launch_split.describe(crate::callbacks::LAUNCH_PARTS)
                 ),
             );

@@ -37,7 +37,7 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::Record;
 
 use crate::callbacks::current_tid;
-use crate::clock::EventTimer;
+use crate::clock::{EventTimer, PartClock, Sample};
 use crate::elf::{self, FileSymbol};
 use crate::modules;
 use crate::session::{self, Collector};
@@ -179,8 +179,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             _ => return,
         };
         let oom = action == AllocatorAction::OOM;
-        let timed = c.torch.timer.count();
-        let mut parts = timed.then(crate::clock::PartClock::<4>::start);
+        let sample = c.torch.timer.count();
+        let timed = sample == Sample::Timed;
+        let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
         let started = c.clock.now();
         let event = AllocatorEvent {
             time: Nanos(started),
@@ -198,8 +199,10 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             limit: 0,
         };
         c.push_allocator_event(event, stack, parts.as_mut());
-        if let Some(parts) = parts {
+        if timed {
             c.torch.timer.timed(started, c.clock.now());
+        }
+        if let Some(parts) = parts {
             c.event_split.add(&parts);
         }
     });

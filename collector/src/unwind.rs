@@ -4,9 +4,9 @@
 //!
 //! The modules come from `modules.rs`, which follows the loader; framehop
 //! reads each module's `.eh_frame_hdr`/`.eh_frame` directly from the mapped
-//! image (no copies). Before each walk the loader is asked whether modules
-//! came or went (one cheap call), so no walk ever reads the unwind tables of
-//! a module the program unloaded.
+//! image (no copies). Before a walk first evaluates an unwind rule the
+//! loader is asked whether modules came or went (one cheap call), so no walk
+//! ever reads the unwind tables of a module the program unloaded.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -16,7 +16,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
-use crate::clock::EventTimer;
+use crate::clock::{EventTimer, Sample};
 pub use crate::modules::ModuleDesc;
 use crate::modules::{self, Registry};
 
@@ -231,7 +231,8 @@ impl Stacks {
     /// of frames and whether the depth limit cut the stack.
     #[inline(never)]
     pub fn capture(&self, out: &mut [u64]) -> (usize, bool) {
-        let started = self.counters.walks.count().then(std::time::Instant::now);
+        let timed = self.counters.walks.count() == Sample::Timed;
+        let started = timed.then(std::time::Instant::now);
         let out_len = out.len().min(self.depth);
         let out = &mut out[..out_len];
         let (n, truncated, unknown) = self.capture_once(out);
