@@ -86,8 +86,8 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub force: bool,
     /// How kernels are traced. `launches` (default): each launch when the
-    /// program makes it (name, stream, grid), about 0.65–0.85 µs per
-    /// launch on an H200 (0.45–0.65 µs in the collector, ~0.2 µs in
+    /// program makes it (name, stream, grid), about 0.5–0.65 µs per
+    /// launch on an H200 (0.3–0.45 µs in the collector, ~0.2 µs in
     /// CUPTI); the report names the last kernel launched on each stream
     /// before the peak and the first one after it (the one that uses what
     /// was just allocated). `timed`: each kernel's run on the device, start
