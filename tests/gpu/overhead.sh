@@ -122,6 +122,23 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     echo "  $bench $variant round $round: $line"
 }
 
+# The variants of round R: in the order given in odd rounds, reversed in
+# even ones. The host's speed drifts within a round too: always running
+# plain first would put that drift into every ratio the same way; turned
+# around every other round, it goes one way in half the rounds and the
+# other way in the rest (the summary shows both halves).
+in_turn() {  # in_turn ROUND VARIANT...
+    local r=$1
+    shift
+    if [ $((r % 2)) -eq 1 ]; then
+        echo "$@"
+    else
+        local out=() v
+        for v in "$@"; do out=("$v" "${out[@]}"); done
+        echo "${out[@]}"
+    fi
+}
+
 case " ${EVENTS_VARIANTS:-} ${RESNET_VARIANTS:-} ${ALLOC_VARIANTS:-} ${LAUNCH_VARIANTS:-} $BENCHES " in
     *bare*|*launch*)
         gcc -O2 -shared -fPIC -pthread -o "$WORK/libbare_cupti.so" "$ROOT/tests/gpu/bare_cupti.c" \
@@ -135,11 +152,11 @@ for bench in $BENCHES; do
         events)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_events" "$ROOT/tests/gpu/bench_events.cu"
             for r in $(seq 1 "$ROUNDS"); do
-                for v in ${EVENTS_VARIANTS:-plain full nostacks nokernels}; do one events $v "$r" "$WORK/bench_events" 50000 30; done
+                for v in $(in_turn "$r" ${EVENTS_VARIANTS:-plain full nostacks nokernels}); do one events $v "$r" "$WORK/bench_events" 50000 30; done
             done ;;
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in ${RESNET_VARIANTS:-plain full}; do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+                for v in $(in_turn "$r" ${RESNET_VARIANTS:-plain full}); do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
             done
             for t in "$WORK"/overhead/resnet-*-1.bin; do
                 [ -f "$t" ] || continue
@@ -149,11 +166,11 @@ for bench in $BENCHES; do
         launch)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
             for r in $(seq 1 "$ROUNDS"); do
-                for v in ${LAUNCH_VARIANTS:-plain full nokernels barekernels}; do one launch $v "$r" "$WORK/bench_launch" 200000; done
+                for v in $(in_turn "$r" ${LAUNCH_VARIANTS:-plain full nokernels barekernels}); do one launch $v "$r" "$WORK/bench_launch" 200000; done
             done ;;
         allocnative)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in ${ALLOC_VARIANTS:-plain full nostacks}; do
+                for v in $(in_turn "$r" ${ALLOC_VARIANTS:-plain full nostacks}); do
                     PYTORCH_CUDA_ALLOC_CONF= one allocnative $v "$r" python3 "$ROOT/tests/gpu/bench_alloc.py"
                 done
             done
@@ -166,7 +183,7 @@ for bench in $BENCHES; do
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in ${ALLOC_VARIANTS:-plain full nostacks}; do
+                for v in $(in_turn "$r" ${ALLOC_VARIANTS:-plain full nostacks}); do
                     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync one alloc $v "$r" python3 "$ROOT/tests/gpu/bench_alloc.py"
                 done
             done
@@ -202,6 +219,15 @@ for r in rows:
     if "probe_ms" in res:
         probe_round[(res["bench"], r["variant"], r["round"])] = res["probe_ms"]
     steps[res["bench"]] = res.get("steps")
+
+
+def bootstrap(values, n=4000):
+    # The 5th and 95th percentiles of the median of resamples: how far the
+    # median of this many noisy rounds can be trusted.
+    import random
+    rng = random.Random(1)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    return medians[n // 20], medians[n - 1 - n // 20]
 
 
 def paired(bench, variant):
@@ -245,6 +271,15 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
         print(f"    {bench} {variant} per round: " + " ".join(f"{r:.3f}" for r in ratios))
+        if len(ratios) >= 4:
+            lo, hi = bootstrap(ratios)
+            odd = [v / per_round[(b, "plain", rnd)] for (b, var, rnd), v in per_round.items()
+                   if b == bench and var == variant and rnd % 2 == 1 and (b, "plain", rnd) in per_round]
+            even = [v / per_round[(b, "plain", rnd)] for (b, var, rnd), v in per_round.items()
+                    if b == bench and var == variant and rnd % 2 == 0 and (b, "plain", rnd) in per_round]
+            print(f"    {bench} {variant} paired median's 90% interval (bootstrap): {lo:.3f}..{hi:.3f}; "
+                  f"rounds with plain first {statistics.median(odd):.3f}, with plain last "
+                  f"{statistics.median(even):.3f}")
         p10 = [v / p10_round[(b, "plain", rnd)] for (b, var, rnd), v in p10_round.items()
                if b == bench and var == variant and (b, "plain", rnd) in p10_round]
         if p10:
