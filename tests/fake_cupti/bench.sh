@@ -9,9 +9,11 @@
 # caching allocator from 30 Python frames (bench_torch.py) and from a thread
 # without Python (native stacks, 12 paths 30 frames deep in turn), and the
 # collector's own timing of each from the trace. Plain runs (no collector)
-# come first. SWEEP_KIB=N writes N KiB between tensors, as a framework's
-# own work would, so the collector's data leaves the CPU's caches (on this
-# machine, 2048 took the collector from 0.12 to 0.18 µs per event). Build a collector to compare with `cargo build --release -p
+# come first. SWEEP_KIB=N writes N KiB between tensors and between
+# launches, as a framework's own work would, so the collector's data leaves
+# the CPU's caches (on this machine, 2048 took the collector from 0.12 to
+# 0.18 µs per event); then set LAUNCHES lower (default 300000). KINDS: how
+# many kernels take turns (default 8; a resnet50 step launches ~150 kinds). Build a collector to compare with `cargo build --release -p
 # gmem-prof-collector` and copy target/release/libgmem_prof_collector.so
 # aside. These are the stand-in's figures, cache-hot on an idle machine:
 # compare builds with them; the H200's are tests/gpu/overhead.sh's.
@@ -30,13 +32,13 @@ mkdir -p "$DIR/torch/lib"
 echo "__version__ = '2.11.0+fake'" >"$DIR/torch/version.py"
 ${CXX:-c++} -O1 -shared -fPIC -o "$DIR/torch/lib/libc10_cuda.so" "$SRC/fake_torch.cpp" "$DIR/libcupti.so.13"
 cd "$DIR"
-launches() { ./fake_app launch_bench 300000; }
+launches() { ./fake_app launch_bench "${LAUNCHES:-300000}" "${SWEEP_KIB:-0}" "${KINDS:-8}"; }
 tensors() { python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" "$@"; }
 echo "plain: $(launches | grep -o '[0-9.]* ns'), $(tensors | grep -o '[0-9.]* ns'), $(tensors native | grep -o '[0-9.]* ns')"
 for r in $(seq 1 "$ROUNDS"); do
     for so in "$@"; do
         rec() { "$GMEM" record --collector "$so" --cupti ./libcupti.so.13 -f -o "$DIR/t.bin" -- "$@" 2>/dev/null; }
-        l=$(rec ./fake_app launch_bench 300000 | grep -o '[0-9.]* ns')
+        l=$(rec ./fake_app launch_bench "${LAUNCHES:-300000}" "${SWEEP_KIB:-0}" "${KINDS:-8}" | grep -o '[0-9.]* ns')
         ls=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per launch.*" | sed "s/(one in.*included); parts (another one in 16)//" | tr -d '"' || true)
         t=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" | grep -o '[0-9.]* ns')
         ts=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per event.*" | sed "s/(stack.*random); parts (another one in 16)//" | tr -d '"' || true)

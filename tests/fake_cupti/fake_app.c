@@ -232,17 +232,29 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "launch_bench")) {
         /* ns per kernel launch, measured inside the program: launches of
-         * kernels with names as long as PyTorch's, in turn, on one stream. */
+         * kernels with names as long as PyTorch's, in turn, on one stream.
+         * Optionally KiB written between launches (a framework's own work,
+         * which leaves the collector's data out of the caches) and how many
+         * kernels take turns (8; a resnet50 step launches ~150 kinds). */
         long n = argc > 2 ? atol(argv[2]) : 200000;
-        static char names[8][300];
-        for (int k = 0; k < 8; k++) {
-            memset(names[k], 'a' + k, sizeof names[k] - 1);
-            names[k][sizeof names[k] - 1] = 0;
+        size_t sweep = argc > 3 ? (size_t)atol(argv[3]) << 10 : 0;
+        int kinds = argc > 4 ? atoi(argv[4]) : 8;
+        if (kinds < 1) kinds = 1;
+        char **names = malloc(sizeof(char *) * (size_t)kinds);
+        for (int k = 0; k < kinds; k++) {
+            names[k] = malloc(300);
+            memset(names[k], 'a' + k % 26, 299);
+            snprintf(names[k] + 280, 20, "%d", k);
+            names[k][299] = 0;
         }
+        char *buffer = malloc(sweep ? sweep : 1);
         void *s = fake_cuStreamCreate();
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (long i = 0; i < n; i++) fake_kernel_on(s, names[i & 7]);
+        for (long i = 0; i < n; i++) {
+            if (sweep) memset(buffer, (int)i, sweep);
+            fake_kernel_on(s, names[i % kinds]);
+        }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
         printf("%.1f ns per launch\n", ns / n);
