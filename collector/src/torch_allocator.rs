@@ -179,10 +179,11 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             _ => return,
         };
         let oom = action == AllocatorAction::OOM;
+        let started = c.clock.now();
+        // Counting is part of what an event costs: inside the time taken.
         let sample = c.torch.timer.count();
         let timed = sample == Sample::Timed;
         let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
-        let started = c.clock.now();
         let event = AllocatorEvent {
             time: Nanos(started),
             allocator: allocator::TORCH_CACHING,
