@@ -178,8 +178,19 @@ impl Cupti {
     }
 
     pub fn enable_callback(&self, sub: Subscriber, domain: u32, cbid: u32) -> Result<(), String> {
+        self.set_callback(sub, domain, cbid, true)
+    }
+
+    /// Turns one callback on or off.
+    pub fn set_callback(
+        &self,
+        sub: Subscriber,
+        domain: u32,
+        cbid: u32,
+        on: bool,
+    ) -> Result<(), String> {
         // SAFETY: sub came from a successful subscribe.
-        let rc = unsafe { (self.enable_callback)(1, sub, domain, cbid) };
+        let rc = unsafe { (self.enable_callback)(u32::from(on), sub, domain, cbid) };
         self.check(rc, "cuptiEnableCallback")
     }
 

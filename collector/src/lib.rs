@@ -80,3 +80,17 @@ pub extern "C" fn gmem_prof_pool_usage(
         1
     })
 }
+
+/// For benchmarks that alternate recorded and unrecorded steps in one
+/// process (tests/gpu/bench_alloc.py, bench_resnet.py): 0 pauses recording,
+/// anything else resumes it (see `Collector::set_paused`; what happens while
+/// paused is missing from the trace). Returns 1 when it took effect, 0 when
+/// not (already so, profiling off, or no CUPTI subscription). Safe from any
+/// thread; makes no CUDA call, only CUPTI ones.
+#[no_mangle]
+pub extern "C" fn gmem_prof_set_recording(on: std::ffi::c_int) -> std::ffi::c_int {
+    session::no_unwind(0, || {
+        let Some(c) = session::get() else { return 0 };
+        std::ffi::c_int::from(c.set_paused(on == 0))
+    })
+}

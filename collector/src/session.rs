@@ -52,6 +52,12 @@ pub struct Collector {
     /// Callbacks record only while this is set (cleared at exit, in a fork
     /// child, and when CUPTI could not be set up).
     enabled: AtomicBool,
+    /// Set while the program has paused recording (`set_paused`), which
+    /// holds `pausing` while it switches.
+    paused: AtomicBool,
+    pausing: Mutex<()>,
+    /// CUPTI's handle of our subscription, once made.
+    subscriber: OnceLock<SubscriberHandle>,
     shutting_down: AtomicBool,
     flush_lock: Mutex<()>,
     cupti_dropped: AtomicU64,
@@ -72,6 +78,13 @@ pub const EVENT_PARTS: [&str; 4] = [
     "native stack",
     "queueing",
 ];
+
+/// CUPTI's subscriber handle, kept to switch callbacks later.
+struct SubscriberHandle(cupti::Subscriber);
+// SAFETY: an opaque handle CUPTI accepts from any thread.
+unsafe impl Send for SubscriberHandle {}
+// SAFETY: as above; it is only passed back to CUPTI.
+unsafe impl Sync for SubscriberHandle {}
 
 static COLLECTOR: OnceLock<Collector> = OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -187,6 +200,9 @@ fn start_with(config: Config) -> Result<(), String> {
         devices_seen: Mutex::new(Vec::new()),
         pid,
         enabled: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        pausing: Mutex::new(()),
+        subscriber: OnceLock::new(),
         shutting_down: AtomicBool::new(false),
         flush_lock: Mutex::new(()),
         cupti_dropped: AtomicU64::new(0),
@@ -274,7 +290,7 @@ unsafe extern "C" fn on_api(
 ) {
     guarded((), || {
         let Some(c) = COLLECTOR.get() else { return };
-        if !c.enabled.load(Ordering::Relaxed) || data.is_null() {
+        if !c.recording() || data.is_null() {
             return;
         }
         if domain == cupti::DOMAIN_DRIVER_API {
@@ -363,12 +379,10 @@ impl Collector {
                 format!("cuptiSubscribe failed: {text} ({code}); not profiling")
             }
         })?;
-        for (cbid, func) in WATCHED {
-            if callbacks::release_in_activity(*func) && !self.config.free_stacks {
-                continue;
-            }
+        let _ = self.subscriber.set(SubscriberHandle(sub));
+        for cbid in self.event_callbacks() {
             self.cupti
-                .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
+                .enable_callback(sub, cupti::DOMAIN_DRIVER_API, cbid)?;
         }
         self.cupti.enable_callback(
             sub,
@@ -383,10 +397,6 @@ impl Collector {
         match self.config.kernels {
             KernelMode::Off => {}
             KernelMode::Launches => {
-                for cbid in callbacks::LAUNCHES {
-                    self.cupti
-                        .enable_callback(sub, cupti::DOMAIN_DRIVER_API, *cbid as u32)?;
-                }
                 // Launches keep stream ids by handle and kernel names by
                 // address (callbacks.rs).
                 for cbid in [
@@ -446,7 +456,70 @@ impl Collector {
     /// Whether events are being recorded (off at exit, in a fork child, and
     /// when CUPTI could not be set up).
     pub fn recording(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
+        self.enabled.load(Ordering::Relaxed) && !self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Pauses or resumes recording, for benchmarks that alternate recorded
+    /// and unrecorded steps in one process (`gmem_prof_set_recording`):
+    /// while paused, CUPTI's callbacks on the watched calls and launches
+    /// are off and the allocator hooks return at once, so the program runs
+    /// as it would unrecorded but for CUPTI being loaded and the trackers
+    /// attached. What happens meanwhile is missing from the trace: this is
+    /// not a way to profile a region. Switch between steps, with no CUDA
+    /// call in flight on another thread: a call whose entry callback came
+    /// while paused and whose exit came after would be recorded with a
+    /// wrong start. Returns whether it took effect.
+    pub fn set_paused(&self, paused: bool) -> bool {
+        let Some(sub) = self.subscriber.get() else {
+            return false;
+        };
+        let Ok(_switching) = self.pausing.lock() else {
+            return false;
+        };
+        if !self.enabled.load(Ordering::Acquire) || self.paused.load(Ordering::Acquire) == paused {
+            return false;
+        }
+        // Paused before the callbacks go, resumed after they are back: no
+        // callback records half of a call.
+        if paused {
+            self.paused.store(true, Ordering::Release);
+        }
+        let all_set = self.event_callbacks().into_iter().all(|cbid| {
+            self.cupti
+                .set_callback(sub.0, cupti::DOMAIN_DRIVER_API, cbid, !paused)
+                .is_ok()
+        });
+        if !paused {
+            self.paused.store(false, Ordering::Release);
+        }
+        self.report(
+            0,
+            format!(
+                "recording {} by the program{}",
+                if paused { "paused" } else { "resumed" },
+                if all_set {
+                    ""
+                } else {
+                    " (some of CUPTI's callbacks could not be switched)"
+                }
+            ),
+        );
+        true
+    }
+
+    /// The driver API callbacks that record events: the watched calls
+    /// (ordinary frees only with --free-stacks) and, when kernels are traced
+    /// as launches, the launch calls.
+    fn event_callbacks(&self) -> Vec<u32> {
+        let mut cbids: Vec<u32> = WATCHED
+            .iter()
+            .filter(|(_, func)| !callbacks::release_in_activity(*func) || self.config.free_stacks)
+            .map(|(cbid, _)| *cbid as u32)
+            .collect();
+        if self.config.kernels == KernelMode::Launches {
+            cbids.extend(callbacks::LAUNCHES.iter().map(|cbid| *cbid as u32));
+        }
+        cbids
     }
 
     pub fn torch_pool_ids(&self) -> bool {

@@ -237,6 +237,54 @@ fn no_python_leaves_stacks_native() {
     assert!(!of_type(&recs, "Stack").is_empty());
 }
 
+/// `gmem_prof_set_recording`, the hook benchmarks use to alternate
+/// recorded and unrecorded steps in one process: while paused, neither the
+/// driver calls' callbacks nor the caching allocator's events are recorded;
+/// pausing twice or resuming twice does nothing the second time; the trace
+/// says when (fake_app.py `paused`).
+#[test]
+fn the_program_can_pause_and_resume_recording() {
+    let dir = scratch("paused");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("paused"), fake_torch().as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("answers 1 0 1 0"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let recs = dump_json(&dir.join("t.bin"));
+    let calls: Vec<u64> = of_type(&recs, "Api")
+        .iter()
+        .filter_map(|c| c["bytes"].as_u64())
+        .filter(|b| *b % (1 << 20) == 0 && *b <= 3 << 20)
+        .collect();
+    assert_eq!(calls, [1 << 20, 3 << 20], "driver allocations recorded");
+    let tensors: Vec<u64> = of_type(&recs, "AllocatorEvent")
+        .iter()
+        .filter(|e| e["action"] == 1)
+        .filter_map(|e| e["bytes"].as_u64())
+        .collect();
+    assert_eq!(tensors, [1000, 3000], "tensors recorded");
+    let notes: Vec<&str> = of_type(&recs, "Message")
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .filter(|t| t.starts_with("recording "))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "recording paused by the program",
+            "recording resumed by the program"
+        ]
+    );
+}
+
 /// The collector attaches to the stand-in caching allocator (symbols from
 /// its file, vtable checked, std::function built by hand) and records
 /// what it reports, each with the Python line that caused it; the

@@ -5,7 +5,8 @@ name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
 (driver allocations from nested functions and a thread), `torch` (tensors
 from the stand-in caching allocator of fake_torch.cpp, whose library is
 argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
-own) or `torch_fragmented_oom` (an out-of-memory error with enough free in
+own), `paused` (recording paused and resumed by the program) or
+`torch_fragmented_oom` (an out-of-memory error with enough free in
 the segment but in pieces) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
 
@@ -110,6 +111,25 @@ def pools():
         sys.exit("JAX's backend was started by the bootstrap")
 
 
+def paused(library):
+    """Recording paused and resumed by the program (the hook benchmarks use
+    to alternate recorded and unrecorded steps): a driver allocation and a
+    tensor before, while paused, and after; sizes tell them apart. Prints
+    what each call of the hook returned."""
+    c10 = load_c10(library)
+    collector = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+    switch = collector.gmem_prof_set_recording
+    allocate(1 << 20)
+    c10.fake_torch_malloc(1000)
+    answers = [switch(0), switch(0)]
+    allocate(2 << 20)
+    c10.fake_torch_malloc(2000)
+    answers += [switch(1), switch(1)]
+    allocate(3 << 20)
+    c10.fake_torch_malloc(3000)
+    print("answers", *answers)
+
+
 if sys.argv[2:3] == ["pools"]:
     pools()
 elif sys.argv[2:3] == ["torch"]:
@@ -118,5 +138,7 @@ elif sys.argv[2:3] == ["torch_fragmented_oom"]:
     torch_fragmented_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_direct_first"]:
     torch(sys.argv[3], direct_first=True)
+elif sys.argv[2:3] == ["paused"]:
+    paused(sys.argv[3])
 else:
     main()  # line:module
