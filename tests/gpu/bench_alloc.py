@@ -11,6 +11,7 @@ import time
 import torch
 
 from host_probe import host_probe_ms
+from recording_switch import alternate, recording_switch
 
 
 def main():
@@ -27,7 +28,6 @@ def main():
     opt = torch.optim.Adam(model.parameters())
     x = torch.randn(256, 512, device="cuda")
     y = torch.randn(256, 512, device="cuda")
-    times = []
     # Warm up for two seconds (clocks, allocator pools, the collector's caches).
     start = time.perf_counter()
     warmup = 0
@@ -37,8 +37,8 @@ def main():
         opt.step()
         warmup += 1
     torch.cuda.synchronize()
-    probe_before = host_probe_ms()
-    for i in range(steps):
+
+    def step():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -46,7 +46,18 @@ def main():
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
+        return (time.perf_counter() - t0) * 1e3
+
+    probe_before = host_probe_ms()
+    switch = recording_switch()
+    extra = {}
+    if switch:
+        # BENCH_PAUSE_EVERY: recorded and paused steps alternated (see
+        # recording_switch.py), twice the steps.
+        times, ratios = alternate(step, 2 * steps, switch)
+        extra = {"inprocess_ratio": statistics.median(ratios), "pair_ratios": ratios}
+    else:
+        times = [step() for _ in range(steps)]
     backend = torch.cuda.get_allocator_backend()
     # The 10th percentile too: a step's own cost with less of what the
     # host's other load adds to some steps (a run's median moves with it).
@@ -54,7 +65,8 @@ def main():
     probe = (probe_before + host_probe_ms()) / 2
     print(json.dumps({"bench": "alloc" if backend == "cudaMallocAsync" else "allocnative", "median_ms": statistics.median(times),
                       "p10_ms": p10, "min_ms": min(times), "probe_ms": probe,
-                      "steps": warmup + steps, "backend": torch.cuda.get_allocator_backend()}))
+                      "steps": warmup + len(times), "backend": torch.cuda.get_allocator_backend(),
+                      **extra}))
 
 
 if __name__ == "__main__":

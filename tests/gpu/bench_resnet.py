@@ -10,6 +10,7 @@ import torch
 import torchvision
 
 from host_probe import host_probe_ms
+from recording_switch import alternate, recording_switch
 
 
 def main():
@@ -28,8 +29,6 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(64, 3, 224, 224, device="cuda")
     y = torch.randint(0, 1000, (64,), device="cuda")
-    times = []
-
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -47,15 +46,26 @@ def main():
     # the step is host-bound and every microsecond the collector spends on
     # the host shows in full.
     issue = []
-    probe_before = host_probe_ms()
-    for i in range(steps):
+
+    def timed_step():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()
         t1 = time.perf_counter()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
         issue.append((t1 - t0) * 1e3)
+        return (time.perf_counter() - t0) * 1e3
+
+    probe_before = host_probe_ms()
+    switch = recording_switch()
+    extra = {}
+    if switch:
+        # BENCH_PAUSE_EVERY: recorded and paused steps alternated (see
+        # recording_switch.py), twice the steps.
+        times, ratios = alternate(timed_step, 2 * steps, switch)
+        extra = {"inprocess_ratio": statistics.median(ratios), "pair_ratios": ratios}
+    else:
+        times = [timed_step() for _ in range(steps)]
     with open("/proc/self/stat") as f:
         cpu = int(f.read().rsplit(")", 1)[1].split()[36])
     print(json.dumps({
@@ -66,7 +76,8 @@ def main():
         "probe_ms": (probe_before + host_probe_ms()) / 2,
         "cpu": cpu,
         "cpus": len(os.sched_getaffinity(0)),
-        "steps": steps,
+        "steps": len(times),
+        **extra,
     }))
 
 

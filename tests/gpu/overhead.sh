@@ -55,6 +55,12 @@
 #                name, no activity: every launch seen on the host instead
 #   bareallcb    bareall with launch callbacks in place of kernel activity
 #
+# Variant inprocess records with recording paused and resumed every
+# PAUSE_EVERY steps (default 10) inside the run (recording_switch.py): its
+# summary line gives the ratio of recorded to paused steps, each pair of
+# phases moments apart in one process, free of the host's drift between
+# runs; paused still has CUPTI loaded and PyTorch's tracker attached.
+#
 # Variant with-NAME records with another collector build,
 # $GMEM_BIN/alt/NAME.so (`record --collector`): builds compared in the same
 # runs, by step time and by the collector's own figures of each.
@@ -89,6 +95,8 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     fi
     if [ "$variant" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
+    elif [ "$variant" = inprocess ]; then
+        line=$(BENCH_PAUSE_EVERY=${PAUSE_EVERY:-10} "$BIN/gmem-prof" record -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
     elif [ "$variant" = torchhistory ]; then
         line=$(BENCH_TORCH_HISTORY=1 "$@" 2>/dev/null | tail -1)
     elif [ "${variant#bare}" != "$variant" ]; then
@@ -209,8 +217,11 @@ steps = {}
 per_round = {}
 p10_round = {}
 probe_round = {}
+inprocess = {}
 for r in rows:
     res = r["result"]
+    if "inprocess_ratio" in res:
+        inprocess.setdefault((res["bench"], r["variant"]), []).append(res)
     value = res.get("median_ms", res.get("ns_per_pair", res.get("ns_per_kernel")))
     by.setdefault((res["bench"], r["variant"]), []).append(value)
     per_round[(res["bench"], r["variant"], r["round"])] = value
@@ -271,6 +282,14 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
         print(f"    {bench} {variant} per round: " + " ".join(f"{r:.3f}" for r in ratios))
+        if (bench, variant) in inprocess:
+            runs = inprocess[(bench, variant)]
+            pairs = [p for res in runs for p in res["pair_ratios"]]
+            print(f"    {bench} {variant} recorded/paused in one process: median over runs "
+                  f"{statistics.median(r['inprocess_ratio'] for r in runs):.3f} ("
+                  + " ".join(f"{r['inprocess_ratio']:.3f}" for r in runs)
+                  + f"); over all {len(pairs)} pairs of phases {statistics.median(pairs):.3f}"
+                  + (", 90%% interval %.3f..%.3f" % bootstrap(pairs) if len(pairs) >= 4 else ""))
         if len(ratios) >= 4:
             lo, hi = bootstrap(ratios)
             odd = [v / per_round[(b, "plain", rnd)] for (b, var, rnd), v in per_round.items()

@@ -1,0 +1,51 @@
+"""Recorded and unrecorded steps alternated inside one process (overhead.sh
+variant `inprocess`): run under `gmem-prof record` with
+BENCH_PAUSE_EVERY=K, a benchmark pauses and resumes recording every K steps
+through the collector's `gmem_prof_set_recording`. Both halves then run in
+the same process on the same host moments apart, so the host's speed,
+which moved plain runs by up to 2x between runs on the H200, drops out of
+their ratio. Paused, the program runs with CUPTI loaded and PyTorch's
+trace tracker attached but no callback recording: the ratio is what the
+collector's callbacks and recording cost, less that floor (the run-level
+variants `plain` and `full` measure all of it)."""
+import ctypes
+import os
+import statistics
+
+
+def recording_switch():
+    """The collector's switch, when the run asks for alternation and runs
+    under the collector; else None."""
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path or not os.environ.get("BENCH_PAUSE_EVERY"):
+        return None
+    switch = ctypes.CDLL(path).gmem_prof_set_recording
+    switch.argtypes = [ctypes.c_int]
+    return switch
+
+
+def alternate(step, steps, switch):
+    """Runs `steps` timed steps (`step()` returns a step's ms) in phases of
+    BENCH_PAUSE_EVERY, recorded and paused in turn; each pair of phases runs
+    in one order then the other (recorded first, then paused first), so a
+    drift within a pair does not lean every pair the same way. Returns the
+    steps' times and the ratio of each pair's recorded median over its
+    paused median."""
+    every = int(os.environ["BENCH_PAUSE_EVERY"])
+    times, ratios = [], []
+    switched = 0
+    for pair in range(steps // (2 * every)):
+        order = [True, False] if pair % 2 == 0 else [False, True]
+        medians = {}
+        for recorded in order:
+            # 1 when it switched, 0 when already so (each pair starts as
+            # the one before ended).
+            switched += switch(1 if recorded else 0)
+            phase = [step() for _ in range(every)]
+            times += phase
+            medians[recorded] = statistics.median(phase)
+        ratios.append(medians[True] / medians[False])
+    switch(1)
+    if switched == 0:
+        raise SystemExit("gmem_prof_set_recording never switched: is the collector profiling?")
+    return times, ratios
