@@ -37,12 +37,12 @@ impl Collector {
         let Some(stacks) = &self.stacks else {
             return (0, false);
         };
+        let Some(python) = &self.python else {
+            // Nothing to interleave: the native frames straight into `out`.
+            return stacks.capture(&mut out[..MAX_STACK_DEPTH]);
+        };
         let mut native = [0u64; MAX_STACK_DEPTH];
         let (n, native_cut) = stacks.capture(&mut native);
-        let Some(python) = &self.python else {
-            out[..n].copy_from_slice(&native[..n]);
-            return (n, native_cut);
-        };
         PYTHON_FRAMES.with(|frames| {
             let Ok(mut frames) = frames.try_borrow_mut() else {
                 out[..n].copy_from_slice(&native[..n]);
@@ -61,9 +61,9 @@ impl Collector {
         let (Some(python), false) = (&self.python, self.config.tensor_native_stacks) else {
             return self.capture_stack(out);
         };
-        if self.stacks.is_none() {
+        let Some(stacks) = &self.stacks else {
             return (0, false);
-        }
+        };
         let python_only = PYTHON_FRAMES.with(|frames| {
             let mut frames = frames.try_borrow_mut().ok()?;
             let cut = python.walk(&mut frames, |code| self.sink.push(Record::PyCode(code)));
@@ -76,9 +76,6 @@ impl Collector {
         // No Python frames on this thread: its native stack alone, straight
         // into `out` (`capture_stack` would read the Python frames again
         // and copy the native ones through a buffer of its own).
-        python_only.unwrap_or_else(|| match &self.stacks {
-            Some(stacks) => stacks.capture(&mut out[..MAX_STACK_DEPTH]),
-            None => (0, false),
-        })
+        python_only.unwrap_or_else(|| stacks.capture(&mut out[..MAX_STACK_DEPTH]))
     }
 }

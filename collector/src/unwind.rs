@@ -252,14 +252,18 @@ impl Stacks {
     /// unwinder before it reads anything (their tables are unmapped), and
     /// ones it loaded since the last walk may be on this stack. A walk that
     /// reuses an earlier one whole reads no unwind table and never asks
-    /// (the loader's lock and the registry's were a fifth of such a walk's
-    /// locked instructions).
-    fn hold<'a>(&'a self, held: &mut Option<RwLockReadGuard<'a, Registry>>) -> bool {
+    /// (without the loader's lock and the registry's, such walks took 0.23
+    /// µs instead of 0.29 on the stand-in, 0.83-0.87 instead of 1.00-1.14 on
+    /// the H200). `held` keeps the lock for the rest of the walk.
+    fn hold<'a, 'h>(
+        &'a self,
+        held: &'h mut Option<RwLockReadGuard<'a, Registry>>,
+    ) -> Option<&'h Registry> {
         if held.is_none() {
             self.refresh(false);
             *held = self.registry.read().ok();
         }
-        held.is_some()
+        held.as_deref()
     }
 
     #[inline(always)]
@@ -317,9 +321,7 @@ impl Stacks {
                         self.skip_self
                     } else {
                         self.hold(&mut held)
-                            && held
-                                .as_deref()
-                                .is_some_and(|r| r.skip.iter().any(|r| r.contains(&pc)))
+                            .is_some_and(|r| r.skip.iter().any(|r| r.contains(&pc)))
                     };
                     if !ours {
                         skip = Some(walked);
@@ -363,10 +365,9 @@ impl Stacks {
                     }
                 }
                 unwound += 1;
-                if !self.hold(&mut held) {
+                let Some(reg) = self.hold(&mut held) else {
                     break;
-                }
-                let Some(reg) = held.as_deref() else { break };
+                };
                 let cache = rule_cache_for(&mut bank, address);
                 match reg
                     .unwinder
@@ -397,9 +398,8 @@ impl Stacks {
                 Some(slot) => history[slot].unknown,
                 None => {
                     n > 0
-                        && self.hold(&mut held)
-                        && held
-                            .as_deref()
+                        && self
+                            .hold(&mut held)
                             .is_some_and(|r| r.find(t.frames[walked - 1].0).is_none())
                 }
             };
