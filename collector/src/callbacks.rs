@@ -625,15 +625,15 @@ thread_local! {
     /// name at (the driver's copy, one per function): a launch finds its
     /// name's id without the process-wide lock. Valid for one `NAMES_EPOCH`
     /// (see `KnownName`).
-    static LAUNCH_NAMES: std::cell::RefCell<(u64, NamesByAddress)> =
-        std::cell::RefCell::new((0, NamesByAddress::default()));
+    static LAUNCH_NAMES: std::cell::RefCell<UntilDestroyed<NamesByAddress>> =
+        std::cell::RefCell::new(UntilDestroyed { epoch: 0, entries: NamesByAddress::default() });
     /// The device of the context this thread last launched in, by the
     /// context's unique id (CUPTI never reuses one).
     static LAUNCH_DEVICE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
     /// CUPTI's ids of the streams this thread launched into, so that a
     /// launch does not call into CUPTI to learn it again.
-    static LAUNCH_STREAMS: std::cell::RefCell<StreamIds> =
-        const { std::cell::RefCell::new(StreamIds { epoch: 0, known: Vec::new() }) };
+    static LAUNCH_STREAMS: std::cell::RefCell<UntilDestroyed<StreamIds>> =
+        const { std::cell::RefCell::new(UntilDestroyed { epoch: 0, entries: Vec::new() }) };
 }
 
 /// Counts streams and contexts destroyed (`forget_stream_handles`): the
@@ -658,13 +658,31 @@ pub fn forget_kernel_names() {
     NAMES_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Release);
 }
 
+/// A thread's cache of what the driver's handles or addresses stand for,
+/// good until the driver destroys such things: `epoch` is the count of
+/// those destructions (`STREAM_HANDLES_EPOCH`, `NAMES_EPOCH`) the entries
+/// were filed under, and they are dropped when the count has moved.
+struct UntilDestroyed<T> {
+    epoch: u64,
+    entries: T,
+}
+
+impl<T: Default> UntilDestroyed<T> {
+    /// The entries good at `epoch`, the count read before they are used
+    /// (or before what is filed was learnt): emptied first if it moved.
+    fn at(&mut self, epoch: u64) -> &mut T {
+        if self.epoch != epoch {
+            self.epoch = epoch;
+            self.entries = T::default();
+        }
+        &mut self.entries
+    }
+}
+
 /// A thread's stream ids by (context uid, stream handle, per-thread entry
 /// point), valid for one `STREAM_HANDLES_EPOCH`. A thread launches into a
 /// few streams: a short list searched in order beats hashing.
-struct StreamIds {
-    epoch: u64,
-    known: Vec<(u32, usize, bool, u32)>,
-}
+type StreamIds = Vec<(u32, usize, bool, u32)>;
 
 /// More streams than a thread plausibly cycles through: past it, the list
 /// starts over rather than grow without bound.
@@ -883,12 +901,9 @@ impl Collector {
         let key = (context_uid, launch.stream as usize, launch.per_thread);
         let epoch = STREAM_HANDLES_EPOCH.load(std::sync::atomic::Ordering::Acquire);
         let cached = LAUNCH_STREAMS.with(|s| {
-            let mut s = s.try_borrow_mut().ok()?;
-            if s.epoch != epoch {
-                s.epoch = epoch;
-                s.known.clear();
-            }
-            s.known
+            s.try_borrow_mut()
+                .ok()?
+                .at(epoch)
                 .iter()
                 .find(|(c, h, p, _)| (*c, *h, *p) == key)
                 .map(|k| k.3)
@@ -905,12 +920,11 @@ impl Collector {
                     // Filed under the epoch read before asking CUPTI: a
                     // stream destroyed since then clears it at the next
                     // launch.
-                    if s.epoch == epoch {
-                        if s.known.len() >= MAX_CACHED_STREAMS {
-                            s.known.clear();
-                        }
-                        s.known.push((key.0, key.1, key.2, id));
+                    let known = s.at(epoch);
+                    if known.len() >= MAX_CACHED_STREAMS {
+                        known.clear();
                     }
+                    known.push((key.0, key.1, key.2, id));
                 }
             });
         }
@@ -929,12 +943,10 @@ impl Collector {
         let key = symbol as usize;
         let epoch = NAMES_EPOCH.load(std::sync::atomic::Ordering::Acquire);
         let known = LAUNCH_NAMES.with(|m| {
-            let mut m = m.try_borrow_mut().ok()?;
-            if m.0 != epoch {
-                m.0 = epoch;
-                m.1.clear();
-            }
-            m.1.get(&key)
+            m.try_borrow_mut()
+                .ok()?
+                .at(epoch)
+                .get(&key)
                 // SAFETY: NUL-terminated (the caller's promise).
                 .filter(|k| unsafe { k.matches(symbol) })
                 .map(|k| k.id)
@@ -956,10 +968,9 @@ impl Collector {
             if let Ok(mut m) = m.try_borrow_mut() {
                 // Filed under the epoch read before the lookup: a module
                 // unloaded since clears it at the next launch.
-                if m.0 == epoch {
-                    // SAFETY: the caller's promise.
-                    m.1.insert(key, unsafe { KnownName::new(id, symbol) });
-                }
+                // SAFETY: the caller's promise.
+                m.at(epoch)
+                    .insert(key, unsafe { KnownName::new(id, symbol) });
             }
         });
         id
