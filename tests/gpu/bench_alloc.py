@@ -11,7 +11,7 @@ import time
 import torch
 
 from host_probe import host_probe_ms
-from recording_switch import alternate, recording_switch
+from recording_switch import timed_steps
 
 
 def main():
@@ -49,15 +49,9 @@ def main():
         return (time.perf_counter() - t0) * 1e3
 
     probe_before = host_probe_ms()
-    switch = recording_switch()
-    extra = {}
-    if switch:
-        # BENCH_PAUSE_EVERY: recorded and paused steps alternated (see
-        # recording_switch.py), twice the steps.
-        times, ratios = alternate(step, 2 * steps, switch)
-        extra = {"inprocess_ratio": statistics.median(ratios), "pair_ratios": ratios}
-    else:
-        times = [step() for _ in range(steps)]
+    # BENCH_PAUSE_EVERY: recorded and paused steps alternated
+    # (recording_switch.py).
+    times, extra = timed_steps(step, steps)
     backend = torch.cuda.get_allocator_backend()
     # The 10th percentile too: a step's own cost with less of what the
     # host's other load adds to some steps (a run's median moves with it).

@@ -10,7 +10,7 @@ import torch
 import torchvision
 
 from host_probe import host_probe_ms
-from recording_switch import alternate, recording_switch
+from recording_switch import timed_steps
 
 
 def main():
@@ -29,6 +29,7 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(64, 3, 224, 224, device="cuda")
     y = torch.randint(0, 1000, (64,), device="cuda")
+
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -57,15 +58,9 @@ def main():
         return (time.perf_counter() - t0) * 1e3
 
     probe_before = host_probe_ms()
-    switch = recording_switch()
-    extra = {}
-    if switch:
-        # BENCH_PAUSE_EVERY: recorded and paused steps alternated (see
-        # recording_switch.py), twice the steps.
-        times, ratios = alternate(timed_step, 2 * steps, switch)
-        extra = {"inprocess_ratio": statistics.median(ratios), "pair_ratios": ratios}
-    else:
-        times = [timed_step() for _ in range(steps)]
+    # BENCH_PAUSE_EVERY: recorded and paused steps alternated
+    # (recording_switch.py).
+    times, extra = timed_steps(timed_step, steps)
     with open("/proc/self/stat") as f:
         cpu = int(f.read().rsplit(")", 1)[1].split()[36])
     print(json.dumps({

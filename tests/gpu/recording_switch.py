@@ -13,6 +13,18 @@ import os
 import statistics
 
 
+def timed_steps(step, steps):
+    """The benchmark's timed steps (`step()` returns a step's ms): `steps`
+    of them, or with BENCH_PAUSE_EVERY under the collector twice as many,
+    recorded and paused in turn (`alternate`). Returns their times and the
+    fields the alternation adds to the benchmark's result."""
+    switch = recording_switch()
+    if not switch:
+        return [step() for _ in range(steps)], {}
+    times, ratios = alternate(step, 2 * steps, switch)
+    return times, {"inprocess_ratio": statistics.median(ratios), "pair_ratios": ratios}
+
+
 def recording_switch():
     """The collector's switch, when the run asks for alternation and runs
     under the collector; else None."""
