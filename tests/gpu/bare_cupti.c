@@ -37,6 +37,12 @@
  *                                                seeing every launch on the host
  *                                                instead of CUPTI's kernel activity
  *   CUDA_INJECTION64_PATH=.../libbare_cupti.so ./app
+ *
+ * It exports bare_cupti_set_recording(on), as the collector exports
+ * gmem_prof_set_recording: off, every activity kind and callback above is
+ * disabled (the flush thread idles); on, they are back. Benchmarks
+ * alternate the two in one process (recording_switch.py), so what CUPTI
+ * costs is measured free of the host's drift between runs.
  */
 #include <cupti.h>
 #include <dlfcn.h>
@@ -51,6 +57,9 @@ static uint64_t last_launch_ns;
 static size_t records, callbacks, launches, named, wrapped_calls, wraps_handed, proc_lookups;
 static CUpti_SubscriberHandle subscriber;
 static long flush_ms;
+/* What InitializeInjection enabled, for bare_cupti_set_recording. */
+static int recording = 1, resource_on, wrapping_on;
+static const char *kinds_on = "", *cbs_on = "";
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     *size = 8u << 20;
@@ -168,7 +177,7 @@ static void *flusher(void *arg) {
     (void)arg;
     for (;;) {
         nanosleep(&ts, NULL);
-        cuptiActivityFlushAll(0);
+        if (__atomic_load_n(&recording, __ATOMIC_RELAXED)) cuptiActivityFlushAll(0);
     }
     return NULL;
 }
@@ -214,6 +223,42 @@ static int has(const char *list, const char *word) {
     return 0;
 }
 
+/* Every activity kind and callback the environment asked for, on or off. */
+static void enable_all(int on) {
+    CUptiResult (*activity)(CUpti_ActivityKind) = on ? cuptiActivityEnable : cuptiActivityDisable;
+    if (has(kinds_on, "kernel") || has(kinds_on, "both")) activity(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (has(kinds_on, "memory") || has(kinds_on, "both")) activity(CUPTI_ACTIVITY_KIND_MEMORY2);
+    if (has(kinds_on, "pool")) activity(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
+    if (has(kinds_on, "device")) activity(CUPTI_ACTIVITY_KIND_DEVICE);
+    if (!subscriber) return;
+#define ENABLE(list)                                                                 \
+    for (size_t i = 0; i < sizeof list / sizeof *list; i++)                          \
+        cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, list[i])
+    if (has(cbs_on, "ours")) ENABLE(ours);
+    if (has(cbs_on, "frees")) ENABLE(frees);
+    if (has(cbs_on, "async")) ENABLE(async_only);
+    if (has(cbs_on, "launch")) ENABLE(launch_cbids);
+    if (wrapping_on) {
+        cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress);
+        cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                            CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress_v2);
+    }
+    if (resource_on)
+        cuptiEnableCallback(on, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
+                            CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
+}
+
+/* The in-process switch (see the top): returns 1 when it switched. */
+int bare_cupti_set_recording(int on) {
+    on = !!on;
+    if (on == __atomic_load_n(&recording, __ATOMIC_RELAXED)) return 0;
+    if (!on) cuptiActivityFlushAll(0);
+    __atomic_store_n(&recording, on, __ATOMIC_RELAXED);
+    enable_all(on);
+    return 1;
+}
+
 int InitializeInjection(void) {
     const char *kinds = getenv("BARE_CUPTI_KINDS");
     const char *cbs = getenv("BARE_CUPTI_CALLBACKS");
@@ -246,30 +291,14 @@ int InitializeInjection(void) {
         int rc = cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &len, &on);
         fprintf(stderr, "bare_cupti: per-thread activity buffers = %d\n", rc);
     }
-    if (has(kinds, "kernel") || has(kinds, "both"))
-        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (has(kinds, "memory") || has(kinds, "both")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2);
-    if (has(kinds, "pool")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY_POOL);
-    if (has(kinds, "device")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DEVICE);
-    if (strcmp(cbs, "none") || (resource && *resource == '1') || wrapping) {
+    kinds_on = kinds;
+    cbs_on = cbs;
+    resource_on = resource && *resource == '1';
+    wrapping_on = wrapping;
+    if (strcmp(cbs, "none") || resource_on || wrapping) {
         if (cuptiSubscribe(&subscriber, on_callback, NULL) != CUPTI_SUCCESS) return 0;
-#define ENABLE(list)                                                                 \
-    for (size_t i = 0; i < sizeof list / sizeof *list; i++)                          \
-        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, list[i])
-        if (has(cbs, "ours")) ENABLE(ours);
-        if (has(cbs, "frees")) ENABLE(frees);
-        if (has(cbs, "async")) ENABLE(async_only);
-        if (has(cbs, "launch")) ENABLE(launch_cbids);
-        if (wrapping) {
-            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
-                                CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress);
-            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
-                                CUPTI_DRIVER_TRACE_CBID_cuGetProcAddress_v2);
-        }
-        if (resource && *resource == '1')
-            cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RESOURCE,
-                                CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING);
     }
+    enable_all(1);
     if (flush && atol(flush) > 0) {
         pthread_t t;
         flush_ms = atol(flush);

@@ -4,22 +4,20 @@ cuMemAllocAsync/cuMemFreeAsync (bench "alloc"); with the default caching
 allocator, every tensor is an event of the allocator seen from the inside
 (bench "allocnative"). Prints one JSON line: median step time (ms)."""
 import json
-import os
 import statistics
 import time
 
 import torch
 
 from host_probe import host_probe_ms
-from recording_switch import timed_steps
+from recording_switch import timed_steps, torch_history
 
 
 def main():
     steps = 1000
-    # BENCH_TORCH_HISTORY=1: PyTorch's own allocation history with Python
-    # stacks, the reference `overhead.sh` variant `torchhistory` measures.
-    if os.environ.get("BENCH_TORCH_HISTORY") == "1":
-        torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    # BENCH_TORCH_HISTORY: PyTorch's own allocation history, the reference
+    # `overhead.sh` variants `torchhistory` and `torchtrace` measure.
+    torch_history(True)
     model = torch.nn.Sequential(
         torch.nn.Linear(512, 1024), torch.nn.ReLU(),
         torch.nn.Linear(1024, 1024), torch.nn.ReLU(),

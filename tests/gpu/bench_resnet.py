@@ -10,7 +10,7 @@ import torch
 import torchvision
 
 from host_probe import host_probe_ms
-from recording_switch import timed_steps
+from recording_switch import timed_steps, torch_history
 
 
 def main():
@@ -22,10 +22,9 @@ def main():
     # the autotuner back on.
     torch.backends.cudnn.benchmark = os.environ.get("BENCH_CUDNN_AUTOTUNE") == "1"
     model = torchvision.models.resnet50().cuda()
-    # BENCH_TORCH_HISTORY=1: PyTorch's own allocation history with Python
-    # stacks, the reference `overhead.sh` variant `torchhistory` measures.
-    if os.environ.get("BENCH_TORCH_HISTORY") == "1":
-        torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
+    # BENCH_TORCH_HISTORY: PyTorch's own allocation history, the reference
+    # `overhead.sh` variants `torchhistory` and `torchtrace` measure.
+    torch_history(True)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(64, 3, 224, 224, device="cuda")
     y = torch.randint(0, 1000, (64,), device="cuda")

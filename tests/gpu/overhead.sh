@@ -21,7 +21,11 @@
 #         freestacks = --free-stacks, and depthN = --stack-depth N, for any
 #         bench; torchhistory = no gmem-prof, PyTorch's own
 #         `_record_memory_history(stacks="python")`, for resnet and the
-#         allocation loops).
+#         allocation loops; torchtrace = the same history without stacks,
+#         `context=None`; torchtrace1 = that with a history of one entry,
+#         little more than what PyTorch does for each event once a trace
+#         tracker is attached: a bound on the floor a paused collector
+#         leaves).
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 # allocnative: the same loop with PyTorch's default caching allocator, whose
@@ -54,12 +58,19 @@
 #   barelaunch   callbacks on the kernel launch cbids reading a clock and the
 #                name, no activity: every launch seen on the host instead
 #   bareallcb    bareall with launch callbacks in place of kernel activity
+#   barefloor    what a paused collector keeps enabled: memory, pool and
+#                device activity, the resource callback, the flush thread
 #
 # Variant inprocess records with recording paused and resumed every
 # PAUSE_EVERY steps (default 10) inside the run (recording_switch.py): its
 # summary line gives the ratio of recorded to paused steps, each pair of
 # phases moments apart in one process, free of the host's drift between
 # runs; paused still has CUPTI loaded and PyTorch's tracker attached.
+# inprocess-X does the same with variant X (inprocess-nokernels,
+# inprocess-with-NAME, ...): what each part of recording costs, measured
+# to a percent or better. X may be a bare* variant (bare_cupti.c switches
+# everything it enabled off and on: CUPTI's own cost, measured the same
+# way) or torchhistory (PyTorch's recorder turned off and on).
 #
 # Variant with-NAME records with another collector build,
 # $GMEM_BIN/alt/NAME.so (`record --collector`): builds compared in the same
@@ -78,7 +89,15 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     shift 3
     local trace="$WORK/overhead/$bench-$variant-$round.bin"
     rm -f "$trace"
-    case $variant in
+    # inprocess-X: variant X (default: full) with its recording switched
+    # off and on every PAUSE_EVERY steps inside each run.
+    local what=$variant pause=()
+    if [ "${variant%%-*}" = inprocess ]; then
+        what=${variant#inprocess}
+        what=${what#-}
+        pause=(env "BENCH_PAUSE_EVERY=${PAUSE_EVERY:-10}")
+    fi
+    case $what in
         nokernels) flags=(--no-kernels) ;;
         timed) flags=(--kernels timed) ;;
         nostacks) flags=(--stack-depth 0) ;;
@@ -87,24 +106,27 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         noframeworks) flags=(--no-frameworks) ;;
         nopython) flags=(--no-python) ;;
         tensornative) flags=(--tensor-native-stacks) ;;
-        depth*) flags=(--stack-depth "${variant#depth}") ;;
-        with-*) flags=(--collector "$BIN/alt/${variant#with-}.so") ;;
+        depth*) flags=(--stack-depth "${what#depth}") ;;
+        with-*) flags=(--collector "$BIN/alt/${what#with-}.so") ;;
     esac
     if [ -n "${PIN_CPUS:-}" ]; then
         set -- taskset -c "$PIN_CPUS" "$@"
     fi
-    if [ "$variant" = plain ]; then
+    if [ "$what" = plain ]; then
         line=$("$@" 2>/dev/null | tail -1)
-    elif [ "$variant" = inprocess ]; then
-        line=$(BENCH_PAUSE_EVERY=${PAUSE_EVERY:-10} "$BIN/gmem-prof" record -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
-    elif [ "$variant" = torchhistory ]; then
-        line=$(BENCH_TORCH_HISTORY=1 "$@" 2>/dev/null | tail -1)
-    elif [ "${variant#bare}" != "$variant" ]; then
+    elif [ "${what#torch}" != "$what" ]; then
+        local history=1 entries=100000
+        case $what in
+            torchtrace) history=nostacks ;;
+            torchtrace1) history=nostacks entries=1 ;;
+        esac
+        line=$(BENCH_TORCH_HISTORY=$history BENCH_TORCH_HISTORY_ENTRIES=$entries "${pause[@]}" "$@" 2>/dev/null | tail -1)
+    elif [ "${what#bare}" != "$what" ]; then
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
         [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
         local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0 devbuf=0 pt=0
-        case $variant in
+        case $what in
             barekernels) kinds=kernel ;;
             barehw) kinds=kernel hw=1 ;;
             barecallbacks) kinds=none cbs=ours ;;
@@ -118,13 +140,14 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             barekernelspt) kinds=kernel pt=1 ;;
             barelaunch) kinds=none cbs=launch ;;
             bareallcb) kinds=memory,pool,device cbs=ours,launch resource=1 flush=200 ;;
+            barefloor) kinds=memory,pool,device resource=1 flush=200 ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
             BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap BARE_CUPTI_HWTRACE=$hw \
             BARE_CUPTI_DEVBUF_MB=$devbuf BARE_CUPTI_PER_THREAD=$pt \
-            "$@" 2>"$trace.log" | tail -1)
+            "${pause[@]}" "$@" 2>"$trace.log" | tail -1)
     else
-        line=$("$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
+        line=$("${pause[@]}" "$BIN/gmem-prof" record "${flags[@]}" -o "$trace" -- "$@" 2>"$trace.log" | tail -1)
     fi
     echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $line}" >>"$RES"
     echo "  $bench $variant round $round: $line"
@@ -169,7 +192,7 @@ for bench in $BENCHES; do
             for t in "$WORK"/overhead/resnet-*-1.bin; do
                 [ -f "$t" ] || continue
                 echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|clock):.*' | sed 's/^/    /'
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
             done ;;
         launch)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
@@ -187,7 +210,7 @@ for bench in $BENCHES; do
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
             for t in "$WORK"/overhead/allocnative-*-1.bin; do
                 echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|clock):.*' | sed 's/^/    /'
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
@@ -277,8 +300,8 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
             line += f", {(mv - mp) / 2:.0f} ns per event"
         if bench == "launch":
             line += f", +{mv - mp:.0f} ns per kernel"
-        if bench in events:
-            per_step = (events[bench]["allocs"] + events[bench]["frees"]) / steps[bench]
+        per_step = (events[bench]["allocs"] + events[bench]["frees"]) / steps[bench] if bench in events else 0
+        if per_step:  # none when the run that counts them was not made
             line += f", ~{per_step:.0f} events/step, {(mv - mp) * 1e6 / per_step:.0f} ns per event"
         print(line)
         print(f"    {bench} {variant} per round: " + " ".join(f"{r:.3f}" for r in ratios))

@@ -7,7 +7,9 @@ which moved plain runs by up to 2x between runs on the H200, drops out of
 their ratio. Paused, the program runs with CUPTI loaded and PyTorch's
 trace tracker attached but no callback recording: the ratio is what the
 collector's callbacks and recording cost, less that floor (the run-level
-variants `plain` and `full` measure all of it)."""
+variants `plain` and `full` measure all of it). The same alternation runs
+CUPTI alone (bare_cupti.c, everything off when paused) and PyTorch's own
+recorder, for comparison."""
 import ctypes
 import os
 import statistics
@@ -26,13 +28,61 @@ def timed_steps(step, steps):
 
 
 def recording_switch():
-    """The collector's switch, when the run asks for alternation and runs
-    under the collector; else None."""
-    path = os.environ.get("CUDA_INJECTION64_PATH")
-    if not path or not os.environ.get("BENCH_PAUSE_EVERY"):
+    """When the run asks for alternation (BENCH_PAUSE_EVERY), the switch of
+    what records it: the collector's, bare_cupti.c's (CUPTI alone, the
+    same way), or with BENCH_TORCH_HISTORY=1 PyTorch's own recorder turned
+    on and off. Else None."""
+    if not os.environ.get("BENCH_PAUSE_EVERY"):
         return None
-    switch = ctypes.CDLL(path).gmem_prof_set_recording
-    switch.argtypes = [ctypes.c_int]
+    if os.environ.get("BENCH_TORCH_HISTORY"):
+        return torch_history_switch()
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path:
+        return None
+    library = ctypes.CDLL(path)
+    for name in ("gmem_prof_set_recording", "bare_cupti_set_recording"):
+        if hasattr(library, name):
+            switch = getattr(library, name)
+            switch.argtypes = [ctypes.c_int]
+            return switch
+    raise SystemExit(f"{path} has no recording switch")
+
+
+def torch_history(on):
+    """PyTorch's own recorder on or off, as BENCH_TORCH_HISTORY asks: "1",
+    allocation history with Python stacks (`_record_memory_history(
+    stacks="python")`); "nostacks", the history without any stack (what
+    PyTorch does for each event once a trace tracker is attached, and a
+    little more: a bound on the floor a paused collector leaves). Returns
+    whether it asked for anything. BENCH_TORCH_HISTORY_ENTRIES sets the
+    history's length (default 100,000; 1 keeps the one slot written in
+    cache, leaving little more than the cost of building each entry)."""
+    import torch
+
+    kind = os.environ.get("BENCH_TORCH_HISTORY")
+    entries = int(os.environ.get("BENCH_TORCH_HISTORY_ENTRIES", "100000"))
+    if kind not in ("1", "nostacks"):
+        return False
+    if not on:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    elif kind == "1":
+        torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+    else:
+        torch.cuda.memory._record_memory_history(max_entries=entries, context=None)
+    return True
+
+
+def torch_history_switch():
+    """`torch_history` as a switch (the benchmark turned it on at its start)."""
+    state = {"on": True}
+
+    def switch(on):
+        if bool(on) == state["on"]:
+            return 0
+        torch_history(on)
+        state["on"] = bool(on)
+        return 1
+
     return switch
 
 
