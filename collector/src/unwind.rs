@@ -118,6 +118,11 @@ const HISTORY: usize = 16;
 /// and the last `HISTORY` walks.
 struct ThreadUnwind {
     cache: Option<Box<[CacheX86_64; RULE_CACHES]>>,
+    /// Each kept walk's first frame (the collector's own, where the walk
+    /// started): `history[i].frames[0]`, or zeros for an empty slot. A walk
+    /// reused whole is found here (four cache lines) instead of in the
+    /// walks themselves (a line on a page of its own each).
+    heads: [(u64, u64); HISTORY],
     frames: [(u64, u64); WALK_LIMIT],
     history: Option<Box<[Walk; HISTORY]>>,
     /// The history slot the next new walk replaces.
@@ -134,6 +139,7 @@ thread_local! {
     static THREAD: RefCell<ThreadUnwind> = const {
         RefCell::new(ThreadUnwind {
             cache: None,
+            heads: [(0, 0); HISTORY],
             frames: [(0, 0); WALK_LIMIT],
             history: None,
             next_slot: 0,
@@ -181,6 +187,68 @@ fn reuse_callers(
     Some(Reused {
         walked: walked + take,
         skip,
+        truncated: prev.truncated || rest > room,
+    })
+}
+
+/// A walk reused whole: what `capture_once` needs of it.
+struct Whole {
+    slot: usize,
+    recorded: usize,
+    reused: usize,
+    truncated: bool,
+}
+
+/// The usual walk: its first frame (the collector's own code at the same
+/// stack position) is a kept walk's first frame and every return address
+/// that walk saw is still on the stack, so this walk is that one. Found
+/// through `heads`, checked, and written straight to `out` (the general
+/// loop reaches the same result through a frame buffer of its own). The
+/// earlier walk's count of skipped frames holds for this one: the same
+/// frames from the first on (0 when nothing is skipped, `skip_self` off).
+fn reuse_whole(
+    heads: &[(u64, u64); HISTORY],
+    history: &[Walk; HISTORY],
+    first: (u64, u64),
+    out: &mut [u64],
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<Whole> {
+    // Several kept walks can start at the same place (callers of the same
+    // shape on different paths): the first whose callers all hold wins.
+    (0..HISTORY)
+        .filter(|&slot| heads[slot] == first)
+        .find_map(|slot| reuse_from(slot, &history[slot], first, out, read_stack))
+}
+
+fn reuse_from(
+    slot: usize,
+    prev: &Walk,
+    first: (u64, u64),
+    out: &mut [u64],
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<Whole> {
+    if prev.len == 0 || prev.frames[0] != first {
+        return None;
+    }
+    // As `reuse_callers` from frame 0: the earlier walk's skipped frames
+    // are skipped again, then at most `out.len()` frames are recorded.
+    let skip = prev.skip;
+    let rest = prev.len - 1;
+    let room = (skip + out.len()).saturating_sub(1);
+    let take = rest.min(room);
+    for &(pc, sp) in &prev.frames[1..1 + take] {
+        if read_stack(sp.checked_sub(8)?).ok()? != pc {
+            return None;
+        }
+    }
+    let walked = 1 + take;
+    for (o, f) in out.iter_mut().zip(&prev.frames[skip..walked]) {
+        *o = f.0;
+    }
+    Some(Whole {
+        slot,
+        recorded: walked.saturating_sub(skip),
+        reused: take,
         truncated: prev.truncated || rest > room,
     })
 }
@@ -298,8 +366,16 @@ impl Stacks {
                     unknown: false,
                 }))
             });
-            let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
             let mut address = FrameAddress::from_instruction_pointer(rip);
+            let first = (address.address(), rsp);
+            if let Some(w) = reuse_whole(&t.heads, &history, first, out, &mut read_stack) {
+                let unknown = history[w.slot].unknown;
+                t.cache = Some(bank);
+                t.history = Some(history);
+                Counters::add(&self.counters.reused, w.reused as u64);
+                return (w.recorded, w.truncated, unknown);
+            }
+            let mut regs = UnwindRegsX86_64::new(rip, rsp, rbp);
             // Frames walked (skipped ones included) go to t.frames; recorded
             // ones (after the collector's and CUPTI's) to `out`.
             let mut walked = 0;
@@ -410,6 +486,7 @@ impl Stacks {
             // slots in turn (the oldest kept walk goes).
             if same_as.is_none() {
                 let keep = &mut history[t.next_slot];
+                t.heads[t.next_slot] = if walked > 0 { t.frames[0] } else { (0, 0) };
                 t.next_slot = (t.next_slot + 1) % HISTORY;
                 keep.frames[..walked].copy_from_slice(&t.frames[..walked]);
                 keep.len = walked;
@@ -664,6 +741,66 @@ mod tests {
             "{stats:?}"
         );
         assert!(stats.nanos > 0, "{stats:?}");
+    }
+
+    #[inline(never)]
+    fn path_a(s: &Stacks, out: &mut [u64]) -> usize {
+        std::hint::black_box(recurse(s, 0, out))
+    }
+
+    #[inline(never)]
+    fn path_b(s: &Stacks, out: &mut [u64]) -> usize {
+        std::hint::black_box(recurse(s, 0, out))
+    }
+
+    /// Both paths in turn, from the same call sites each time.
+    #[inline(never)]
+    fn both_paths(s: &Stacks, out: &mut [u64], forget: bool) -> (Vec<u64>, Vec<u64>) {
+        if forget {
+            forget_walks();
+        }
+        let n = path_a(s, out);
+        let a = out[..n].to_vec();
+        if forget {
+            forget_walks();
+        }
+        let n = path_b(s, out);
+        (a, out[..n].to_vec())
+    }
+
+    /// Two call paths that reach the capture at the same stack position
+    /// (same-shaped callers): the walk's first frame matches both paths'
+    /// kept walks, whose callers differ; each path gets its own frames, as
+    /// a full unwind gives them.
+    #[test]
+    fn walks_starting_alike_on_other_paths_are_told_apart() {
+        let s = Stacks::new(64, false);
+        let mut out = [0u64; 64];
+        // One call site for every round: round 0 unwinds in full.
+        let mut rounds = Vec::new();
+        let mut unwound = Vec::new();
+        for round in 0..4 {
+            let before = s.stats().unwound;
+            rounds.push(both_paths(&s, &mut out, round == 0));
+            unwound.push(s.stats().unwound - before);
+        }
+        let (a, b) = &rounds[0];
+        assert!(
+            a.iter().any(|f| in_fn(*f, path_a as *const () as usize)),
+            "{a:x?}"
+        );
+        assert!(
+            b.iter().any(|f| in_fn(*f, path_b as *const () as usize)),
+            "{b:x?}"
+        );
+        assert_ne!(a, b);
+        assert!(rounds.iter().all(|r| r == &rounds[0]), "{rounds:x?}");
+        // Once both paths have a kept walk (round 0 kept only path b's),
+        // each walk is taken whole from its own.
+        assert!(
+            unwound[0] > 0 && unwound[2..].iter().all(|&u| u == 0),
+            "{unwound:?}"
+        );
     }
 
     #[test]
