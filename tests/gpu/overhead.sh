@@ -108,6 +108,10 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         tensornative) flags=(--tensor-native-stacks) ;;
         depth*) flags=(--stack-depth "${what#depth}") ;;
         with-*) flags=(--collector "$BIN/alt/${what#with-}.so") ;;
+        ""|full|plain|torchhistory|torchtrace|torchtrace1|bare*) ;;
+        *)  # a typo would otherwise run the full collector under its name
+            echo "  $bench $variant: unknown variant" >&2
+            return ;;
     esac
     if [ -n "${PIN_CPUS:-}" ]; then
         set -- taskset -c "$PIN_CPUS" "$@"
@@ -128,6 +132,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0 devbuf=0 pt=0
         case $what in
             barekernels) kinds=kernel ;;
+            barememory) ;;
             barehw) kinds=kernel hw=1 ;;
             barecallbacks) kinds=none cbs=ours ;;
             bareasync) cbs=async ;;
@@ -141,6 +146,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             barelaunch) kinds=none cbs=launch ;;
             bareallcb) kinds=memory,pool,device cbs=ours,launch resource=1 flush=200 ;;
             barefloor) kinds=memory,pool,device resource=1 flush=200 ;;
+            *) echo "  $bench $variant: unknown variant" >&2; return ;;
         esac
         line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
             BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap BARE_CUPTI_HWTRACE=$hw \
