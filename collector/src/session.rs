@@ -733,9 +733,10 @@ impl Collector {
             self.report(
                 0,
                 format!(
-                    "PyTorch allocator: {events} events recorded, {micros:.2} µs per event (stack \
-                     included; one event in {TIMED_EVERY} timed, drawn at random); parts (another \
-                     one in {TIMED_EVERY}): {}",
+                    "PyTorch allocator: {events} events recorded, {micros:.2} µs per event on average, median \
+                     {:.2} (stack included; one event in {TIMED_EVERY} timed, drawn at random); \
+                     parts (another one in {TIMED_EVERY}): {}",
+                    self.torch.timer.median_micros(),
                     self.event_split.describe(EVENT_PARTS)
                 ),
             );
@@ -745,9 +746,10 @@ impl Collector {
             self.report(
                 0,
                 format!(
-                    "kernel launches: {launches} recorded, {micros:.2} µs per launch in the \
-                     collector (one in {TIMED_EVERY} timed, drawn at random; CUPTI's callbacks around it not \
-                     included); parts (another one in {TIMED_EVERY}): {}",
+                    "kernel launches: {launches} recorded, {micros:.2} µs per launch on average in the \
+                     collector, median {:.2} (one in {TIMED_EVERY} timed, drawn at random; CUPTI's \
+                     callbacks around it not included); parts (another one in {TIMED_EVERY}): {}",
+                    self.launch_timer.median_micros(),
                     self.launch_split.describe(crate::callbacks::LAUNCH_PARTS)
                 ),
             );
@@ -766,12 +768,13 @@ impl Collector {
                 self.report(
                     0,
                     format!(
-                        "stack capture: {} walks, {:.2} µs per walk; per walk {:.1} frames \
+                        "stack capture: {} walks, {:.2} µs per walk on average, median {:.2}; per walk {:.1} frames \
                          unwound by CFI rules ({:.1} of them missed the rule cache), {:.1} \
                          reused from the thread's earlier walks; {} walks met an address \
                          outside every known module",
                         stats.captures,
                         per(stats.nanos) / 1000.0,
+                        stats.median_nanos as f64 / 1000.0,
                         per(stats.unwound),
                         per(stats.rule_misses),
                         per(stats.reused),

@@ -74,6 +74,8 @@ pub struct StackStats {
     /// Time spent in `capture`, in nanoseconds, estimated from the walks
     /// timed (see `Counters::walks`).
     pub nanos: u64,
+    /// The median timed walk, in nanoseconds.
+    pub median_nanos: u64,
 }
 
 /// Rule caches per thread. framehop's cache is direct-mapped with 509 slots:
@@ -279,6 +281,7 @@ impl Stacks {
             rule_misses: get(&c.rule_misses),
             unknown: get(&c.unknown),
             nanos,
+            median_nanos: c.walks.median_nanos(),
         }
     }
 
