@@ -728,15 +728,20 @@ impl Collector {
             // What the process still holds as it ends, as nvidia-smi shows it.
             self.sample_devices(device_memory::EXIT);
         }
-        let (events, micros) = self.torch.timer.summary();
+        let ((stacked, with), (bare, without)) = (
+            self.torch.with_stack.summary(),
+            self.torch.without_stack.summary(),
+        );
+        let events = stacked + bare;
         if events > 0 {
+            let mean = (stacked as f64 * with + bare as f64 * without) / events as f64;
             self.report(
                 0,
                 format!(
-                    "PyTorch allocator: {events} events recorded, {micros:.2} µs per event on average, median \
-                     {:.2} (stack included; one event in {TIMED_EVERY} timed, drawn at random); \
-                     parts (another one in {TIMED_EVERY}): {}",
-                    self.torch.timer.median_micros(),
+                    "PyTorch allocator: {events} events recorded, {mean:.2} µs per event on \
+                     average: {stacked} with a stack (allocations, segments) at {with:.2} µs, \
+                     {bare} without (frees) at {without:.2} µs (one event in {TIMED_EVERY} of \
+                     each timed, drawn at random); parts (another one in {TIMED_EVERY}): {}",
                     self.event_split.describe(EVENT_PARTS)
                 ),
             );

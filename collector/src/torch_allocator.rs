@@ -59,8 +59,11 @@ pub struct TorchHook {
     /// would otherwise walk it on every call).
     looked_at: Mutex<Option<(u64, Option<Range<u64>>)>>,
     /// Events recorded, and the time spent recording them (stacks
-    /// included, sampled), for the trace's notes.
-    pub timer: EventTimer,
+    /// included, sampled), for the trace's notes: those that take a stack
+    /// (allocations, segments) and those that do not (frees) apart, as
+    /// their costs differ several times over.
+    pub with_stack: EventTimer,
+    pub without_stack: EventTimer,
 }
 
 impl Default for TorchHook {
@@ -68,7 +71,8 @@ impl Default for TorchHook {
         TorchHook {
             state: AtomicU8::new(WAITING),
             looked_at: Mutex::new(None),
-            timer: EventTimer::default(),
+            with_stack: EventTimer::default(),
+            without_stack: EventTimer::default(),
         }
     }
 }
@@ -181,7 +185,12 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         let oom = action == AllocatorAction::OOM;
         let started = c.clock.now();
         // Counting is part of what an event costs: inside the time taken.
-        let sample = c.torch.timer.count();
+        let timer = if stack {
+            &c.torch.with_stack
+        } else {
+            &c.torch.without_stack
+        };
+        let sample = timer.count();
         let timed = sample == Sample::Timed;
         let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
         let event = AllocatorEvent {
@@ -201,7 +210,7 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         };
         c.push_allocator_event(event, stack, parts.as_mut());
         if timed {
-            c.torch.timer.timed(started, c.clock.now());
+            timer.timed(started, c.clock.now());
         }
         if let Some(parts) = parts {
             c.event_split.add(&parts);

@@ -41,9 +41,9 @@ for r in $(seq 1 "$ROUNDS"); do
         l=$(rec ./fake_app launch_bench "${LAUNCHES:-300000}" "${SWEEP_KIB:-0}" "${KINDS:-8}" | grep -o '[0-9.]* ns')
         ls=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per launch.*" | sed "s/(one in.*included); parts (another one in 16)//" | tr -d '"' || true)
         t=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so "${SWEEP_KIB:-0}" | grep -o '[0-9.]* ns')
-        ts=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per event.*" | sed "s/(stack.*random); parts (another one in 16)//" | tr -d '"' || true)
+        ts=$("$GMEM" dump "$DIR/t.bin" | grep -o "[0-9.]* µs per event.*" | sed "s/ (one event in.*random); parts (another one in 16)//" | tr -d '"' || true)
         n=$(rec python3 "$SRC/bench_torch.py" ./libcupti.so.13 torch/lib/libc10_cuda.so 0 native | grep -o '[0-9.]* ns')
-        ns=$("$GMEM" dump "$DIR/t.bin" | grep -oE "[0-9.]* µs per (event|walk).*" | sed "s/(stack.*random); parts (another one in 16)//; s/; per walk.*//" | tr -d '"' | tr '\n' ' ' || true)
+        ns=$("$GMEM" dump "$DIR/t.bin" | grep -oE "[0-9.]* µs per (event|walk).*" | sed "s/ (one event in.*random); parts (another one in 16)//; s/; per walk.*//" | tr -d '"' | tr '\n' ' ' || true)
         echo "round $r $so: launch $l ($ls), tensor $t ($ts), tensor without Python $n ($ns)"
     done
 done
