@@ -157,12 +157,12 @@ struct Reused {
     truncated: bool,
 }
 
-/// The frame just walked (`frames[walked - 1]`) equals `prev.frames[at]`.
-/// Checks that every outer frame of that earlier walk is still on the stack
-/// (the return address into frame i sits just below its stack pointer:
-/// x86-64's CFA - 8) and, if so, appends them to `frames`.
+/// The frame just walked (the walk's `walked`-th) equals `prev.frames[at]`.
+/// Checks that every outer frame of that earlier walk the walk would take
+/// is still on the stack (the return address into frame i sits just below
+/// its stack pointer: x86-64's CFA - 8). If so, the walk continues with
+/// `prev.frames[at + 1..]`, up to `Reused::walked` frames in all.
 fn reuse_callers(
-    frames: &mut [(u64, u64); WALK_LIMIT],
     prev: &Walk,
     at: usize,
     walked: usize,
@@ -179,13 +179,11 @@ fn reuse_callers(
     let rest = prev.len - (at + 1);
     let room = (skip + max_recorded).saturating_sub(walked);
     let take = rest.min(room);
-    for i in 0..take {
-        let (pc, sp) = prev.frames[at + 1 + i];
+    for &(pc, sp) in &prev.frames[at + 1..at + 1 + take] {
         if read_stack(sp.checked_sub(8)?).ok()? != pc {
             return None;
         }
     }
-    frames[walked..walked + take].copy_from_slice(&prev.frames[at + 1..at + 1 + take]);
     Some(Reused {
         walked: walked + take,
         skip,
@@ -232,26 +230,17 @@ fn reuse_from(
     if prev.len == 0 || prev.frames[0] != first {
         return None;
     }
-    // As `reuse_callers` from frame 0: the earlier walk's skipped frames
-    // are skipped again, then at most `out.len()` frames are recorded.
-    let skip = prev.skip;
-    let rest = prev.len - 1;
-    let room = (skip + out.len()).saturating_sub(1);
-    let take = rest.min(room);
-    for &(pc, sp) in &prev.frames[1..1 + take] {
-        if read_stack(sp.checked_sub(8)?).ok()? != pc {
-            return None;
-        }
-    }
-    let walked = 1 + take;
-    for (o, f) in out.iter_mut().zip(&prev.frames[skip..walked]) {
+    // The general loop's check at its first frame, which it skips when
+    // `skip_self` is on (and the earlier walk then skipped as many).
+    let r = reuse_callers(prev, 0, 1, None, out.len(), read_stack)?;
+    for (o, f) in out.iter_mut().zip(&prev.frames[r.skip..r.walked]) {
         *o = f.0;
     }
     Some(Whole {
         slot,
-        recorded: walked.saturating_sub(skip),
-        reused: take,
-        truncated: prev.truncated || rest > room,
+        recorded: r.walked.saturating_sub(r.skip),
+        reused: r.walked - 1,
+        truncated: r.truncated,
     })
 }
 
@@ -422,16 +411,12 @@ impl Stacks {
                         *at += 1;
                     }
                     if *at < prev.len && prev.frames[*at] == (pc, sp) {
-                        let found = reuse_callers(
-                            &mut t.frames,
-                            prev,
-                            *at,
-                            walked,
-                            skip,
-                            out.len(),
-                            &mut read_stack,
-                        );
+                        let found =
+                            reuse_callers(prev, *at, walked, skip, out.len(), &mut read_stack);
                         if let Some(v) = found {
+                            let from = *at + 1;
+                            t.frames[walked..v.walked]
+                                .copy_from_slice(&prev.frames[from..from + v.walked - walked]);
                             if walked == 1 {
                                 same_as = Some(slot);
                             }
