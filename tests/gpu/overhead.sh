@@ -270,12 +270,16 @@ def bootstrap(values, n=4000):
     return medians[n // 20], medians[n - 1 - n // 20]
 
 
-def paired(bench, variant):
+def round_ratios(bench, variant):
     # Each round's recorded run against the plain run of the same round:
-    # the machine drifts between rounds more than within one.
-    ratios = [v / per_round[(bench, "plain", rnd)]
-              for (b, var, rnd), v in per_round.items()
-              if b == bench and var == variant and (bench, "plain", rnd) in per_round]
+    # the machine drifts between rounds more than within one. By round.
+    return {rnd: v / per_round[(bench, "plain", rnd)]
+            for (b, var, rnd), v in per_round.items()
+            if b == bench and var == variant and (bench, "plain", rnd) in per_round}
+
+
+def paired(bench, variant):
+    ratios = list(round_ratios(bench, variant).values())
     return statistics.median(ratios), min(ratios), max(ratios), ratios
 unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step", "allocnative": "ms/step",
         "launch": "ns/kernel"}
@@ -321,10 +325,9 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
                   + (", 90%% interval %.3f..%.3f" % bootstrap(pairs) if len(pairs) >= 4 else ""))
         if len(ratios) >= 4:
             lo, hi = bootstrap(ratios)
-            odd = [v / per_round[(b, "plain", rnd)] for (b, var, rnd), v in per_round.items()
-                   if b == bench and var == variant and rnd % 2 == 1 and (b, "plain", rnd) in per_round]
-            even = [v / per_round[(b, "plain", rnd)] for (b, var, rnd), v in per_round.items()
-                    if b == bench and var == variant and rnd % 2 == 0 and (b, "plain", rnd) in per_round]
+            by_round = round_ratios(bench, variant)
+            odd = [r for rnd, r in by_round.items() if rnd % 2 == 1]
+            even = [r for rnd, r in by_round.items() if rnd % 2 == 0]
             print(f"    {bench} {variant} paired median's 90% interval (bootstrap): {lo:.3f}..{hi:.3f}; "
                   f"rounds with plain first {statistics.median(odd):.3f}, with plain last "
                   f"{statistics.median(even):.3f}")

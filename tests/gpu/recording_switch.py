@@ -17,8 +17,8 @@ import statistics
 
 def timed_steps(step, steps):
     """The benchmark's timed steps (`step()` returns a step's ms): `steps`
-    of them, or with BENCH_PAUSE_EVERY under the collector twice as many,
-    recorded and paused in turn (`alternate`). Returns their times and the
+    of them, or with BENCH_PAUSE_EVERY and a `recording_switch` twice as
+    many, recorded and paused in turn (`alternate`). Returns their times and the
     fields the alternation adds to the benchmark's result."""
     switch = recording_switch()
     if not switch:
@@ -60,9 +60,12 @@ def torch_history(on):
     import torch
 
     kind = os.environ.get("BENCH_TORCH_HISTORY")
-    entries = int(os.environ.get("BENCH_TORCH_HISTORY_ENTRIES", "100000"))
-    if kind not in ("1", "nostacks"):
+    if not kind:
         return False
+    if kind not in ("1", "nostacks"):
+        # A plain run would pass for PyTorch's recorder.
+        raise SystemExit(f"BENCH_TORCH_HISTORY={kind}: expected 1 or nostacks")
+    entries = int(os.environ.get("BENCH_TORCH_HISTORY_ENTRIES", "100000"))
     if not on:
         torch.cuda.memory._record_memory_history(enabled=None)
     elif kind == "1":
