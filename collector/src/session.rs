@@ -739,9 +739,12 @@ impl Collector {
                 0,
                 format!(
                     "PyTorch allocator: {events} events recorded, {mean:.2} µs per event on \
-                     average: {stacked} with a stack (allocations, segments) at {with:.2} µs, \
-                     {bare} without (frees) at {without:.2} µs (one event in {TIMED_EVERY} of \
-                     each timed, drawn at random); parts (another one in {TIMED_EVERY}): {}",
+                     average: {stacked} with a stack (allocations, segments) at {with:.2} µs \
+                     ({}), {bare} without (frees) at {without:.2} µs ({}) (one event in \
+                     {TIMED_EVERY} of each timed, drawn at random); parts (another one in \
+                     {TIMED_EVERY}): {}",
+                    self.torch.with_stack.describe_spread(),
+                    self.torch.without_stack.describe_spread(),
                     self.event_split.describe(EVENT_PARTS)
                 ),
             );
@@ -752,9 +755,9 @@ impl Collector {
                 0,
                 format!(
                     "kernel launches: {launches} recorded, {micros:.2} µs per launch on average in the \
-                     collector, median {:.2} (one in {TIMED_EVERY} timed, drawn at random; CUPTI's \
+                     collector, {} (one in {TIMED_EVERY} timed, drawn at random; CUPTI's \
                      callbacks around it not included); parts (another one in {TIMED_EVERY}): {}",
-                    self.launch_timer.median_micros(),
+                    self.launch_timer.describe_spread(),
                     self.launch_split.describe(crate::callbacks::LAUNCH_PARTS)
                 ),
             );
@@ -773,13 +776,13 @@ impl Collector {
                 self.report(
                     0,
                     format!(
-                        "stack capture: {} walks, {:.2} µs per walk on average, median {:.2}; per walk {:.1} frames \
+                        "stack capture: {} walks, {:.2} µs per walk on average, {}; per walk {:.1} frames \
                          unwound by CFI rules ({:.1} of them missed the rule cache), {:.1} \
                          reused from the thread's earlier walks; {} walks met an address \
                          outside every known module",
                         stats.captures,
                         per(stats.nanos) / 1000.0,
-                        stats.median_nanos as f64 / 1000.0,
+                        stats.spread,
                         per(stats.unwound),
                         per(stats.rule_misses),
                         per(stats.reused),

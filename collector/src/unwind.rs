@@ -55,7 +55,7 @@ impl Counters {
 /// What stack capture did over a process's life (written into the trace at
 /// exit): how its cost divides between unwinding by CFI rules and reusing
 /// the outer frames of the thread's earlier walks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StackStats {
     /// Stack walks.
     pub captures: u64,
@@ -74,8 +74,9 @@ pub struct StackStats {
     /// Time spent in `capture`, in nanoseconds, estimated from the walks
     /// timed (see `Counters::walks`).
     pub nanos: u64,
-    /// The median timed walk, in nanoseconds.
-    pub median_nanos: u64,
+    /// The timed walks' median, 99th percentile and tail
+    /// (`EventTimer::describe_spread`).
+    pub spread: String,
 }
 
 /// Rule caches per thread. framehop's cache is direct-mapped with 509 slots:
@@ -270,7 +271,7 @@ impl Stacks {
             rule_misses: get(&c.rule_misses),
             unknown: get(&c.unknown),
             nanos,
-            median_nanos: c.walks.median_nanos(),
+            spread: c.walks.describe_spread(),
         }
     }
 
