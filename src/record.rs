@@ -156,10 +156,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             "GMEM_PROF_DEVICE_VIEW",
             if a.no_device_view { "0" } else { "1" },
         )
-        .env(
-            "GMEM_PROF_TENSOR_NATIVE_STACKS",
-            if a.tensor_native_stacks { "1" } else { "0" },
-        )
+        .env("GMEM_PROF_TENSOR_STACKS", a.tensor_stacks.env_value())
         .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");

@@ -26,9 +26,9 @@ pub const ENV_ANY_CUPTI: &str = "GMEM_PROF_ALLOW_ANY_CUPTI";
 pub const ENV_FRAMEWORKS: &str = "GMEM_PROF_FRAMEWORKS";
 /// "0": stacks hold native frames only, no Python frames.
 pub const ENV_PYTHON: &str = "GMEM_PROF_PYTHON";
-/// "1": events inside framework allocators take native frames too on
-/// threads running Python (see stack.rs).
-pub const ENV_TENSOR_NATIVE_STACKS: &str = "GMEM_PROF_TENSOR_NATIVE_STACKS";
+/// Which frames events inside framework allocators take (`TensorStacks`,
+/// see stack.rs): "auto" (default), "python" or "all".
+pub const ENV_TENSOR_STACKS: &str = "GMEM_PROF_TENSOR_STACKS";
 /// "0": no device view (NVML's used and free memory per device and per
 /// process, as `nvidia-smi` shows them).
 pub const ENV_DEVICE_VIEW: &str = "GMEM_PROF_DEVICE_VIEW";
@@ -71,6 +71,27 @@ impl KernelMode {
     }
 }
 
+/// Which frames an event inside a framework allocator takes (stack.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorStacks {
+    /// The Python frames on a thread running Python, else the native ones.
+    Auto,
+    /// The Python frames on a thread running Python, else none.
+    Python,
+    /// Native and Python frames, interleaved, on every thread.
+    All,
+}
+
+impl TensorStacks {
+    fn from_env() -> TensorStacks {
+        match std::env::var(ENV_TENSOR_STACKS).as_deref().map(str::trim) {
+            Ok("python") => TensorStacks::Python,
+            Ok("all") => TensorStacks::All,
+            _ => TensorStacks::Auto,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub dir: PathBuf,
@@ -80,7 +101,7 @@ pub struct Config {
     pub free_stacks: bool,
     pub frameworks: bool,
     pub python: bool,
-    pub tensor_native_stacks: bool,
+    pub tensor_stacks: TensorStacks,
     pub device_view: bool,
     pub nvml: Option<String>,
     pub flush_ms: u64,
@@ -122,7 +143,7 @@ impl Config {
             free_stacks: flag(ENV_FREE_STACKS, false),
             frameworks: flag(ENV_FRAMEWORKS, true),
             python: flag(ENV_PYTHON, true),
-            tensor_native_stacks: flag(ENV_TENSOR_NATIVE_STACKS, false),
+            tensor_stacks: TensorStacks::from_env(),
             device_view: flag(ENV_DEVICE_VIEW, true),
             nvml: std::env::var(ENV_NVML).ok().filter(|s| !s.is_empty()),
             flush_ms: number(ENV_FLUSH_MS, 200).clamp(10, 10_000),

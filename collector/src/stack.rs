@@ -10,14 +10,16 @@
 //! Python frames when the thread runs Python (what
 //! `torch.cuda.memory._record_memory_history(stacks="python")` records too),
 //! and the native stack otherwise (PyTorch's autograd threads run no
-//! Python). `GMEM_PROF_TENSOR_NATIVE_STACKS=1` (`record
-//! --tensor-native-stacks`) takes both, interleaved, for every event.
+//! Python). `GMEM_PROF_TENSOR_STACKS` (`record --tensor-stacks`) changes
+//! that: `python` takes no native stack on threads without Python (the
+//! backward pass's tensors then carry none: the cheapest way to keep
+//! Python lines), `all` takes both, interleaved, for every event.
 
 use std::cell::RefCell;
 
 use gmem_prof_traces::Record;
 
-use crate::config::MAX_STACK_DEPTH;
+use crate::config::{TensorStacks, MAX_STACK_DEPTH};
 use crate::python::{interleave, PyFrame, MAX_PYTHON_FRAMES};
 use crate::session::Collector;
 
@@ -58,8 +60,12 @@ impl Collector {
     /// frames alone when the thread runs Python (see the module's docs),
     /// else `capture_stack`'s.
     pub fn capture_framework_stack(&self, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
-        let (Some(python), false) = (&self.python, self.config.tensor_native_stacks) else {
-            return self.capture_stack(out);
+        let mode = self.config.tensor_stacks;
+        let python = match &self.python {
+            Some(python) if mode != TensorStacks::All => python,
+            // No Python frames to take: none at all, as asked.
+            None if mode == TensorStacks::Python => return (0, false),
+            _ => return self.capture_stack(out),
         };
         let Some(stacks) = &self.stacks else {
             return (0, false);
@@ -75,7 +81,11 @@ impl Collector {
         });
         // No Python frames on this thread: its native stack alone, straight
         // into `out` (`capture_stack` would read the Python frames again
-        // and copy the native ones through a buffer of its own).
-        python_only.unwrap_or_else(|| stacks.capture(&mut out[..MAX_STACK_DEPTH]))
+        // and copy the native ones through a buffer of its own), unless
+        // only Python frames were asked for.
+        python_only.unwrap_or_else(|| match mode {
+            TensorStacks::Python => (0, false),
+            _ => stacks.capture(&mut out[..MAX_STACK_DEPTH]),
+        })
     }
 }

@@ -399,6 +399,61 @@ fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
     );
 }
 
+/// `--tensor-stacks`: which frames tensor events take on a thread running
+/// Python and on one without (fake_app.py `torch_threads`: a tensor from
+/// Python, two from a native thread, as autograd's backward pass
+/// allocates).
+#[test]
+fn tensor_stacks_choose_the_frames_of_each_thread() {
+    let lines = marked_lines(&app());
+    let lib = fake_torch();
+    // (mode, Python thread's tensor: native frames?, native thread's
+    // tensors: a stack?)
+    for (mode, python_thread_native, native_thread_stack) in [
+        ("auto", false, true),
+        ("python", false, false),
+        ("all", true, true),
+    ] {
+        let dir = scratch(&format!("tensor-stacks-{mode}"));
+        let out = run(&mut record_python(
+            &dir,
+            "t.bin",
+            &["--tensor-stacks", mode],
+            Path::new("python3"),
+            &[OsStr::new("torch_threads"), lib.as_os_str()],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let allocs: Vec<&Value> = of_type(&recs, "AllocatorEvent")
+            .into_iter()
+            .filter(|e| e["action"] == 1)
+            .collect();
+        assert_eq!(allocs.len(), 3, "{mode}: {allocs:?}");
+        let stack = |e: &Value| frames(&recs, 0, e["stack"].as_u64().unwrap());
+        // The Python thread's tensor: its line always; native frames only
+        // with `all`.
+        let first = stack(allocs[0]);
+        assert!(
+            first
+                .iter()
+                .any(|f| matches!(f, Ok((_, _, l)) if *l == lines["python_thread"])),
+            "{mode}: {first:?}"
+        );
+        assert_eq!(
+            first.iter().any(|f| f.is_err()),
+            python_thread_native,
+            "{mode}: {first:?}"
+        );
+        // The native thread's: its native frames, or no stack at all.
+        for e in &allocs[1..] {
+            assert_ne!(e["tid"], allocs[0]["tid"], "{mode}");
+            let frames = if e["stack"] == 0 { vec![] } else { stack(e) };
+            assert_eq!(!frames.is_empty(), native_thread_stack, "{mode}: {e}");
+            assert!(frames.iter().all(|f| f.is_err()), "{mode}: {frames:?}");
+        }
+    }
+}
+
 /// The collector attaches from a segment allocation of the caching
 /// allocator itself (then its initialization is complete and no driver
 /// lock is held), not from another CUDA allocation of the process.

@@ -5,7 +5,9 @@ name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
 (driver allocations from nested functions and a thread), `torch` (tensors
 from the stand-in caching allocator of fake_torch.cpp, whose library is
 argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
-own), `paused` (recording paused and resumed by the program) or
+own), `paused` (recording paused and resumed by the program),
+`torch_threads` (a tensor from Python and two from a thread without
+Python, as PyTorch's autograd thread allocates) or
 `torch_fragmented_oom` (an out-of-memory error with enough free in
 the segment but in pieces) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
@@ -72,6 +74,16 @@ def torch(library, direct_first=False):
     return kept
 
 
+def torch_threads(library):
+    c10 = load_c10(library)
+    c10.fake_torch_bench_native.argtypes = [ctypes.c_long, ctypes.c_uint, ctypes.c_int]
+    c10.fake_torch_bench_native.restype = ctypes.c_double
+    kept = c10.fake_torch_malloc(1 << 20)  # line:python_thread
+    # One warm-up tensor and one timed, 3 frames below the thread's entry.
+    c10.fake_torch_bench_native(1, 1, 3)
+    return kept
+
+
 def torch_fragmented_oom(library):
     """Ten 2 MiB tensors fill a 20 MiB segment; every other one is freed
     (10 MiB free in 2 MiB holes); then a 4 MiB request fails: enough free
@@ -134,6 +146,8 @@ if sys.argv[2:3] == ["pools"]:
     pools()
 elif sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
+elif sys.argv[2:3] == ["torch_threads"]:
+    torch_threads(sys.argv[3])
 elif sys.argv[2:3] == ["torch_fragmented_oom"]:
     torch_fragmented_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_direct_first"]:

@@ -18,7 +18,8 @@
 #         RESNET_VARIANTS picks the recorded variants (default "plain full";
 #         also nokernels, timed = --kernels timed, nostacks,
 #         slowflush = --flush-ms 1000,
-#         freestacks = --free-stacks, and depthN = --stack-depth N, for any
+#         freestacks = --free-stacks, tensornative = --tensor-stacks all,
+#         pythonstacks = --tensor-stacks python, and depthN = --stack-depth N, for any
 #         bench; torchhistory = no gmem-prof, PyTorch's own
 #         `_record_memory_history(stacks="python")`, for resnet and the
 #         allocation loops; torchtrace = the same history without stacks,
@@ -105,7 +106,8 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         freestacks) flags=(--free-stacks) ;;
         noframeworks) flags=(--no-frameworks) ;;
         nopython) flags=(--no-python) ;;
-        tensornative) flags=(--tensor-native-stacks) ;;
+        tensornative) flags=(--tensor-stacks all) ;;
+        pythonstacks) flags=(--tensor-stacks python) ;;
         depth*) flags=(--stack-depth "${what#depth}") ;;
         with-*) flags=(--collector "$BIN/alt/${what#with-}.so") ;;
         ""|full|plain|torchhistory|torchtrace|torchtrace1|bare*) ;;
@@ -291,7 +293,7 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
     mp = statistics.median(plain)
     print(f"  {bench} plain: median {mp:.3f} {unit[bench]}, runs {min(plain):.3f}..{max(plain):.3f}")
     depths = sorted({v for (b, v) in by if b == bench and v.startswith("depth")})
-    order = ["full", "nostacks", "nopython", "noframeworks", "tensornative", *depths, "nokernels",
+    order = ["full", "nostacks", "nopython", "noframeworks", "tensornative", "pythonstacks", *depths, "nokernels",
              "slowflush", "freestacks",
              "barekernels", "barememory", "barecallbacks", "bareasync", "bareours",
              "bareall", "bareallfrees", "bareactivity", "barewrap"]
