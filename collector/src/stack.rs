@@ -56,9 +56,10 @@ impl Collector {
         })
     }
 
-    /// The stack of an event inside a framework allocator: the Python
-    /// frames alone when the thread runs Python (see the module's docs),
-    /// else `capture_stack`'s.
+    /// The stack of an event inside a framework allocator, as
+    /// `--tensor-stacks` asks (see the module's docs): by default the
+    /// Python frames alone when the thread runs Python, else
+    /// `capture_stack`'s.
     pub fn capture_framework_stack(&self, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
         let mode = self.config.tensor_stacks;
         let python = match &self.python {
