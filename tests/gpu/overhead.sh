@@ -19,8 +19,8 @@
 #         also nokernels, timed = --kernels timed, nostacks,
 #         slowflush = --flush-ms 1000,
 #         freestacks = --free-stacks, tensornative = --tensor-stacks all,
-#         pythonstacks = --tensor-stacks python, and depthN = --stack-depth N, for any
-#         bench; torchhistory = no gmem-prof, PyTorch's own
+#         pythonstacks = --tensor-stacks python, and depthN =
+#         --stack-depth N, for any bench; torchhistory = no gmem-prof, PyTorch's own
 #         `_record_memory_history(stacks="python")`, for resnet and the
 #         allocation loops; torchtrace = the same history without stacks,
 #         `context=None`; torchtrace1 = that with a history of one entry,
