@@ -158,13 +158,14 @@ pub struct RecordArgs {
     /// allocator). `auto` (default): on a thread running Python its Python
     /// frames alone (as PyTorch's own memory history records them:
     /// unwinding the dispatcher's native frames costs 1-3 µs per event, and
-    /// a training step has thousands), on a thread without Python
-    /// (autograd's backward pass) its native frames. `python`: Python
-    /// frames only, so the backward pass's tensors carry no stack: the
-    /// cheapest way to keep Python lines (resnet50 training on an H200
-    /// whose host mostly set the step's pace, median of 5 runs: recorded
-    /// steps 1.0% slower than unrecorded ones instead of 6.8%). `all`:
-    /// native and Python frames interleaved on every thread.
+    /// a training step has thousands); on a thread evaluating a node of
+    /// autograd's graph (the backward pass) that node, asked of PyTorch's
+    /// engine, not unwound ("AddmmBackward0"); on any other thread its
+    /// native frames. `python`: no native frames at all, so tensors of
+    /// threads that run neither Python nor an autograd node carry no
+    /// stack. `all`: native and Python frames interleaved on every thread
+    /// (1-3 µs more per tensor; the backward pass's tensors then show the
+    /// engine's frames down to the operator).
     #[arg(long, value_enum, value_name = "WHICH", default_value_t = TensorStacks::Auto)]
     pub tensor_stacks: TensorStacks,
     /// The libcupti.so.13 to load (default: the CUDA toolkit's, from CUDA_HOME,

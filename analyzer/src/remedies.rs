@@ -227,11 +227,13 @@ fn in_forward(frames: &[FrameText]) -> bool {
     })
 }
 
-/// A tensor made by PyTorch's autograd engine: the backward pass.
+/// A tensor made by PyTorch's autograd engine: the backward pass (the
+/// node it evaluated, or the engine's native frames).
 fn in_backward(frames: &[FrameText]) -> bool {
-    frames
-        .iter()
-        .any(|f| f.function.starts_with("torch::autograd::Engine::"))
+    frames.iter().any(|f| {
+        crate::sites::autograd_node(f).is_some()
+            || f.function.starts_with("torch::autograd::Engine::")
+    })
 }
 
 /// What the forward pass allocated and still held at the allocated peak,

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use gmem_prof_traces::record::{
     AllocatorInfo, DeviceInfo, Frame, ModuleInfo, ProcessInfo, PyCode, StackDef, SymbolInfo,
+    AUTOGRAD_NODE_FILE,
 };
 use gmem_prof_traces::Record;
 use polars::prelude::*;
@@ -55,6 +56,30 @@ pub fn kernel_name(text: String) -> String {
         .unwrap_or(text)
 }
 
+/// A C++ class as the collector names it, mangled as types are
+/// ("N5torch8autograd9generated14AddmmBackward0E"), demangled
+/// ("torch::autograd::generated::AddmmBackward0"); a name that does not
+/// demangle stays as it is.
+fn class_name(mangled: &str) -> String {
+    cpp_demangle::Symbol::new(format!("_ZTS{mangled}").as_bytes())
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .and_then(|text| text.strip_prefix("typeinfo name for ").map(str::to_string))
+        .unwrap_or_else(|| mangled.to_string())
+}
+
+/// The autograd node a stack's frame names (`AUTOGRAD_NODE_FILE`): its
+/// class, without PyTorch's namespaces ("AddmmBackward0").
+pub fn autograd_node(f: &FrameText) -> Option<&str> {
+    (f.module == AUTOGRAD_NODE_FILE).then(|| {
+        let name = f.function.as_str();
+        ["torch::autograd::generated::", "torch::autograd::"]
+            .iter()
+            .find_map(|ns| name.strip_prefix(ns))
+            .unwrap_or(name)
+    })
+}
+
 impl StreamDefs {
     pub fn add(&mut self, r: Record) {
         match r {
@@ -73,7 +98,10 @@ impl StreamDefs {
                 self.symbols.insert(s.address, s);
             }
             Record::Message(m) => self.messages.push((m.level, m.text)),
-            Record::PyCode(c) => {
+            Record::PyCode(mut c) => {
+                if c.file == AUTOGRAD_NODE_FILE {
+                    c.function = class_name(&c.function);
+                }
                 self.py_codes.insert(c.id.0, c);
             }
             Record::Allocator(a) => self.allocators.push(a),
@@ -126,6 +154,16 @@ impl StreamDefs {
                 }
             },
             Frame::Python { code, line } => out.push(match self.py_codes.get(&code.0) {
+                // Not Python: the autograd node a thread without Python
+                // was evaluating, a frame of PyTorch's own.
+                Some(c) if c.file == AUTOGRAD_NODE_FILE => FrameText {
+                    function: c.function.clone(),
+                    location: String::new(),
+                    module: AUTOGRAD_NODE_FILE.into(),
+                    offset: 0,
+                    resolved: true,
+                    python: false,
+                },
                 Some(c) => FrameText {
                     function: c.function.clone(),
                     location: format!("{}:{line}", c.file),
@@ -421,6 +459,9 @@ pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText], rules: &Co
 /// what a person can find in the model ("AddmmBackward0 (autograd)",
 /// "aten::mm").
 fn torch_operator(frames: &[FrameText]) -> Option<String> {
+    if let Some(node) = frames.iter().find_map(autograd_node) {
+        return Some(format!("{node} (autograd)"));
+    }
     let in_torch =
         |f: &FrameText| f.module.starts_with("libtorch") || f.module.starts_with("libc10");
     if !frames.iter().any(in_torch) {
@@ -693,5 +734,63 @@ mod kernel_name_tests {
         );
         assert_eq!(kernel_name("k_one".into()), "k_one");
         assert_eq!(kernel_name("_Znot a symbol".into()), "_Znot a symbol");
+    }
+}
+
+#[cfg(test)]
+mod autograd_node_tests {
+    use super::*;
+    use gmem_prof_traces::record::{PyCodeId, StackId};
+
+    /// A stack the collector takes on an autograd thread: one frame, the
+    /// node's class; shown and grouped as the node.
+    #[test]
+    fn an_autograd_node_frame_names_the_node() {
+        let mut defs = StreamDefs::default();
+        for (id, file, function) in [
+            (
+                1,
+                AUTOGRAD_NODE_FILE,
+                "N5torch8autograd9generated14AddmmBackward0E",
+            ),
+            (2, AUTOGRAD_NODE_FILE, "N5torch8autograd14AccumulateGradE"),
+            (3, "/home/me/train.py", "step"),
+        ] {
+            defs.add(Record::PyCode(PyCode {
+                id: PyCodeId(id),
+                file: file.into(),
+                function: function.into(),
+                first_line: 0,
+            }));
+        }
+        for (id, code) in [(1, 1), (2, 2), (3, 3)] {
+            defs.add(Record::Stack(StackDef {
+                id: StackId(id),
+                frames: vec![Frame::Python {
+                    code: PyCodeId(code),
+                    line: if code == 3 { 12 } else { 0 },
+                }],
+                truncated: false,
+            }));
+        }
+        let rules = CodeRules {
+            user: vec![],
+            library: vec![],
+        };
+        let label_of = |stack| {
+            let (frames, _) = defs.stack_frames(stack);
+            label(SiteClass::Call, "cuMemAlloc", &frames, &rules)
+        };
+        let (frames, _) = defs.stack_frames(1);
+        assert_eq!(
+            frames[0].function,
+            "torch::autograd::generated::AddmmBackward0"
+        );
+        assert!(!frames[0].python);
+        assert_eq!(label_of(1), "AddmmBackward0 (autograd)");
+        assert_eq!(label_of(2), "AccumulateGrad (autograd)");
+        assert_eq!(label_of(3), "step at train.py:12");
+        // What the collector could not demangle stays as it came.
+        assert_eq!(class_name("N5torch"), "N5torch");
     }
 }

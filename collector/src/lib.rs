@@ -23,6 +23,7 @@
 //!   so a SIGKILL loses well under a second; drops are counted in the trace.
 
 mod activity;
+mod autograd;
 mod callbacks;
 mod clock;
 pub mod config;

@@ -477,6 +477,39 @@ impl Python {
         id
     }
 
+    /// The `PyCode` id of a frame that stands among Python's without being
+    /// Python code (an autograd node's class, `autograd.rs`): `key` is an
+    /// address that names it for the process's life; `file` and
+    /// `function` say what it is. Defined through `define` the first time.
+    pub fn named_frame_id(
+        &self,
+        key: usize,
+        file: &str,
+        function: &str,
+        mut define: impl FnMut(PyCode),
+    ) -> Option<u32> {
+        // No code object has a null file name: these keys are apart.
+        let key = CodeKey {
+            address: key,
+            filename: 0,
+            name: 0,
+            first_line: -1,
+        };
+        let mut codes = self.codes.lock().ok()?;
+        if let Some(id) = codes.ids.get(&key) {
+            return Some(*id);
+        }
+        let id = codes.ids.len() as u32 + 1;
+        codes.ids.insert(key, id);
+        define(PyCode {
+            id: PyCodeId(id),
+            file: file.to_string(),
+            function: function.to_string(),
+            first_line: 0,
+        });
+        Some(id)
+    }
+
     fn line(&self, codes: &mut Codes, id: u32, code: usize, lasti: i32) -> u32 {
         if let Some(line) = codes.lines.get(&(id, lasti)) {
             return *line;

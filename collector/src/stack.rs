@@ -8,19 +8,22 @@
 //! earlier walks a thread keeps rarely match) cost 1-3 µs each on the H200,
 //! against 0.2 µs for the Python part. So those events take only the
 //! Python frames when the thread runs Python (what
-//! `torch.cuda.memory._record_memory_history(stacks="python")` records too),
-//! and the native stack otherwise (PyTorch's autograd threads run no
-//! Python). `GMEM_PROF_TENSOR_STACKS` (`record --tensor-stacks`) changes
-//! that: `python` takes no native stack on threads without Python (the
-//! backward pass's tensors then carry none: the cheapest way to keep
-//! Python lines), `all` takes both, interleaved, for every event.
+//! `torch.cuda.memory._record_memory_history(stacks="python")` records too);
+//! on PyTorch's autograd threads, which run none, the node of the autograd
+//! graph being evaluated (`autograd.rs`), and on any other thread the
+//! native stack. `GMEM_PROF_TENSOR_STACKS` (`record --tensor-stacks`)
+//! changes that: `python` takes no native stack (tensors of threads that
+//! run neither Python nor an autograd node then carry none), `all` takes
+//! native and Python frames, interleaved, for every event.
 
 use std::cell::RefCell;
 
+use gmem_prof_traces::record::AUTOGRAD_NODE_FILE;
 use gmem_prof_traces::Record;
 
+use crate::autograd;
 use crate::config::{TensorStacks, MAX_STACK_DEPTH};
-use crate::python::{interleave, PyFrame, MAX_PYTHON_FRAMES};
+use crate::python::{encode_frame, interleave, PyFrame, Python, MAX_PYTHON_FRAMES};
 use crate::session::Collector;
 
 /// Values a recorded stack holds at most: native frames and Python ones.
@@ -58,8 +61,8 @@ impl Collector {
 
     /// The stack of an event inside a framework allocator, as
     /// `--tensor-stacks` asks (see the module's docs): by default the
-    /// Python frames alone when the thread runs Python, else
-    /// `capture_stack`'s.
+    /// Python frames alone when the thread runs Python, else the autograd
+    /// node it evaluates, else the native frames.
     pub fn capture_framework_stack(&self, out: &mut [u64; MAX_FRAMES]) -> (usize, bool) {
         let mode = self.config.tensor_stacks;
         let python = match &self.python {
@@ -80,13 +83,36 @@ impl Collector {
             let n = interleave(&[], |_| false, &frames, out);
             Some((n, cut))
         });
-        // No Python frames on this thread: its native stack alone, straight
-        // into `out` (`capture_stack` would read the Python frames again
-        // and copy the native ones through a buffer of its own), unless
-        // only Python frames were asked for.
-        python_only.unwrap_or_else(|| match mode {
+        if let Some(frames) = python_only {
+            return frames;
+        }
+        // No Python frames on this thread: the autograd node it evaluates,
+        // else its native stack alone, straight into `out`
+        // (`capture_stack` would read the Python frames again and copy the
+        // native ones through a buffer of its own), unless only Python
+        // frames were asked for.
+        if let Some(node) = self.autograd_node_frame(python) {
+            out[0] = node;
+            return (1, false);
+        }
+        match mode {
             TensorStacks::Python => (0, false),
             _ => stacks.capture(&mut out[..MAX_STACK_DEPTH]),
-        })
+        }
+    }
+
+    /// The frame naming the autograd node this thread evaluates, when it
+    /// evaluates one (`autograd.rs`).
+    fn autograd_node_frame(&self, python: &Python) -> Option<u64> {
+        let autograd = self.torch.autograd.get()?.as_ref()?;
+        let vtable = autograd.current_vtable()?;
+        let id = autograd::cached_class_id(vtable, || {
+            let stacks = self.stacks.as_ref()?;
+            let name = autograd::class_name(vtable, |a| stacks.module_end(a))?;
+            python.named_frame_id(vtable, AUTOGRAD_NODE_FILE, &name, |code| {
+                self.sink.push(Record::PyCode(code))
+            })
+        })?;
+        Some(encode_frame(id, 0))
     }
 }

@@ -29,13 +29,14 @@ use std::ffi::c_int;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use gmem_prof_traces::record::{
     allocator, AllocatorAction, AllocatorEvent, AllocatorInfo, Bytes, Nanos,
 };
 use gmem_prof_traces::Record;
 
+use crate::autograd::Autograd;
 use crate::callbacks::current_tid;
 use crate::clock::{EventTimer, PartClock, Sample};
 use crate::elf::{self, FileSymbol};
@@ -64,6 +65,9 @@ pub struct TorchHook {
     /// their costs differ several times over.
     pub with_stack: EventTimer,
     pub without_stack: EventTimer,
+    /// The autograd engine's current node, looked up once attached: what
+    /// the backward pass's tensors are named by (`autograd.rs`).
+    pub autograd: OnceLock<Option<Autograd>>,
 }
 
 impl Default for TorchHook {
@@ -73,6 +77,7 @@ impl Default for TorchHook {
             looked_at: Mutex::new(None),
             with_stack: EventTimer::default(),
             without_stack: EventTimer::default(),
+            autograd: OnceLock::new(),
         }
     }
 }
@@ -342,6 +347,9 @@ impl TorchHook {
             }
             Attempt::Attached { detail, pool_ids } => {
                 c.set_torch_pool_ids(pool_ids);
+                // Events other threads record before this is set take
+                // their native stack.
+                self.autograd.get_or_init(Autograd::find);
                 self.state.store(ATTACHED, Ordering::Release);
                 c.sink.push(Record::Allocator(info(true, detail)));
             }

@@ -287,6 +287,14 @@ impl Stacks {
         }
     }
 
+    /// The end of the loaded module whose mapped span holds `addr` (None:
+    /// no module does), for reading what a pointer into it names.
+    pub fn module_end(&self, addr: u64) -> Option<u64> {
+        self.refresh(false);
+        let registry = self.registry.read().ok()?;
+        registry.find(addr).map(|m| m.range.end)
+    }
+
     /// Captures the calling thread's return addresses, innermost first,
     /// leaving out the collector's and CUPTI's own frames. Returns the number
     /// of frames and whether the depth limit cut the stack.

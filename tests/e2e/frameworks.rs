@@ -400,19 +400,20 @@ fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
 }
 
 /// `--tensor-stacks`: which frames tensor events take on a thread running
-/// Python and on one without (fake_app.py `torch_threads`: a tensor from
-/// Python, two from a native thread, as autograd's backward pass
-/// allocates).
+/// Python, on one without, and on one evaluating an autograd node
+/// (fake_app.py `torch_threads`: a tensor from Python, two from a native
+/// thread, then one from a thread inside a backward node and one from it
+/// outside any node).
 #[test]
 fn tensor_stacks_choose_the_frames_of_each_thread() {
     let lines = marked_lines(&app());
     let lib = fake_torch();
     // (mode, Python thread's tensor: native frames?, native thread's
-    // tensors: a stack?)
-    for (mode, python_thread_native, native_thread_stack) in [
-        ("auto", false, true),
-        ("python", false, false),
-        ("all", true, true),
+    // tensors: a stack?, the node's tensor: the node alone?)
+    for (mode, python_thread_native, native_thread_stack, node_alone) in [
+        ("auto", false, true, true),
+        ("python", false, false, true),
+        ("all", true, true, false),
     ] {
         let dir = scratch(&format!("tensor-stacks-{mode}"));
         let out = run(&mut record_python(
@@ -423,13 +424,26 @@ fn tensor_stacks_choose_the_frames_of_each_thread() {
             &[OsStr::new("torch_threads"), lib.as_os_str()],
         ));
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        // The node's references are all given back: only its owner's is
+        // left after its evaluation, as without the collector.
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("node uses 1\n"),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let recs = dump_json(&dir.join("t.bin"));
         let allocs: Vec<&Value> = of_type(&recs, "AllocatorEvent")
             .into_iter()
             .filter(|e| e["action"] == 1)
             .collect();
-        assert_eq!(allocs.len(), 3, "{mode}: {allocs:?}");
-        let stack = |e: &Value| frames(&recs, 0, e["stack"].as_u64().unwrap());
+        assert_eq!(allocs.len(), 5, "{mode}: {allocs:?}");
+        let stack = |e: &Value| {
+            if e["stack"] == 0 {
+                vec![]
+            } else {
+                frames(&recs, 0, e["stack"].as_u64().unwrap())
+            }
+        };
         // The Python thread's tensor: its line always; native frames only
         // with `all`.
         let first = stack(allocs[0]);
@@ -444,12 +458,29 @@ fn tensor_stacks_choose_the_frames_of_each_thread() {
             python_thread_native,
             "{mode}: {first:?}"
         );
-        // The native thread's: its native frames, or no stack at all.
-        for e in &allocs[1..] {
+        // The native threads' tensors outside any node: their native
+        // frames, or no stack at all.
+        for e in [allocs[1], allocs[2], allocs[4]] {
             assert_ne!(e["tid"], allocs[0]["tid"], "{mode}");
-            let frames = if e["stack"] == 0 { vec![] } else { stack(e) };
+            let frames = stack(e);
             assert_eq!(!frames.is_empty(), native_thread_stack, "{mode}: {e}");
             assert!(frames.iter().all(|f| f.is_err()), "{mode}: {frames:?}");
+        }
+        // The node's tensor: the node, named by its class, instead of a
+        // walk; with `all`, the native frames.
+        let node = stack(allocs[3]);
+        let named = Ok((
+            "N5torch8autograd9generated14AddmmBackward0E".to_string(),
+            "<autograd>".to_string(),
+            0,
+        ));
+        if node_alone {
+            assert_eq!(node, vec![named], "{mode}");
+        } else {
+            assert!(
+                !node.is_empty() && node.iter().all(|f| f.is_err()),
+                "{mode}: {node:?}"
+            );
         }
     }
 }

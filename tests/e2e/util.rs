@@ -127,7 +127,8 @@ pub fn fake_nvml() -> &'static Path {
 /// The stand-in for PyTorch's libc10_cuda.so (tests/fake_cupti/fake_torch.cpp),
 /// built with the system C++ compiler once per test run, at
 /// `<dir>/torch/lib/libc10_cuda.so` beside a `torch/version.py` that says
-/// 2.11.0+fake, as in a torch install.
+/// 2.11.0+fake, as in a torch install, and beside the stand-in for
+/// libtorch_cpu.so's autograd engine (fake_autograd.cpp).
 pub fn fake_torch() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -135,21 +136,22 @@ pub fn fake_torch() -> &'static Path {
         let root = f.cupti.with_file_name("torch");
         std::fs::create_dir_all(root.join("lib")).unwrap();
         std::fs::write(root.join("version.py"), "__version__ = '2.11.0+fake'\n").unwrap();
-        let lib = root.join("lib/libc10_cuda.so");
-        let cpp = repo().join("tests/fake_cupti/fake_torch.cpp");
-        compile(
-            true,
-            &[
-                "-O1".as_ref(),
-                "-g".as_ref(),
-                "-shared".as_ref(),
-                "-fPIC".as_ref(),
-                "-o".as_ref(),
-                lib.as_os_str(),
-                cpp.as_os_str(),
-                f.cupti.as_os_str(),
-            ],
-        );
+        // A C++ shared library of tests/fake_cupti, linked with `with`.
+        let library = |name: &str, source: &str, with: &[&std::ffi::OsStr]| {
+            let out = root.join("lib").join(name);
+            let cpp = repo().join("tests/fake_cupti").join(source);
+            let mut args: Vec<&std::ffi::OsStr> = ["-O1", "-g", "-shared", "-fPIC", "-o"]
+                .iter()
+                .map(|a| a.as_ref())
+                .collect();
+            args.extend([out.as_os_str(), cpp.as_os_str()]);
+            args.extend(with);
+            compile(true, &args);
+            out
+        };
+        let lib = library("libc10_cuda.so", "fake_torch.cpp", &[f.cupti.as_os_str()]);
+        // Beside it, as in a PyTorch install: the autograd engine's part.
+        library("libtorch_cpu.so", "fake_autograd.cpp", &[]);
         lib
     })
 }

@@ -6,8 +6,9 @@ name. argv[1] is the fake libcupti.so.13; argv[2] the scenario: `frames`
 from the stand-in caching allocator of fake_torch.cpp, whose library is
 argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
 own), `paused` (recording paused and resumed by the program),
-`torch_threads` (a tensor from Python and two from a thread without
-Python, as PyTorch's autograd thread allocates) or
+`torch_threads` (a tensor from Python, two from a thread without
+Python, and two from a thread evaluating an autograd node and then none,
+as PyTorch's autograd threads allocate) or
 `torch_fragmented_oom` (an out-of-memory error with enough free in
 the segment but in pieces) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
@@ -75,12 +76,21 @@ def torch(library, direct_first=False):
 
 
 def torch_threads(library):
+    # PyTorch loads its autograd engine with its allocator (the stand-in
+    # fake_autograd.cpp, beside the stand-in libc10_cuda).
+    autograd = ctypes.CDLL(os.path.join(os.path.dirname(library), "libtorch_cpu.so"))
+    autograd.fake_autograd_backward.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    autograd.fake_autograd_backward.restype = ctypes.c_long
     c10 = load_c10(library)
     c10.fake_torch_bench_native.argtypes = [ctypes.c_long, ctypes.c_uint, ctypes.c_int]
     c10.fake_torch_bench_native.restype = ctypes.c_double
     kept = c10.fake_torch_malloc(1 << 20)  # line:python_thread
     # One warm-up tensor and one timed, 3 frames below the thread's entry.
     c10.fake_torch_bench_native(1, 1, 3)
+    # A backward node's tensor, then one outside any node, on a thread
+    # without Python.
+    malloc = ctypes.cast(c10.fake_torch_malloc, ctypes.c_void_p)
+    print("node uses", autograd.fake_autograd_backward(malloc, 2 << 20))
     return kept
 
 

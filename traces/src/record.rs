@@ -183,6 +183,13 @@ pub enum Frame {
     },
 }
 
+/// `PyCode.file` of a frame that is not Python code but stands where one
+/// would: the node of PyTorch's autograd graph that a thread without
+/// Python was evaluating (its `function` is the node's C++ class, mangled
+/// as C++ names types: `N5torch8autograd9generated14AddmmBackward0E`; its
+/// line 0).
+pub const AUTOGRAD_NODE_FILE: &str = "<autograd>";
+
 /// A Python function whose frames appear in stacks: where it is defined.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
