@@ -990,6 +990,13 @@ impl Engine {
         let axis = self.axis.as_ref().expect("axis set before events");
         let st = &mut self.streams[stream as usize];
         let fw = st.framework.get_or_insert_with(|| {
+            if a.allocator == TORCH_ASYNC {
+                // Its error before any of its tensors.
+                return Box::new(FrameworkState::new(AllocConfig {
+                    cuda_malloc_async: true,
+                    ..AllocConfig::default()
+                }));
+            }
             let settings = st
                 .defs
                 .allocators

@@ -238,6 +238,9 @@ pub struct FrameworkOomRaw {
     pub free_in_segments: u64,
     pub largest_free: u64,
     pub live_by_site: Vec<(u32, u64, u64)>,
+    /// Raised by the cudaMallocAsync backend: no segments, and the request
+    /// is not seen (`requested` is 0).
+    pub cuda_malloc_async: bool,
 }
 
 /// The allocator of one process on one device.
@@ -769,6 +772,7 @@ impl FrameworkState {
                     free_in_segments: extents.values().map(|e| e.free).sum(),
                     largest_free: extents.values().map(|e| e.largest).max().unwrap_or(0),
                     live_by_site,
+                    cuda_malloc_async: dev.allocator == TORCH_ASYNC,
                 });
             }
             AllocatorAction::SNAPSHOT if dev.snapshots.len() < MAX_SNAPSHOTS => {
@@ -802,6 +806,7 @@ impl FrameworkState {
                         free_in_segments: 0,
                         largest_free: 0,
                         live_by_site: Vec::new(),
+                        cuda_malloc_async: dev.allocator == TORCH_ASYNC,
                     }),
                 }
             }

@@ -202,6 +202,26 @@ pub fn views(
             .find(|a| a.allocator == allocator::TORCH_CACHING)
             .map(|a| a.settings.clone())
             .unwrap_or_default();
+        // The driver failures behind the errors this allocator raised: the
+        // last one that reached the program on the same device, in the
+        // two seconds before; their requests, by error.
+        let driver_requests: Vec<Option<u64>> = fw
+            .ooms
+            .iter()
+            .map(|o| {
+                let t = rel(o.time);
+                let d = driver_ooms.iter_mut().rev().find(|d| {
+                    d.pid == pid
+                        && d.device == o.device
+                        && d.reached_program()
+                        && d.raised_as.is_none()
+                        && d.time_ns <= t
+                        && t - d.time_ns <= 2_000_000_000
+                })?;
+                d.raised_as = Some("PyTorch OutOfMemoryError".into());
+                Some(d.requested_bytes)
+            })
+            .collect();
         for (&device, dev) in &mut fw.devices {
             let total = defs
                 .devices
@@ -244,8 +264,9 @@ pub fn views(
             let ooms: Vec<FrameworkOom> = fw
                 .ooms
                 .iter()
-                .filter(|o| o.device == device)
-                .map(|o| framework_oom(o, pid, total, ids, rel, &by_site))
+                .zip(&driver_requests)
+                .filter(|(o, _)| o.device == device)
+                .map(|(o, driver)| framework_oom(o, *driver, pid, total, ids, rel, &by_site))
                 .collect();
             let mut notes: Vec<String> = fw.config.unsupported.clone();
             if dev.unknown_frees > 0 {
@@ -372,22 +393,6 @@ pub fn views(
                 });
             }
         }
-        // The driver failures behind the errors this allocator raised: the
-        // last one that reached the program on the same device, in the
-        // two seconds before.
-        for o in &fw.ooms {
-            let t = rel(o.time);
-            if let Some(d) = driver_ooms.iter_mut().rev().find(|d| {
-                d.pid == pid
-                    && d.device == o.device
-                    && d.reached_program()
-                    && d.raised_as.is_none()
-                    && d.time_ns <= t
-                    && t - d.time_ns <= 2_000_000_000
-            }) {
-                d.raised_as = Some("PyTorch OutOfMemoryError".into());
-            }
-        }
     }
     tensor_growth.sort_by(|a, b| {
         b.growth_bytes
@@ -406,8 +411,11 @@ pub fn views(
 /// final site.
 type BySite = dyn Fn(&[(u32, u64, u64)], &[u32]) -> Vec<SiteBytes>;
 
+/// One error the allocator raised, as the model gives it. `driver`: the
+/// request of the failed CUDA allocation behind it, if one was.
 fn framework_oom(
     o: &FrameworkOomRaw,
+    driver: Option<u64>,
     pid: u32,
     total: u64,
     ids: &[u32],
@@ -415,17 +423,29 @@ fn framework_oom(
     by_site: &BySite,
 ) -> FrameworkOom {
     let limit = match o.limit {
+        // The cudaMallocAsync backend asked CUDA, which refused.
+        _ if o.cuda_malloc_async && driver.is_some() => "device full",
         None => "unknown",
         // The allocator holds to the fraction's bytes when one is set, else
         // to the device's total.
         Some(l) if total > 0 && l < total - total / 1000 => "memory fraction",
         Some(_) => "device full",
     };
+    // The cudaMallocAsync backend refuses a request against the fraction
+    // before any CUDA call: only the least it could have been is known.
+    let (requested_bytes, request_seen) = match (o.cuda_malloc_async, driver, o.limit) {
+        (false, _, _) => (o.requested, true),
+        (true, Some(bytes), _) => (bytes, true),
+        (true, None, Some(limit)) => (limit.saturating_sub(o.allocated) + 1, false),
+        (true, None, None) => (0, false),
+    };
     FrameworkOom {
         time_ns: rel(o.time),
         pid,
         device: o.device,
-        requested_bytes: o.requested,
+        requested_bytes,
+        request_seen,
+        cuda_malloc_async: o.cuda_malloc_async,
         tried_bytes: o.tried,
         limit: limit.into(),
         limit_bytes: o.limit,

@@ -11,7 +11,7 @@
 use std::sync::Mutex;
 
 use gmem_prof_traces::file::RawChunk;
-use gmem_prof_traces::record::{self, tag, AllocatorAction, ApiFunc};
+use gmem_prof_traces::record::{self, allocator, tag, AllocatorAction, ApiFunc};
 #[cfg(target_arch = "x86_64")]
 use gmem_prof_traces::WINDOW;
 use gmem_prof_traces::{
@@ -110,7 +110,13 @@ impl AllocatorEv {
     fn from_record(a: &record::AllocatorEvent) -> AllocatorEv {
         let oom = a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT;
         AllocatorEv {
-            allocator: a.allocator,
+            // The cudaMallocAsync backend's errors join the view made of
+            // its stream-ordered allocations.
+            allocator: if a.allocator == allocator::TORCH_ASYNC_BACKEND {
+                crate::framework::TORCH_ASYNC
+            } else {
+                a.allocator
+            },
             action: a.action,
             device: a.device,
             stack: a.stack.0,

@@ -73,6 +73,10 @@ pub enum Remedy {
         fraction: f64,
         limit_bytes: u64,
         requested_bytes: u64,
+        /// False: `requested_bytes` is the least the request could have
+        /// been (the cudaMallocAsync backend's error), and so is
+        /// `needed_fraction`.
+        request_seen: bool,
         allocated_bytes: u64,
         device_total_bytes: u64,
         device_free_bytes: u64,
@@ -998,8 +1002,16 @@ pub struct FrameworkOom {
     pub time_ns: u64,
     pub pid: u32,
     pub device: u32,
-    /// The request, rounded as the allocator rounds it.
+    /// The request, rounded as the allocator rounds it; when not
+    /// `request_seen`, the least it could have been (the limit less what
+    /// was allocated, plus one byte).
     pub requested_bytes: u64,
+    /// False for the cudaMallocAsync backend's error against the memory
+    /// fraction, raised before any CUDA call: the request is not seen.
+    pub request_seen: bool,
+    /// Raised by the cudaMallocAsync backend: it has no segments, so
+    /// `free_in_segments` and `largest_free_block` are 0.
+    pub cuda_malloc_async: bool,
     /// What the allocator tried to obtain from the driver for it.
     pub tried_bytes: Option<u64>,
     /// "memory fraction" (set_per_process_memory_fraction), "device full",

@@ -128,11 +128,15 @@ fn memory_fraction(a: &Analysis, out: &mut Vec<Remedy>) {
             fraction: limit as f64 / total,
             limit_bytes: limit,
             requested_bytes: o.requested_bytes,
+            request_seen: o.request_seen,
             allocated_bytes: o.allocated_bytes,
             device_total_bytes: o.device_total_bytes,
             device_free_bytes: o.device_free_bytes,
             needed_fraction,
-            change: format!("torch.cuda.set_per_process_memory_fraction({needed_fraction:.2})"),
+            change: format!(
+                "torch.cuda.set_per_process_memory_fraction({needed_fraction:.2}){}",
+                if o.request_seen { "" } else { " or more" }
+            ),
             site: tensor_site(a, o.site),
         });
     }

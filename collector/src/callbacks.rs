@@ -478,12 +478,12 @@ unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
     }
 }
 
-const OFF_SITE: usize = offset_of!(cs::CUpti_CallbackData, callbackSite);
-const OFF_PARAMS: usize = offset_of!(cs::CUpti_CallbackData, functionParams);
-const OFF_RETURN: usize = offset_of!(cs::CUpti_CallbackData, functionReturnValue);
+pub(crate) const OFF_SITE: usize = offset_of!(cs::CUpti_CallbackData, callbackSite);
+pub(crate) const OFF_PARAMS: usize = offset_of!(cs::CUpti_CallbackData, functionParams);
+pub(crate) const OFF_RETURN: usize = offset_of!(cs::CUpti_CallbackData, functionReturnValue);
 const OFF_CORR_DATA: usize = offset_of!(cs::CUpti_CallbackData, correlationData);
 const OFF_CORR_ID: usize = offset_of!(cs::CUpti_CallbackData, correlationId);
-const OFF_CONTEXT: usize = offset_of!(cs::CUpti_CallbackData, context);
+pub(crate) const OFF_CONTEXT: usize = offset_of!(cs::CUpti_CallbackData, context);
 const OFF_CONTEXT_UID: usize = offset_of!(cs::CUpti_CallbackData, contextUid);
 const OFF_SYMBOL: usize = offset_of!(cs::CUpti_CallbackData, symbolName);
 

@@ -36,6 +36,7 @@ mod session;
 mod sink;
 mod stack;
 mod torch_allocator;
+mod torch_async;
 mod unwind;
 
 /// Called by the CUDA driver during `cuInit` in every process that has

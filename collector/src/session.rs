@@ -21,6 +21,7 @@ use crate::nvml::Nvml;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
 use crate::torch_allocator::TorchHook;
+use crate::torch_async;
 use crate::unwind::Stacks;
 
 pub struct Collector {
@@ -298,6 +299,8 @@ unsafe extern "C" fn on_api(
             unsafe {
                 if callbacks::is_launch(cbid) {
                     c.on_kernel_launch(cbid, data as *const u8)
+                } else if cbid == torch_async::MEM_GET_INFO_CBID {
+                    c.on_mem_get_info(data as *const u8)
                 } else {
                     c.on_driver_call(cbid, data as *const u8)
                 }
@@ -518,6 +521,10 @@ impl Collector {
             .collect();
         if self.config.kernels == KernelMode::Launches {
             cbids.extend(callbacks::LAUNCHES.iter().map(|cbid| *cbid as u32));
+        }
+        if self.config.frameworks {
+            // Rare, and quick to leave when not PyTorch's error path.
+            cbids.push(torch_async::MEM_GET_INFO_CBID);
         }
         cbids
     }

@@ -42,6 +42,7 @@ use crate::clock::{EventTimer, PartClock, Sample};
 use crate::elf::{self, FileSymbol};
 use crate::modules;
 use crate::session::{self, Collector};
+use crate::torch_async::AsyncBackend;
 
 const LIBRARY: &str = "libc10_cuda.so";
 
@@ -68,6 +69,8 @@ pub struct TorchHook {
     /// The autograd engine's current node, looked up once attached: what
     /// the backward pass's tensors are named by (`autograd.rs`).
     pub autograd: OnceLock<Option<Autograd>>,
+    /// Set when the process runs the cudaMallocAsync backend.
+    pub async_backend: OnceLock<AsyncBackend>,
 }
 
 impl Default for TorchHook {
@@ -78,6 +81,7 @@ impl Default for TorchHook {
             with_stack: EventTimer::default(),
             without_stack: EventTimer::default(),
             autograd: OnceLock::new(),
+            async_backend: OnceLock::new(),
         }
     }
 }
@@ -88,13 +92,42 @@ const SYM_VTABLE: usize = 1;
 const SYM_TRACKER: usize = 2;
 const SYM_OOM: usize = 3;
 const SYM_INITIALIZED: usize = 4;
-const SYMBOLS: usize = 5;
+// The cudaMallocAsync backend's (`torch_async.rs`).
+const SYM_ASYNC_VTABLE: usize = 5;
+const SYM_ASYNC_MALLOC: usize = 6;
+const SYM_ASYNC_MALLOC_COLD: usize = 7;
+const SYM_ASYNC_LIMITS: usize = 8;
+const SYMBOLS: usize = 9;
+
+/// The backend's namespace; `mallocAsync` and the limits sit in an
+/// anonymous one inside it.
+const ASYNC: &[u8] = b"_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync";
 
 const CLASS: &[u8] = b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator";
 
 fn pick(name: &[u8]) -> Option<usize> {
     if name == b"_ZN3c104cuda20CUDACachingAllocator9allocatorE" {
         return Some(SYM_ALLOCATOR);
+    }
+    if name == b"_ZTVN3c104cuda20CUDACachingAllocator15CudaMallocAsync24CudaMallocAsyncAllocatorE" {
+        return Some(SYM_ASYNC_VTABLE);
+    }
+    if let Some(inner) = name
+        .strip_prefix(ASYNC)
+        .and_then(|n| n.strip_prefix(b"12_GLOBAL__N_1"))
+    {
+        if inner == b"21pytorch_memory_limitsE" {
+            return Some(SYM_ASYNC_LIMITS);
+        }
+        // mallocAsync(void**, DeviceIndex, size_t, cudaStream_t), and the
+        // part the compiler moved its error path to.
+        if inner.starts_with(b"11mallocAsyncE") {
+            return Some(if inner.ends_with(b".cold") {
+                SYM_ASYNC_MALLOC_COLD
+            } else {
+                SYM_ASYNC_MALLOC
+            });
+        }
     }
     if name == b"_ZTVN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE" {
         return Some(SYM_VTABLE);
@@ -284,6 +317,9 @@ enum Attempt {
         detail: String,
         pool_ids: bool,
     },
+    /// The cudaMallocAsync backend is in use: not attached, but its
+    /// memory-fraction errors can be seen (`torch_async.rs`).
+    Async(AsyncBackend),
     /// Never in this process; why.
     No(String),
 }
@@ -353,6 +389,13 @@ impl TorchHook {
                 self.state.store(ATTACHED, Ordering::Release);
                 c.sink.push(Record::Allocator(info(true, detail)));
             }
+            Attempt::Async(backend) => {
+                let _ = self.async_backend.set(backend);
+                let why = "the cudaMallocAsync backend: every tensor is a CUDA allocation the \
+                           trace sees directly, and its errors against the memory fraction \
+                           are seen when it asks CUDA for the free memory";
+                c.sink.push(Record::Allocator(info(false, why.into())));
+            }
             Attempt::No(why) => {
                 c.sink.push(Record::Allocator(info(false, why.clone())));
                 c.report(1, format!("PyTorch's caching allocator: {why}"));
@@ -362,6 +405,11 @@ impl TorchHook {
 }
 
 impl TorchHook {
+    /// Whether attaching is still to be tried.
+    pub fn waiting(&self) -> bool {
+        self.state.load(Ordering::Acquire) == WAITING
+    }
+
     /// Where libc10_cuda is mapped now, from the cache while the loader's
     /// list is unchanged. A thread that finds the cache busy walks the list
     /// itself rather than wait.
@@ -426,6 +474,9 @@ fn attach(library: &str, bias: u64) -> Attempt {
     // SAFETY: a live C++ object starts with its vtable pointer.
     let vptr = unsafe { std::ptr::read(object as *const usize) } as u64;
     // Itanium ABI: the vtable pointer skips offset-to-top and RTTI.
+    if let Some(backend) = async_backend(vptr, &at, &found) {
+        return Attempt::Async(backend);
+    }
     if vptr != vtable + 16 {
         return Attempt::No(
             "the allocator in use is not the native caching allocator (the cudaMallocAsync \
@@ -501,6 +552,30 @@ fn attach(library: &str, bias: u64) -> Attempt {
     Attempt::Attached { detail, pool_ids }
 }
 
+/// The cudaMallocAsync backend, if the allocator in use (`vptr`) is its
+/// and the library names what `torch_async.rs` reads.
+fn async_backend(
+    vptr: u64,
+    at: &impl Fn(usize) -> Option<u64>,
+    found: &[Option<FileSymbol>],
+) -> Option<AsyncBackend> {
+    // Itanium ABI: the vtable pointer skips offset-to-top and RTTI.
+    if at(SYM_ASYNC_VTABLE)? + 16 != vptr {
+        return None;
+    }
+    let range = |slot: usize| {
+        let start = at(slot)?;
+        Some(start..start + found[slot]?.size)
+    };
+    let malloc = range(SYM_ASYNC_MALLOC)?;
+    // No `.cold` part: an empty range.
+    let cold = range(SYM_ASYNC_MALLOC_COLD).unwrap_or(0..0);
+    Some(AsyncBackend {
+        malloc: [malloc, cold],
+        limits: at(SYM_ASYNC_LIMITS)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,6 +609,25 @@ mod tests {
                 b"_ZN3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocator11initializedEv"
             ),
             Some(SYM_INITIALIZED)
+        );
+        // The cudaMallocAsync backend's (nm of torch 2.11's libc10_cuda.so).
+        let ns = "_ZN3c104cuda20CUDACachingAllocator15CudaMallocAsync12_GLOBAL__N_1";
+        for (name, slot) in [
+            ("11mallocAsyncEPPvamP11CUstream_st", SYM_ASYNC_MALLOC),
+            (
+                "11mallocAsyncEPPvamP11CUstream_st.cold",
+                SYM_ASYNC_MALLOC_COLD,
+            ),
+            ("21pytorch_memory_limitsE", SYM_ASYNC_LIMITS),
+        ] {
+            assert_eq!(pick(format!("{ns}{name}").as_bytes()), Some(slot), "{name}");
+        }
+        assert_eq!(pick(format!("{ns}18pytorch_used_bytesE").as_bytes()), None);
+        assert_eq!(
+            pick(
+                b"_ZTVN3c104cuda20CUDACachingAllocator15CudaMallocAsync24CudaMallocAsyncAllocatorE"
+            ),
+            Some(SYM_ASYNC_VTABLE)
         );
         // The cudaMallocAsync backend's methods, and other signatures, are
         // not taken.

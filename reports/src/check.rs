@@ -197,7 +197,7 @@ pub fn details(o: &Outcome) -> Vec<String> {
             .map(|e| match e {
                 OomError::Framework { oom, site } => format!(
                     "PyTorch OutOfMemoryError for {} from {site}: refused by {}",
-                    bytes(oom.requested_bytes),
+                    crate::framework::oom_request(oom),
                     oom_limit(oom)
                 ),
                 OomError::Driver {

@@ -33,8 +33,27 @@ fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> S
     )
 }
 
+/// The request behind an error, in words: "more than N" when the
+/// allocator refused it before any CUDA call that would show it (the
+/// cudaMallocAsync backend against its memory fraction).
+pub fn oom_request(o: &FrameworkOom) -> String {
+    match (o.request_seen, o.requested_bytes) {
+        (true, n) => bytes(n),
+        (false, 0) => "a request of unknown size".into(),
+        (false, n) => format!("more than {}", bytes(n - 1)),
+    }
+}
+
 /// What the allocator held when it raised an error, in words.
 fn oom_state(o: &FrameworkOom) -> String {
+    if o.cuda_malloc_async {
+        // No segments: its pool is CUDA's.
+        return format!(
+            "{} allocated, {} in its pool",
+            bytes(o.allocated_bytes),
+            bytes(o.reserved_bytes)
+        );
+    }
     format!(
         "{} allocated, {} reserved, {} free inside its segments, largest free block {}",
         bytes(o.allocated_bytes),
@@ -68,7 +87,7 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
         let o = framework?;
         Some(format!(
             "PyTorch raised OutOfMemoryError for {} at {} (pid {}, device {}, at {}): refused by {}; {}",
-            bytes(o.requested_bytes),
+            oom_request(o),
             o.site
                 .map_or_else(|| "an unknown site".into(), |s| a.tensor_site_label(s)),
             o.pid,
@@ -289,7 +308,7 @@ fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str, out: &mut String) {
             out,
             "<h4 id=\"{stem}-oom-{i}\">Out of memory raised by the allocator at {}: {} requested</h4><p>Refused by {}. The allocator then: {}{}.</p><p>Requested from: {}</p>",
             time(o.time_ns),
-            bytes(o.requested_bytes),
+            oom_request(o),
             oom_limit(o),
             escape(&oom_state(o)),
             o.tried_bytes
@@ -418,7 +437,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 w,
                 "  out of memory raised at {}: {} requested, refused by {}; {}: {}",
                 time(o.time_ns),
-                bytes(o.requested_bytes),
+                oom_request(o),
                 oom_limit(o),
                 oom_state(o),
                 o.site

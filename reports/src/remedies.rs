@@ -39,6 +39,7 @@ pub fn advice(r: &Remedy) -> Advice {
             fraction,
             limit_bytes,
             requested_bytes,
+            request_seen,
             allocated_bytes,
             device_total_bytes,
             device_free_bytes,
@@ -46,12 +47,19 @@ pub fn advice(r: &Remedy) -> Advice {
             change,
             site,
         } => Advice {
-            change: format!("raise PyTorch's memory fraction to {needed_fraction:.2}: {change}"),
+            change: format!(
+                "raise PyTorch's memory fraction to {needed_fraction:.2}{}: {change}",
+                if *request_seen { "" } else { " at least" }
+            ),
             because: format!(
                 "pid {pid} ran out on device {device} against its memory fraction {fraction:.2} ({} of {}), asking for {}{} with {} allocated, while the device had {} free",
                 bytes(*limit_bytes),
                 bytes(*device_total_bytes),
-                bytes(*requested_bytes),
+                if *request_seen {
+                    bytes(*requested_bytes)
+                } else {
+                    format!("more than {}", bytes(requested_bytes.saturating_sub(1)))
+                },
                 site.as_ref().map_or_else(String::new, |s| format!(" at {s}")),
                 bytes(*allocated_bytes),
                 bytes(*device_free_bytes)

@@ -330,3 +330,75 @@ fn processes_sharing_a_device_near_its_memory_get_a_share_each() {
     let a = analysis(&sample("children.bin"), "children");
     assert_eq!(remedies(&a), Vec::<Value>::new());
 }
+
+/// The stand-in's cudaMallocAsync backend under a 10 MiB memory fraction
+/// refuses the third 4 MiB tensor before any CUDA allocation, asking CUDA
+/// only for the free memory (as torch's does): the error is seen, with its
+/// line, the fraction and the device's free memory, the request as the
+/// least it could have been, and the fraction remedy.
+#[test]
+fn the_cuda_malloc_async_backends_fraction_error_is_seen() {
+    let lines = marked_lines(&repo().join("tests/fake_cupti/fake_app.py"));
+    let dir = scratch("remedies-async-fraction");
+    let out = run(record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[
+            OsStr::new("torch_async_fraction_oom"),
+            fake_torch().as_os_str(),
+        ],
+    )
+    .env("FAKE_TORCH_BACKEND", "cudaMallocAsync"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("held 2\n"));
+    let recs = dump_json(&dir.join("t.bin"));
+    let backend = of_type(&recs, "Allocator");
+    assert_eq!(backend.len(), 1, "{backend:?}");
+    assert_eq!(backend[0]["attached"], false);
+    let events = of_type(&recs, "AllocatorEvent");
+    let actions: Vec<(u64, u64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["allocator"].as_u64().unwrap(),
+                e["action"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(actions, [(2, 8), (2, 9)], "only the error, once");
+    for e in &events {
+        assert_eq!(e["limit"], 10 * MIB);
+        // fake_cupti.c's cuMemGetInfo: 60 GiB free.
+        assert_eq!(e["device_free"], 60u64 << 30);
+    }
+    let a = analysis(&dir.join("t.bin"), "async-fraction");
+    let oom = &a["frameworks"][0]["ooms"][0];
+    assert_eq!(oom["limit"], "memory fraction", "{oom}");
+    assert_eq!(oom["request_seen"], false);
+    assert_eq!(oom["cuda_malloc_async"], true);
+    // The stand-in's tensors are plain allocations, not stream-ordered
+    // ones: the view counts none of them.
+    assert_eq!(oom["allocated_bytes"], 0);
+    assert_eq!(oom["requested_bytes"], 10 * MIB + 1);
+    let site = format!(
+        "torch_async_fraction_oom at fake_app.py:{}",
+        lines["async_oom"]
+    );
+    let r = remedies(&a);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0]["kind"], "memory_fraction");
+    assert_eq!(r[0]["request_seen"], false);
+    assert_eq!(r[0]["site"], site);
+    let text = report_summary(
+        &dir.join("t.bin"),
+        &scratch("remedies-async-fraction-report"),
+    );
+    assert!(
+        text.contains(&format!(
+            "PyTorch raised OutOfMemoryError for more than 10.0 MiB at {site}"
+        )),
+        "{text}"
+    );
+}

@@ -10,7 +10,8 @@ own), `paused` (recording paused and resumed by the program),
 Python, and two from a thread evaluating an autograd node and then none,
 as PyTorch's autograd threads allocate) or
 `torch_fragmented_oom` (an out-of-memory error with enough free in
-the segment but in pieces) or `pools` (JAX's and CuPy's pools, from the
+the segment but in pieces), `torch_async_fraction_oom` (the
+cudaMallocAsync backend refusing a tensor against the memory fraction) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
 
 import ctypes
@@ -106,6 +107,23 @@ def torch_fragmented_oom(library):
     return blocks
 
 
+def torch_async_fraction_oom(library):
+    """The stand-in's cudaMallocAsync backend (FAKE_TORCH_BACKEND, set by
+    the test) under a 10 MiB memory fraction: 4 MiB tensors until one is
+    refused (the third), as torch refuses it, before any CUDA allocation."""
+    c10 = load_c10(library)
+    c10.fake_torch_set_limit.argtypes = [ctypes.c_size_t]
+    c10.fake_torch_set_limit(10 << 20)
+    held = []
+    while True:
+        p = c10.fake_torch_malloc(4 << 20)  # line:async_oom
+        if not p:
+            break
+        held.append(p)
+    print("held", len(held))
+    return held
+
+
 def pools():
     """JAX's pool: not read before its backend starts; then 10 MiB in use,
     30 MiB, a 50 MiB spike no reading sees (JAX's own peak keeps it), and
@@ -158,6 +176,8 @@ elif sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
 elif sys.argv[2:3] == ["torch_threads"]:
     torch_threads(sys.argv[3])
+elif sys.argv[2:3] == ["torch_async_fraction_oom"]:
+    torch_async_fraction_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_fragmented_oom"]:
     torch_fragmented_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_direct_first"]:

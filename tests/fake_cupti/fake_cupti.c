@@ -255,6 +255,24 @@ static uint32_t release(uint32_t cbid, uint64_t dptr, size_t bytes) {
 
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes) { return release(CB_MEM_FREE, dptr, bytes); }
 
+enum { CB_MEM_GET_INFO = 242 };
+struct mem_get_info_params { size_t *free; size_t *total; };
+
+/* cuMemGetInfo: 80 GiB of which `fake_free_bytes` free. */
+static size_t fake_free_bytes = 60ull << 30;
+uint32_t fake_cuMemGetInfo(size_t *free, size_t *total) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    struct mem_get_info_params p = {free, total};
+    uint32_t ret = 0;
+    raise_call(CB_MEM_GET_INFO, corr, &p, &ret, 0);
+    *free = fake_free_bytes;
+    *total = 80ull << 30;
+    raise_call(CB_MEM_GET_INFO, corr, &p, &ret, 1);
+    return ret;
+}
+
 enum { CB_IPC_OPEN = 567, CB_IPC_CLOSE = 330 };
 struct ipc_open_params { uint64_t *pdptr; unsigned char handle[64]; unsigned flags; };
 

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +25,7 @@
 
 extern "C" uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 extern "C" uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
+extern "C" uint32_t fake_cuMemGetInfo(size_t *free, size_t *total);
 
 namespace c10 {
 struct GatheredContext {
@@ -106,6 +109,40 @@ class NativeCachingAllocator : public CUDAAllocator {
   std::map<uint64_t, size_t> blocks;
 };
 } // namespace Native
+
+// The cudaMallocAsync backend (FAKE_TORCH_BACKEND=cudaMallocAsync): as
+// torch's, a tensor the memory fraction does not allow is refused before any
+// CUDA allocation, asking CUDA only for the free memory, for its message.
+namespace CudaMallocAsync {
+struct CudaMallocAsyncAllocator : public CUDAAllocator {
+  bool initialized() override { return true; }
+  void attachOutOfMemoryObserver(OutOfMemoryObserver) override {}
+  void attachAllocatorTraceTracker(AllocatorTraceTracker) override {}
+};
+
+namespace {
+std::vector<size_t> pytorch_used_bytes(1);
+std::vector<size_t> pytorch_memory_limits(1, SIZE_MAX);
+
+// Returns 2 (out of memory) for a tensor over the fraction.
+__attribute__((noinline)) uint32_t mallocAsync(void **devPtr, c10::DeviceIndex device, size_t size,
+                                               struct CUstream_st *stream) {
+  (void)stream;
+  if (pytorch_used_bytes[device] + size > pytorch_memory_limits[device]) {
+    size_t device_free = 0, device_total = 0;
+    fake_cuMemGetInfo(&device_free, &device_total);
+    return 2;
+  }
+  uint64_t p = 0;
+  uint32_t err = fake_cuMemAlloc(&p, size);
+  if (err == 0) {
+    *devPtr = (void *)p;
+    pytorch_used_bytes[device] += size;
+  }
+  return err;
+}
+} // namespace
+} // namespace CudaMallocAsync
 } // namespace cuda::CUDACachingAllocator
 } // namespace c10
 
@@ -119,14 +156,39 @@ static NativeCachingAllocator *native() {
 extern "C" {
 // torch creates its allocator at load time and initializes it lazily.
 __attribute__((constructor)) static void create() {
-  c10::cuda::CUDACachingAllocator::allocator.store(new NativeCachingAllocator());
+  using namespace c10::cuda::CUDACachingAllocator;
+  const char *backend = getenv("FAKE_TORCH_BACKEND");
+  if (backend && strcmp(backend, "cudaMallocAsync") == 0) {
+    allocator.store(new CudaMallocAsync::CudaMallocAsyncAllocator());
+  } else {
+    allocator.store(new NativeCachingAllocator());
+  }
 }
 
-void fake_torch_init(void) { native()->ready = true; }
+static bool async_backend() {
+  return dynamic_cast<c10::cuda::CUDACachingAllocator::CudaMallocAsync::CudaMallocAsyncAllocator *>(
+             c10::cuda::CUDACachingAllocator::allocator.load()) != nullptr;
+}
+
+// torch.cuda.set_per_process_memory_fraction, as the cudaMallocAsync backend
+// keeps it: bytes per device.
+void fake_torch_set_limit(size_t bytes) {
+  c10::cuda::CUDACachingAllocator::CudaMallocAsync::pytorch_memory_limits[0] = bytes;
+}
+
+void fake_torch_init(void) {
+  if (!async_backend()) native()->ready = true;
+}
 
 // Blocks of `size` (rounded up to 512) from 20 MiB segments; a request that
 // does not fit in the last segment gets a new one.
 uint64_t fake_torch_malloc(size_t size) {
+  if (async_backend()) {
+    void *p = nullptr;
+    return c10::cuda::CUDACachingAllocator::CudaMallocAsync::mallocAsync(&p, 0, size, nullptr) == 0
+               ? (uint64_t)p
+               : 0;
+  }
   NativeCachingAllocator *a = native();
   size_t rounded = (size + 511) / 512 * 512;
   for (auto &s : a->segments) {

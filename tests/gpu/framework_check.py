@@ -154,6 +154,33 @@ def torch_fraction_oom(a, t):
           "no CUDA allocation failed on its own (the fraction refused first)")
 
 
+def torch_fraction_oom_async(a, t):
+    """The same program under the cudaMallocAsync backend, which refuses
+    the tensor before any CUDA allocation: the request is not seen, only the
+    least it could have been."""
+    check("would exceed allowed memory" in t["message"], "torch's message is the backend's")
+    v = view(a)
+    check(v is not None and len(v["ooms"]) == 1, "one out-of-memory error raised by the backend")
+    if v is None or not v["ooms"]:
+        return
+    o = v["ooms"][0]
+    check(o["cuda_malloc_async"] and not o["request_seen"], "the backend's error, its request not seen")
+    check(o["limit"] == "memory fraction", f"refused by the memory fraction ({o['limit']})")
+    check(o["limit_bytes"] == t["limit"], f"limit {o['limit_bytes']} = fraction × total {t['limit']}")
+    check(o["allocated_bytes"] == t["torch"]["allocated_bytes.all.current"],
+          f"allocated then {o['allocated_bytes']} = torch's {t['torch']['allocated_bytes.all.current']}")
+    least = o["limit_bytes"] - o["allocated_bytes"] + 1
+    check(o["requested_bytes"] == least <= t["request"],
+          f"request at least {o['requested_bytes']} (limit − allocated + 1 = {least}; it was {t['request']})")
+    site = a["tensor_sites"][o["site"]] if o["site"] is not None else None
+    check(site is not None and label_has(site["label"], t["file"], t["lines"]["oom"]),
+          f"the request's line is {t['lines']['oom']} ({site and site['label']})")
+    check(a["ooms"] == [] or all(x.get("raised_as") for x in a["ooms"]),
+          "no CUDA allocation failed on its own (the fraction refused first)")
+    kinds = [r["kind"] for r in a.get("remedies", [])]
+    check("memory_fraction" in kinds, f"the fraction remedy ({kinds})")
+
+
 def torch_oom(a, t):
     v = view(a)
     check(v is not None and len(v["ooms"]) == t["num_ooms"],
@@ -266,6 +293,7 @@ CHECKS = {
     "torch_leak_async": torch_leak_async,
     "torch_fragment": torch_fragment,
     "torch_fraction_oom": torch_fraction_oom,
+    "torch_fraction_oom_async": torch_fraction_oom_async,
     "torch_oom": torch_oom,
     "ctypes_cuda": ctypes_cuda,
     "cupy": cupy,

@@ -123,12 +123,13 @@ framework() {
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_leak_async python3 "$g/torch_leak.py" "$WORK/torch_leak_async.json"
     record torch_fragment python3 "$g/torch_fragment.py" "$WORK/torch_fragment.json"
     record torch_fraction_oom python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom.json"
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_fraction_oom_async python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom_async.json"
     record torch_oom python3 "$g/torch_oom.py" "$WORK/torch_oom.json"
     record torch_spawn python3 "$g/torch_spawn.py" "$WORK/torch_spawn.json"
     record ctypes_cuda python3 "$g/ctypes_cuda.py" "$WORK/ctypes_cuda.json"
     record cupy python3 "$g/cupy_arrays.py" "$WORK/cupy.json"
     for name in torch_leak torch_leak_expandable torch_leak_async torch_fragment torch_fraction_oom \
-        torch_oom torch_spawn ctypes_cuda cupy; do
+        torch_fraction_oom_async torch_oom torch_spawn ctypes_cuda cupy; do
         echo "    $name: $("$GMEM" dump "$WORK/traces/$name.bin" | awk '{print $2}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')"
         "$GMEM" dump "$WORK/traces/$name.bin" | grep -E " (allocator|message) " | cut -c1-300 | sed 's/^/      /'
         if [ -f "$g/framework_check.py" ]; then

@@ -207,10 +207,15 @@ pub struct PyCode {
 pub mod allocator {
     /// PyTorch's CUDA caching allocator (the default `native` backend).
     pub const TORCH_CACHING: u8 = 1;
+    /// PyTorch's `cudaMallocAsync` backend: its tensors are CUDA's own
+    /// stream-ordered allocations; only its out-of-memory errors against
+    /// the memory fraction come as `AllocatorEvent`s.
+    pub const TORCH_ASYNC_BACKEND: u8 = 2;
 
     pub fn name(id: u8) -> &'static str {
         match id {
             TORCH_CACHING => "PyTorch caching allocator",
+            TORCH_ASYNC_BACKEND => "PyTorch (cudaMallocAsync backend)",
             _ => "unknown allocator",
         }
     }
