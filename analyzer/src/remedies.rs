@@ -231,15 +231,6 @@ fn in_forward(frames: &[FrameText]) -> bool {
     })
 }
 
-/// A tensor made by PyTorch's autograd engine: the backward pass (the
-/// node it evaluated, or the engine's native frames).
-fn in_backward(frames: &[FrameText]) -> bool {
-    frames.iter().any(|f| {
-        crate::sites::autograd_node(f).is_some()
-            || f.function.starts_with("torch::autograd::Engine::")
-    })
-}
-
 /// What the forward pass allocated and still held at the allocated peak,
 /// in a process that ran a backward pass: there the forward's tensors are
 /// kept for it, and checkpointing trades recomputation for them. Without
@@ -253,7 +244,7 @@ fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
         let trained = a
             .tensor_sites
             .iter()
-            .any(|t| t.pids.contains(&v.pid) && in_backward(&t.frames));
+            .any(|t| t.pids.contains(&v.pid) && crate::sites::in_backward(&t.frames));
         if !trained {
             continue;
         }

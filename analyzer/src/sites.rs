@@ -68,6 +68,14 @@ fn class_name(mangled: &str) -> String {
         .unwrap_or_else(|| mangled.to_string())
 }
 
+/// A stack of PyTorch's autograd engine: the backward pass (the node it
+/// evaluated, or the engine's native frames).
+pub fn in_backward(frames: &[FrameText]) -> bool {
+    frames
+        .iter()
+        .any(|f| autograd_node(f).is_some() || f.function.starts_with("torch::autograd::Engine::"))
+}
+
 /// The autograd node a stack's frame names (`AUTOGRAD_NODE_FILE`): its
 /// class, without PyTorch's namespaces ("AddmmBackward0").
 pub fn autograd_node(f: &FrameText) -> Option<&str> {
@@ -556,20 +564,7 @@ pub fn merge_sites(
             s.class,
             if s.stack == 0 { func_name } else { "" }
         );
-        match rules.user_python_frame(&frames) {
-            Some(f) => key.push_str(&format!("\npy|{}|{}", f.function, f.location)),
-            None => {
-                for f in &frames {
-                    key.push_str(&format!(
-                        "\n{}|{}|{}|{}",
-                        f.function,
-                        f.location,
-                        f.module,
-                        if f.resolved { 0 } else { f.offset }
-                    ));
-                }
-            }
-        }
+        key.push_str(&frames_key(&frames, rules));
         let pid = d.process.as_ref().map_or(0, |p| p.pid);
         let entry = groups.entry(key).or_insert_with(|| {
             (
@@ -600,6 +595,31 @@ pub fn merge_sites(
         merged.push(m);
     }
     (merged, of_raw)
+}
+
+/// What a stack is grouped by: its innermost line of the program's own
+/// Python code when it has one; in PyTorch's backward pass (autograd's
+/// threads run no Python), the backward node or operator, as the label
+/// names it (the native frames under one node differ with the kernels it
+/// picks); otherwise every frame.
+fn frames_key(frames: &[FrameText], rules: &CodeRules) -> String {
+    if let Some(f) = rules.user_python_frame(frames) {
+        return format!("\npy|{}|{}", f.function, f.location);
+    }
+    if let Some(op) = torch_operator(frames).filter(|_| in_backward(frames)) {
+        return format!("\ntorch|{op}");
+    }
+    let mut key = String::new();
+    for f in frames {
+        key.push_str(&format!(
+            "\n{}|{}|{}|{}",
+            f.function,
+            f.location,
+            f.module,
+            if f.resolved { 0 } else { f.offset }
+        ));
+    }
+    key
 }
 
 /// Per merged site: summed figures, and the rank order.
@@ -792,5 +812,59 @@ mod autograd_node_tests {
         assert_eq!(label_of(3), "step at train.py:12");
         // What the collector could not demangle stays as it came.
         assert_eq!(class_name("N5torch"), "N5torch");
+    }
+
+    fn native(function: &str, module: &str) -> FrameText {
+        FrameText {
+            function: function.into(),
+            location: String::new(),
+            module: module.into(),
+            offset: 0,
+            resolved: true,
+            python: false,
+        }
+    }
+
+    /// Two segments allocated under one backward node through different
+    /// kernels' paths are one site; another node's is another.
+    #[test]
+    fn native_stacks_under_one_autograd_node_are_one_site() {
+        let rules = CodeRules::default();
+        let stack = |kernel: &str, node: &str| {
+            vec![
+                native("cudaMalloc", "libcudart.so.13"),
+                native(kernel, "libtorch_cuda.so"),
+                native(
+                    &format!("torch::autograd::generated::{node}::apply(std::vector<at::Tensor>&&)"),
+                    "libtorch_cpu.so",
+                ),
+                native("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "libtorch_cpu.so"),
+            ]
+        };
+        let a = frames_key(&stack("at::native::conv_a", "PowBackward0"), &rules);
+        let b = frames_key(&stack("at::native::conv_b", "PowBackward0"), &rules);
+        let c = frames_key(&stack("at::native::conv_a", "MulBackward0"), &rules);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // In the forward pass seen without Python frames, every frame
+        // counts, as outside PyTorch.
+        let forward = |caller: &str| {
+            vec![
+                native(
+                    "at::_ops::rand::call(c10::ArrayRef<c10::SymInt>)",
+                    "libtorch_cpu.so",
+                ),
+                native(caller, "libtorch_python.so"),
+            ]
+        };
+        assert_ne!(
+            frames_key(&forward("a"), &rules),
+            frames_key(&forward("b"), &rules)
+        );
+        let plain = |f: &str| vec![native("cudaMalloc", "libcudart.so.13"), native(f, "app")];
+        assert_ne!(
+            frames_key(&plain("a"), &rules),
+            frames_key(&plain("b"), &rules)
+        );
     }
 }
