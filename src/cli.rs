@@ -120,7 +120,9 @@ pub struct RecordArgs {
     /// The same as `--kernels off`.
     #[arg(long, conflicts_with = "kernels")]
     pub no_kernels: bool,
-    /// Native frames kept per allocation stack; 0 turns stacks off.
+    /// Native frames kept per allocation stack; 0 turns stacks off (and
+    /// with them Python lines, and the cudaMallocAsync backend's
+    /// memory-fraction errors, which are told apart by their stack).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub stack_depth: usize,
     /// Also watch free calls: record their stacks and their failures (a
