@@ -484,9 +484,7 @@ fn torch_operator(frames: &[FrameText]) -> Option<String> {
     let node = frames
         .iter()
         .find_map(|f| between(&f.function, "torch::autograd::generated::", "::apply("));
-    let backward = frames
-        .iter()
-        .any(|f| f.function.starts_with("torch::autograd::Engine::"));
+    let backward = in_backward(frames);
     let op = frames
         .iter()
         .find_map(|f| between(&f.function, "at::_ops::", "::call("));

@@ -74,9 +74,11 @@ impl KernelMode {
 /// Which frames an event inside a framework allocator takes (stack.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TensorStacks {
-    /// The Python frames on a thread running Python, else the native ones.
+    /// The Python frames on a thread running Python, else the autograd
+    /// node it evaluates (autograd.rs), else the native frames.
     Auto,
-    /// The Python frames on a thread running Python, else none.
+    /// As `Auto`, but never the native frames: none where neither Python
+    /// nor an autograd node runs.
     Python,
     /// Native and Python frames, interleaved, on every thread.
     All,

@@ -192,6 +192,31 @@ struct Codes {
     lines: HashMap<(u32, i32), u32>,
 }
 
+impl Codes {
+    /// The id of `key`; the first time, a new one, and its `PyCode` (file,
+    /// function, first line from `describe`) given to `define`.
+    fn intern(
+        &mut self,
+        key: CodeKey,
+        describe: impl FnOnce() -> (String, String, u32),
+        define: &mut impl FnMut(PyCode),
+    ) -> u32 {
+        if let Some(id) = self.ids.get(&key) {
+            return *id;
+        }
+        let id = self.ids.len() as u32 + 1;
+        self.ids.insert(key, id);
+        let (file, function, first_line) = describe();
+        define(PyCode {
+            id: PyCodeId(id),
+            file,
+            function,
+            first_line,
+        });
+        id
+    }
+}
+
 /// Per thread: (code object, instruction) → (`PyCode` id, line), direct
 /// mapped. A walk of a training loop's stack meets the same few hundred
 /// frames again and again.
@@ -463,18 +488,17 @@ impl Python {
     }
 
     fn code_id(&self, codes: &mut Codes, key: CodeKey, define: &mut impl FnMut(PyCode)) -> u32 {
-        if let Some(id) = codes.ids.get(&key) {
-            return *id;
-        }
-        let id = codes.ids.len() as u32 + 1;
-        codes.ids.insert(key, id);
-        define(PyCode {
-            id: PyCodeId(id),
-            file: self.text(key.filename),
-            function: self.text(key.name),
-            first_line: key.first_line.max(0) as u32,
-        });
-        id
+        codes.intern(
+            key,
+            || {
+                (
+                    self.text(key.filename),
+                    self.text(key.name),
+                    key.first_line.max(0) as u32,
+                )
+            },
+            define,
+        )
     }
 
     /// The `PyCode` id of a frame that stands among Python's without being
@@ -496,18 +520,8 @@ impl Python {
             first_line: -1,
         };
         let mut codes = self.codes.lock().ok()?;
-        if let Some(id) = codes.ids.get(&key) {
-            return Some(*id);
-        }
-        let id = codes.ids.len() as u32 + 1;
-        codes.ids.insert(key, id);
-        define(PyCode {
-            id: PyCodeId(id),
-            file: file.to_string(),
-            function: function.to_string(),
-            first_line: 0,
-        });
-        Some(id)
+        let describe = || (file.to_string(), function.to_string(), 0);
+        Some(codes.intern(key, describe, &mut define))
     }
 
     fn line(&self, codes: &mut Codes, id: u32, code: usize, lasti: i32) -> u32 {

@@ -473,10 +473,10 @@ fn attach(library: &str, bias: u64) -> Attempt {
     }
     // SAFETY: a live C++ object starts with its vtable pointer.
     let vptr = unsafe { std::ptr::read(object as *const usize) } as u64;
-    // Itanium ABI: the vtable pointer skips offset-to-top and RTTI.
     if let Some(backend) = async_backend(vptr, &at, &found) {
         return Attempt::Async(backend);
     }
+    // Itanium ABI: the vtable pointer skips offset-to-top and RTTI.
     if vptr != vtable + 16 {
         return Attempt::No(
             "the allocator in use is not the native caching allocator (the cudaMallocAsync \

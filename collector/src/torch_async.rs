@@ -27,7 +27,6 @@ use crate::callbacks::{current_tid, OFF_CONTEXT, OFF_PARAMS, OFF_RETURN, OFF_SIT
 use crate::config::MAX_STACK_DEPTH;
 use crate::cupti::{field, SITE_EXIT};
 use crate::session::Collector;
-use crate::stack::MAX_FRAMES;
 
 /// `cuMemGetInfo_v2`'s callback id (CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2).
 pub const MEM_GET_INFO_CBID: u32 =
@@ -88,24 +87,21 @@ impl Collector {
             return;
         }
         let Some(stacks) = &self.stacks else { return };
-        let backend = match self.torch.async_backend.get() {
-            Some(b) => b,
-            None if self.torch.waiting() => {
-                // A tensor refused before the backend made any allocation
-                // the collector could learn it from.
-                let mut frames = [0u64; MAX_FRAMES];
-                let (n, _) = self.capture_stack(&mut frames);
-                self.torch.poll(self, Some(&frames[..n]));
-                match self.torch.async_backend.get() {
-                    Some(b) => b,
-                    None => return,
-                }
-            }
-            None => return,
-        };
+        if self.torch.async_backend.get().is_none() && !self.torch.waiting() {
+            return;
+        }
         let mut native = [0u64; MAX_STACK_DEPTH];
         let (n, _) = stacks.capture(&mut native);
-        if !native[..n].iter().any(|pc| backend.refusing(*pc)) {
+        let native = &native[..n];
+        if self.torch.async_backend.get().is_none() {
+            // A tensor refused before the backend made any allocation the
+            // collector could learn it from.
+            self.torch.poll(self, Some(native));
+        }
+        let Some(backend) = self.torch.async_backend.get() else {
+            return;
+        };
+        if !native.iter().any(|pc| backend.refusing(*pc)) {
             return;
         }
         // SAFETY: the call's CUresult and its two output pointers, read

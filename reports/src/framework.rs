@@ -37,7 +37,13 @@ fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> S
 /// allocator refused it before any CUDA call that would show it (the
 /// cudaMallocAsync backend against its memory fraction).
 pub fn oom_request(o: &FrameworkOom) -> String {
-    match (o.request_seen, o.requested_bytes) {
+    request_words(o.request_seen, o.requested_bytes)
+}
+
+/// `requested` bytes in words; when not `seen`, it is the least the
+/// request could have been.
+pub fn request_words(seen: bool, requested: u64) -> String {
+    match (seen, requested) {
         (true, n) => bytes(n),
         (false, 0) => "a request of unknown size".into(),
         (false, n) => format!("more than {}", bytes(n - 1)),

@@ -55,11 +55,7 @@ pub fn advice(r: &Remedy) -> Advice {
                 "pid {pid} ran out on device {device} against its memory fraction {fraction:.2} ({} of {}), asking for {}{} with {} allocated, while the device had {} free",
                 bytes(*limit_bytes),
                 bytes(*device_total_bytes),
-                if *request_seen {
-                    bytes(*requested_bytes)
-                } else {
-                    format!("more than {}", bytes(requested_bytes.saturating_sub(1)))
-                },
+                crate::framework::request_words(*request_seen, *requested_bytes),
                 site.as_ref().map_or_else(String::new, |s| format!(" at {s}")),
                 bytes(*allocated_bytes),
                 bytes(*device_free_bytes)
