@@ -22,6 +22,10 @@
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
+//! - `pools`: JAX's and CuPy's pools as their own APIs count them.
+//! - `mangled`: the real samples with records lost, repeated, moved, spliced
+//!   from another run or with a field changed: every command gives a result
+//!   or a clear error, never a panic.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -60,3 +64,6 @@ mod remedies;
 
 #[path = "e2e/pools.rs"]
 mod pools;
+
+#[path = "e2e/mangled.rs"]
+mod mangled;

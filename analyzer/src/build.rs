@@ -585,6 +585,14 @@ pub fn build(
             input::WINDOW_NS / 1_000_000_000
         ));
     }
+    if engine.impossible_sizes > 0 {
+        summary.warnings.push(format!(
+            "left out {} event(s) claiming {} bytes (1 PiB) or more: the trace is damaged \
+             or was written by a faulty collector",
+            engine.impossible_sizes,
+            crate::engine::EVENT_BYTES_LIMIT
+        ));
+    }
     let unmatched: u64 = engine.streams.iter().map(|s| s.unmatched_frees).sum();
     if unmatched > 0 {
         summary.warnings.push(format!(

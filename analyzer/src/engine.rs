@@ -701,11 +701,35 @@ pub struct Engine {
     /// view, in sweep order.
     pub device_views: Vec<TrackedAt>,
     pub late_events: u64,
+    /// Events left out for claiming `EVENT_BYTES_LIMIT` or more.
+    pub impossible_sizes: u64,
     pub memory_events: u64,
     pub api_calls: u64,
     pub kernels: u64,
     /// Event rows for an exporter, when one asked (`analyze_with_events`).
     pub rows: Option<Vec<EventRow>>,
+}
+
+/// Sizes an event may claim are below this (1 PiB, beyond any GPU's
+/// address space). A larger one can only come from a damaged or faulty
+/// trace: `Engine::apply` leaves the event out and counts it, so that the
+/// sums of sizes (live bytes, reserved, totals) cannot overflow, and the
+/// report says why.
+pub const EVENT_BYTES_LIMIT: u64 = 1 << 50;
+
+/// Whether an event claims `EVENT_BYTES_LIMIT` bytes or more anywhere.
+#[inline(always)]
+fn claims_impossible_bytes(e: &Event) -> bool {
+    // The limit is a power of two: sizes OR-ed stay below it exactly when
+    // each does.
+    let bytes = match e {
+        Event::Memory(m) => m.bytes | m.pool_size,
+        Event::Api(a) => a.bytes,
+        Event::Allocator(a) => a.bytes,
+        Event::Pool { size, .. } => *size,
+        _ => 0,
+    };
+    bytes >= EVENT_BYTES_LIMIT
 }
 
 impl Engine {
@@ -722,6 +746,7 @@ impl Engine {
             ooms: Vec::new(),
             device_views: Vec::new(),
             late_events: 0,
+            impossible_sizes: 0,
             memory_events: 0,
             api_calls: 0,
             kernels: 0,
@@ -846,6 +871,10 @@ impl Engine {
     /// comes later than that is applied at the time already reached.
     #[inline(always)]
     fn apply(&mut self, stream: u32, e: &TimedEvent) {
+        if claims_impossible_bytes(&e.event) {
+            self.impossible_sizes += 1;
+            return;
+        }
         let t = if e.time < self.now {
             self.late_events += 1;
             self.now

@@ -123,3 +123,32 @@ fn a_record_shorter_than_its_fields_leaves_no_event() {
     data.extend_from_slice(&chunk);
     assert_eq!(run(&data).unwrap().input.memory_events, 40);
 }
+
+/// A size no GPU could hold, in a well-framed record (a faulty writer):
+/// that event is left out with a warning, and the rest add up as before
+/// (the sums of sizes would otherwise overflow).
+#[test]
+fn an_impossible_size_is_left_out_with_a_warning() {
+    let mut records = vec![
+        mem(1_000, true, 0x1000_0000, 8 * MIB, None),
+        mem(2_000, true, 0x2000_0000, 1 << 62, None),
+        mem(2_500, true, 0x2000_0000, u64::MAX, None),
+        mem(3_000, true, 0x3000_0000, 4 * MIB, None),
+    ];
+    let a = analyze_bytes(&trace(&records));
+    assert!(
+        a.input
+            .warnings
+            .iter()
+            .any(|w| w.contains("left out 2 event(s)")),
+        "{:?}",
+        a.input.warnings
+    );
+    assert_eq!(a.input.memory_events, 2);
+    assert_eq!(a.devices[0].peak_bytes, 12 * MIB);
+    // The largest size that may be real is kept.
+    records[1] = mem(2_000, true, 0x2000_0000, (1 << 50) - 1, None);
+    let a = analyze_bytes(&trace(&records));
+    assert_eq!(a.input.memory_events, 3);
+    assert_eq!(a.devices[0].peak_bytes, 12 * MIB + (1 << 50) - 1);
+}
