@@ -152,7 +152,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_device_view: bool,
     /// Leave Python frames out of stacks. By default a stack taken on a
-    /// thread running Python (CPython 3.10 to 3.13) holds the Python
+    /// thread running Python (CPython 3.10 to 3.15) holds the Python
     /// functions and lines where the interpreter ran them.
     #[arg(long)]
     pub no_python: bool,

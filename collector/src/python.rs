@@ -15,8 +15,10 @@
 //!   holds the GIL right now (PyTorch releases it around many calls); a
 //!   thread's frames only change while that thread runs Python, and it is
 //!   in our callback, so they hold still while we read them.
-//! - Versions: 3.10 to 3.13. Anything else (or a build whose layout does not
-//!   check out) leaves stacks native-only, with one warning in the trace.
+//! - Versions: 3.10 to 3.15, default builds. Anything else (another
+//!   version, or a free-threaded or `Py_TRACE_REFS` build, whose objects
+//!   are laid out differently) leaves stacks native-only, with one warning
+//!   in the trace.
 //! - Frames are interleaved with native ones where they ran: each native
 //!   frame of the evaluation loop (`_PyEval_EvalFrameDefault`) stands for the
 //!   Python frames it was executing (one per loop in 3.10; since 3.11 one
@@ -71,6 +73,9 @@ pub struct Layout {
     pub ascii_size: usize,
     /// sizeof(PyCompactUnicodeObject): other compact text follows it.
     pub compact_size: usize,
+    /// 3.14+: a frame's code is a `_PyStackRef`, a pointer whose low bits
+    /// (`Py_TAG_BITS`) tag it; they are cleared before it is read.
+    pub code_tag_bits: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,15 +86,18 @@ pub enum FrameChain {
     /// 3.11, 3.12: `tstate->cframe->current_frame`, an interpreter frame
     /// whose `prev_instr` points at the last instruction run.
     CFrame { cframe: usize, current: usize },
-    /// 3.13: `tstate->current_frame`; `instr_ptr` points at the instruction
-    /// running.
+    /// 3.13+: `tstate->current_frame`; `instr_ptr` points at the
+    /// instruction running.
     Direct { current: usize },
 }
 
-/// 3.12+: the shim frame each evaluation loop pushes first.
-const FRAME_OWNED_BY_CSTACK: u8 = 3;
+/// 3.12+: the owner of the shim frame each evaluation loop pushes first
+/// (`FRAME_OWNED_BY_CSTACK` in 3.12 and 3.13; `FRAME_OWNED_BY_INTERPRETER`
+/// since 3.14, which renumbered the enum and moved the shim to it: 3 all
+/// the same).
+const ENTRY_FRAME_OWNER: u8 = 3;
 
-pub const LAYOUTS: [Layout; 4] = [
+pub const LAYOUTS: [Layout; 6] = [
     Layout {
         minor: 10,
         frame_chain: FrameChain::FrameObject { frame: 24 },
@@ -103,6 +111,7 @@ pub const LAYOUTS: [Layout; 4] = [
         co_firstlineno: 40,
         ascii_size: 48,
         compact_size: 72,
+        code_tag_bits: 0,
     },
     Layout {
         minor: 11,
@@ -120,6 +129,7 @@ pub const LAYOUTS: [Layout; 4] = [
         co_firstlineno: 72,
         ascii_size: 48,
         compact_size: 72,
+        code_tag_bits: 0,
     },
     Layout {
         minor: 12,
@@ -137,6 +147,7 @@ pub const LAYOUTS: [Layout; 4] = [
         co_firstlineno: 68,
         ascii_size: 40,
         compact_size: 56,
+        code_tag_bits: 0,
     },
     Layout {
         minor: 13,
@@ -151,6 +162,37 @@ pub const LAYOUTS: [Layout; 4] = [
         co_firstlineno: 68,
         ascii_size: 40,
         compact_size: 56,
+        code_tag_bits: 0,
+    },
+    Layout {
+        minor: 14,
+        frame_chain: FrameChain::Direct { current: 72 },
+        previous: 8,
+        code: 0,
+        instr: 56,
+        entry: Some(74),
+        code_start: 208,
+        co_filename: 112,
+        co_name: 128,
+        co_firstlineno: 68,
+        ascii_size: 40,
+        compact_size: 56,
+        code_tag_bits: 3,
+    },
+    Layout {
+        minor: 15,
+        frame_chain: FrameChain::Direct { current: 72 },
+        previous: 8,
+        code: 0,
+        instr: 56,
+        entry: Some(74),
+        code_start: 208,
+        co_filename: 112,
+        co_name: 128,
+        co_firstlineno: 68,
+        ascii_size: 40,
+        compact_size: 56,
+        code_tag_bits: 3,
     },
 ];
 
@@ -162,6 +204,10 @@ pub struct PyFrame {
     /// The outermost frame its evaluation loop runs: the next frame belongs
     /// to the next native evaluation-loop frame out.
     pub ends_group: bool,
+    /// 3.12+, on a frame that ends its group: the address of the entry
+    /// frame its loop pushed first, a local of that loop's native frame
+    /// (which `interleave` finds by it). 0 otherwise.
+    pub entry: u64,
 }
 
 /// dladdr1's flag for "give me the ELF symbol" (dlfcn.h).
@@ -285,6 +331,24 @@ fn unsafe_zeroed<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
+/// Whether the interpreter's objects have the default build's header
+/// (`ob_refcnt`, then `ob_type`), which every offset of `LAYOUTS` assumes:
+/// `PyCode_Type`'s type must be `PyType_Type` at offset 8 and its name
+/// "code" just after its size. Free-threaded builds (3.13t and later) and
+/// `Py_TRACE_REFS` builds put other fields first; there the walk would read
+/// the wrong fields.
+fn default_object_layout(code_type: usize) -> bool {
+    let type_type = symbol(c"PyType_Type") as usize;
+    if type_type == 0 || read_usize(code_type + 8) != type_type {
+        return false;
+    }
+    // PyVarObject is 24 bytes in the default build; tp_name follows.
+    let name = read_usize(code_type + 24);
+    // SAFETY: with the header checked above, tp_name is the type's name, a
+    // NUL-terminated static string; the comparison stops at its NUL.
+    name != 0 && unsafe { CStr::from_ptr(name as *const c_char) } == c"code"
+}
+
 /// (major, minor) of the interpreter in this process, if any.
 fn interpreter_version() -> Option<(u32, u32)> {
     let v = symbol(c"Py_Version");
@@ -319,7 +383,7 @@ impl Python {
         let unsupported = |why: &str| {
             Unsupported(format!(
                 "Python {}.{} is in this process but {why}: stacks show native frames only \
-                 (this gmem-prof reads Python 3.10 to 3.13)",
+                 (this gmem-prof reads default builds of Python 3.10 to 3.15)",
                 version.0, version.1
             ))
         };
@@ -340,6 +404,12 @@ impl Python {
         ) else {
             return Err(unsupported("some of its symbols could not be found"));
         };
+        if !default_object_layout(code_type as usize) {
+            return Err(unsupported(
+                "its objects are not laid out as in a default build (free-threaded or \
+                 Py_TRACE_REFS)",
+            ));
+        }
         // SAFETY: both symbols are functions with these C signatures in
         // every version we accept.
         let (thread_state, addr2line) = unsafe {
@@ -415,15 +485,20 @@ impl Python {
             if !frame.is_multiple_of(8) {
                 break;
             }
-            let code = read_usize(frame + l.code);
+            let code = read_usize(frame + l.code) & !l.code_tag_bits;
             let owner = l.entry.map(|e| read_u8(frame + e));
             let previous = read_usize(frame + l.previous);
-            let shim = l.minor >= 12 && owner == Some(FRAME_OWNED_BY_CSTACK);
+            let shim = l.minor >= 12 && owner == Some(ENTRY_FRAME_OWNER);
             if shim {
                 // The loop's own entry frame: the frames after it belong to
                 // the next loop out.
-                if let Some(last) = out.last_mut() {
+                // Only the first after a Python frame: the loops that ran
+                // none since (3.15 also keeps a base frame of its own,
+                // outside the stack, under the outermost) stand for no
+                // group.
+                if let Some(last) = out.last_mut().filter(|l| !l.ends_group) {
                     last.ends_group = true;
+                    last.entry = frame as u64;
                 }
             } else if code != 0 && code.is_multiple_of(8) && read_usize(code + 8) == self.code_type
             {
@@ -442,6 +517,7 @@ impl Python {
                     line,
                     // 3.10: each frame has its own loop; 3.11: `is_entry`.
                     ends_group: l.minor == 10 || (l.minor == 11 && owner == Some(1)),
+                    entry: 0,
                 });
             }
             frame = previous;
@@ -596,13 +672,15 @@ fn read_u8(addr: usize) -> u8 {
     unsafe { std::ptr::read(addr as *const u8) }
 }
 
-/// Puts Python frames among native ones: each native frame for which
-/// `is_eval_loop` holds is replaced by the next group of Python frames
-/// (innermost first); groups the native frames did not reach (the walk was
-/// cut short) follow them. Returns the number of values written to `out`.
+/// Puts Python frames among native ones: the native frame that ran the
+/// next group of Python frames (innermost first) is replaced by that group;
+/// groups the native frames did not reach (the walk was cut short) follow
+/// them. `runs(i, entry)` says whether native frame `i` ran the next group,
+/// whose entry frame (`PyFrame::entry`, 0 when unknown) is given. Returns
+/// the number of values written to `out`.
 pub fn interleave(
     native: &[u64],
-    is_eval_loop: impl Fn(u64) -> bool,
+    runs: impl Fn(usize, u64) -> bool,
     python: &[PyFrame],
     out: &mut [u64],
 ) -> usize {
@@ -614,8 +692,16 @@ pub fn interleave(
         }
     };
     let mut next = 0;
-    for &pc in native {
-        if next < python.len() && is_eval_loop(pc) {
+    // The next group's entry frame, looked up once per group.
+    let entry_of = |from: usize| {
+        python[from..]
+            .iter()
+            .find(|f| f.ends_group)
+            .map_or(0, |f| f.entry)
+    };
+    let mut entry = if python.is_empty() { 0 } else { entry_of(0) };
+    for (i, &pc) in native.iter().enumerate() {
+        if next < python.len() && runs(i, entry) {
             while next < python.len() {
                 let f = python[next];
                 next += 1;
@@ -623,6 +709,9 @@ pub fn interleave(
                 if f.ends_group {
                     break;
                 }
+            }
+            if next < python.len() {
+                entry = entry_of(next);
             }
         } else {
             push(pc, &mut n);
@@ -643,6 +732,7 @@ mod tests {
             code,
             line,
             ends_group,
+            entry: 0,
         }
     }
 
@@ -662,7 +752,7 @@ mod tests {
         // Innermost group: two frames run by the inner loop; then one.
         let python = [py(1, 11, false), py(2, 22, true), py(3, 33, true)];
         let mut out = [0u64; 16];
-        let n = interleave(&native, |pc| pc == EVAL, &python, &mut out);
+        let n = interleave(&native, |i, _| native[i] == EVAL, &python, &mut out);
         assert_eq!(
             out[..n],
             [
@@ -678,19 +768,49 @@ mod tests {
     }
 
     #[test]
+    fn each_group_goes_where_its_entry_frame_lives_on_the_stack() {
+        // Native frames and the stack each owns, from its stack pointer to
+        // the next one's; two groups whose loops' entry frames lie in the
+        // second and third native frames.
+        let native = [0x10, 0x20, 0x30, 0x40];
+        let sps = [0x100, 0x200, 0x300, 0x400];
+        let mut inner = py(2, 22, true);
+        inner.entry = 0x2f0;
+        let mut outer = py(3, 33, true);
+        outer.entry = 0x308;
+        let python = [py(1, 11, false), inner, outer];
+        let runs = |i: usize, entry: u64| {
+            let end = sps.get(i + 1).copied().unwrap_or(u64::MAX);
+            (sps[i]..end).contains(&entry)
+        };
+        let mut out = [0u64; 16];
+        let n = interleave(&native, runs, &python, &mut out);
+        assert_eq!(
+            out[..n],
+            [
+                0x10,
+                encode_frame(1, 11),
+                encode_frame(2, 22),
+                encode_frame(3, 33),
+                0x40
+            ]
+        );
+    }
+
+    #[test]
     fn python_frames_the_native_walk_did_not_reach_follow_it() {
         let python = [py(1, 1, true), py(2, 2, true)];
         let mut out = [0u64; 16];
-        let n = interleave(&[0x10, 0x20], |_| false, &python, &mut out);
+        let n = interleave(&[0x10, 0x20], |_, _| false, &python, &mut out);
         assert_eq!(
             out[..n],
             [0x10, 0x20, encode_frame(1, 1), encode_frame(2, 2)]
         );
         // More evaluation-loop frames than groups: the extra ones stay.
-        let n = interleave(&[0xe0, 0xe0, 0xe0], |pc| pc == 0xe0, &python, &mut out);
+        let n = interleave(&[0xe0, 0xe0, 0xe0], |_, _| true, &python, &mut out);
         assert_eq!(out[..n], [encode_frame(1, 1), encode_frame(2, 2), 0xe0]);
         // `out` bounds what is written.
         let mut small = [0u64; 2];
-        assert_eq!(interleave(&[1, 2, 3], |_| false, &python, &mut small), 2);
+        assert_eq!(interleave(&[1, 2, 3], |_, _| false, &python, &mut small), 2);
     }
 }

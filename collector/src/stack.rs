@@ -47,14 +47,29 @@ impl Collector {
             return stacks.capture(&mut out[..MAX_STACK_DEPTH]);
         };
         let mut native = [0u64; MAX_STACK_DEPTH];
-        let (n, native_cut) = stacks.capture(&mut native);
+        let mut sps = [0u64; MAX_STACK_DEPTH];
+        let (n, native_cut) = stacks.capture_with_sps(&mut native, &mut sps);
         PYTHON_FRAMES.with(|frames| {
             let Ok(mut frames) = frames.try_borrow_mut() else {
                 out[..n].copy_from_slice(&native[..n]);
                 return (n, native_cut);
             };
             let python_cut = python.walk(&mut frames, |code| self.sink.push(Record::PyCode(code)));
-            let total = interleave(&native[..n], |pc| python.is_eval_loop(pc), &frames, out);
+            // A group of Python frames ran in the native frame that holds
+            // its loop's entry frame on its part of the stack (3.12+): what
+            // places them in any build. Else (3.10, 3.11) in the next
+            // frame of `_PyEval_EvalFrameDefault`, which is where the loop
+            // runs in those versions' builds (in Debian's 3.14 it is not:
+            // the loop is a part GCC split off, with no symbol).
+            let runs = |i: usize, entry: u64| {
+                if entry != 0 {
+                    let end = if i + 1 < n { sps[i + 1] } else { u64::MAX };
+                    (sps[i]..end).contains(&entry)
+                } else {
+                    python.is_eval_loop(native[i])
+                }
+            };
+            let total = interleave(&native[..n], runs, &frames, out);
             (total, native_cut || python_cut)
         })
     }
@@ -80,7 +95,7 @@ impl Collector {
             if frames.is_empty() {
                 return None;
             }
-            let n = interleave(&[], |_| false, &frames, out);
+            let n = interleave(&[], |_, _| false, &frames, out);
             Some((n, cut))
         });
         if let Some(frames) = python_only {

@@ -212,13 +212,14 @@ fn reuse_whole(
     history: &[Walk; HISTORY],
     first: (u64, u64),
     out: &mut [u64],
+    sps: &mut [u64],
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Option<Whole> {
     // Several kept walks can start at the same place (callers of the same
     // shape on different paths): the first whose callers all hold wins.
     (0..HISTORY)
         .filter(|&slot| heads[slot] == first)
-        .find_map(|slot| reuse_from(slot, &history[slot], first, out, read_stack))
+        .find_map(|slot| reuse_from(slot, &history[slot], first, out, sps, read_stack))
 }
 
 fn reuse_from(
@@ -226,6 +227,7 @@ fn reuse_from(
     prev: &Walk,
     first: (u64, u64),
     out: &mut [u64],
+    sps: &mut [u64],
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Option<Whole> {
     if prev.len == 0 || prev.frames[0] != first {
@@ -236,6 +238,9 @@ fn reuse_from(
     let r = reuse_callers(prev, 0, 1, None, out.len(), read_stack)?;
     for (o, f) in out.iter_mut().zip(&prev.frames[r.skip..r.walked]) {
         *o = f.0;
+    }
+    for (o, f) in sps.iter_mut().zip(&prev.frames[r.skip..r.walked]) {
+        *o = f.1;
     }
     Some(Whole {
         slot,
@@ -300,11 +305,20 @@ impl Stacks {
     /// of frames and whether the depth limit cut the stack.
     #[inline(never)]
     pub fn capture(&self, out: &mut [u64]) -> (usize, bool) {
+        self.capture_with_sps(out, &mut [])
+    }
+
+    /// `capture`, and each recorded frame's stack pointer into `sps` (as
+    /// many as it holds): frame `i` owns the stack from `sps[i]` up to
+    /// `sps[i + 1]`, which places objects that live on the stack (Python's
+    /// entry frames, `python::interleave`).
+    #[inline(never)]
+    pub fn capture_with_sps(&self, out: &mut [u64], sps: &mut [u64]) -> (usize, bool) {
         let timed = self.counters.walks.count() == Sample::Timed;
         let started = timed.then(std::time::Instant::now);
         let out_len = out.len().min(self.depth);
         let out = &mut out[..out_len];
-        let (n, truncated, unknown) = self.capture_once(out);
+        let (n, truncated, unknown) = self.capture_once(out, sps);
         if unknown {
             Counters::add(&self.counters.unknown, 1);
         }
@@ -336,7 +350,7 @@ impl Stacks {
     }
 
     #[inline(always)]
-    fn capture_once(&self, out: &mut [u64]) -> (usize, bool, bool) {
+    fn capture_once(&self, out: &mut [u64], sps: &mut [u64]) -> (usize, bool, bool) {
         let (rip, rsp, rbp) = current_regs();
         let stack_end = thread_stack_end();
         let mut held: Option<RwLockReadGuard<Registry>> = None;
@@ -369,7 +383,7 @@ impl Stacks {
             });
             let mut address = FrameAddress::from_instruction_pointer(rip);
             let first = (address.address(), rsp);
-            if let Some(w) = reuse_whole(&t.heads, &history, first, out, &mut read_stack) {
+            if let Some(w) = reuse_whole(&t.heads, &history, first, out, sps, &mut read_stack) {
                 let unknown = history[w.slot].unknown;
                 t.cache = Some(bank);
                 t.history = Some(history);
@@ -478,6 +492,9 @@ impl Stacks {
             };
             for (o, f) in out.iter_mut().zip(&t.frames[k..walked]) {
                 *o = f.0;
+            }
+            for (o, f) in sps.iter_mut().zip(&t.frames[k..walked]) {
+                *o = f.1;
             }
             // Keep this walk, unless it equals one kept already, in the
             // slots in turn (the oldest kept walk goes).

@@ -3,7 +3,9 @@
 //! installed interpreter's own headers (internal ones included) and checks
 //! every offset against them. Interpreters whose headers are missing are
 //! skipped, and a machine with none says so (the e2e tests still run the
-//! interpreters themselves).
+//! interpreters themselves). Headers are looked for in /usr/include, under
+//! pyenv, and under `$GMEM_PROF_TEST_PYTHONS/root/usr/include` (the
+//! interpreters `.ci/pythons.sh` fetches).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +20,10 @@ const PROGRAM: &str = r#"
 #if PY_VERSION_HEX >= 0x030B0000
 #include "internal/pycore_frame.h"
 #include "internal/pycore_code.h"
+#if PY_VERSION_HEX >= 0x030E0000
+#include "internal/pycore_interpframe_structs.h"
+#include "internal/pycore_stackref.h"
+#endif
 #else
 #include "frameobject.h"
 #endif
@@ -57,13 +63,20 @@ int main(void) {
     P("co_firstlineno", offsetof(PyCodeObject, co_firstlineno));
     P("ascii_size", sizeof(PyASCIIObject));
     P("compact_size", sizeof(PyCompactUnicodeObject));
+#if PY_VERSION_HEX >= 0x030E0000
+    P("code_tag_bits", Py_TAG_BITS);
+#else
+    P("code_tag_bits", 0);
+#endif
     return 0;
 }
 "#;
 
-/// Include directories of the interpreters installed here, 3.10 to 3.13.
-fn include_dirs() -> Vec<PathBuf> {
-    let mut out = Vec::new();
+/// Include directories of the interpreters installed here, 3.10 to 3.15,
+/// each with the root its `pyconfig.h` is found from (Debian's includes
+/// `<x86_64-linux-gnu/python3.N/pyconfig.h>`).
+fn include_dirs() -> Vec<(PathBuf, PathBuf)> {
+    let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
     let home = std::env::var("HOME").unwrap_or_default();
     let mut roots = vec![PathBuf::from("/usr/include")];
     if let Ok(dirs) = std::fs::read_dir(format!("{home}/.pyenv/versions")) {
@@ -71,28 +84,32 @@ fn include_dirs() -> Vec<PathBuf> {
         v.sort();
         roots.extend(v);
     }
+    if let Some(fetched) = std::env::var_os("GMEM_PROF_TEST_PYTHONS") {
+        roots.push(PathBuf::from(fetched).join("root/usr/include"));
+    }
     for root in roots {
-        for minor in 10..=13 {
+        for minor in 10..=15 {
             let dir = root.join(format!("python3.{minor}"));
             if dir.join("internal").is_dir()
                 && !out
                     .iter()
-                    .any(|d: &PathBuf| d.ends_with(dir.file_name().unwrap()))
+                    .any(|(d, _)| d.ends_with(dir.file_name().unwrap()))
             {
-                out.push(dir);
+                out.push((dir, root.clone()));
             }
         }
     }
     out
 }
 
-fn offsets(include: &Path, scratch: &Path) -> Option<Vec<(String, usize)>> {
+fn offsets(include: &Path, root: &Path, scratch: &Path) -> Option<Vec<(String, usize)>> {
     let src = scratch.join("layout.c");
     let exe = scratch.join("layout");
     std::fs::write(&src, PROGRAM).ok()?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(cc)
         .arg(format!("-I{}", include.display()))
+        .arg(format!("-I{}", root.display()))
         .arg(&src)
         .arg("-o")
         .arg(&exe)
@@ -123,8 +140,8 @@ fn layouts_match_the_installed_interpreters() {
     let scratch = std::env::temp_dir().join(format!("gmem-py-layouts-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).unwrap();
     let mut checked = Vec::new();
-    for include in include_dirs() {
-        let Some(got) = offsets(&include, &scratch) else {
+    for (include, root) in include_dirs() {
+        let Some(got) = offsets(&include, &root, &scratch) else {
             eprintln!(
                 "skipped {}: could not build against its headers",
                 include.display()
@@ -157,11 +174,12 @@ fn layouts_match_the_installed_interpreters() {
         assert_eq!(Some(l.co_firstlineno), get("co_firstlineno"), "3.{minor}");
         assert_eq!(Some(l.ascii_size), get("ascii_size"), "3.{minor}");
         assert_eq!(Some(l.compact_size), get("compact_size"), "3.{minor}");
+        assert_eq!(Some(l.code_tag_bits), get("code_tag_bits"), "3.{minor}");
         checked.push(format!("3.{minor} ({})", include.display()));
     }
     let _ = std::fs::remove_dir_all(&scratch);
     if checked.is_empty() {
-        eprintln!("no CPython 3.10-3.13 headers here (python3-dev or pyenv): no layout checked");
+        eprintln!("no CPython 3.10-3.15 headers here (python3-dev or pyenv): no layout checked");
     } else {
         eprintln!("layouts checked against: {checked:?}");
     }

@@ -14,13 +14,18 @@ use serde_json::Value;
 use crate::util::*;
 
 /// The CPython interpreters this machine has, one per minor version:
-/// `python3` and any 3.8 to 3.13 under pyenv or /usr/bin (3.8 and 3.9, which
-/// the collector does not read, test that it says so and goes on).
+/// `python3`, any 3.8 to 3.15 under pyenv or /usr/bin (3.8 and 3.9, which
+/// the collector does not read, test that it says so and goes on), and
+/// those `.ci/pythons.sh` fetched into `$GMEM_PROF_TEST_PYTHONS`.
 fn pythons() -> Vec<(String, PathBuf)> {
     let mut candidates: Vec<PathBuf> = vec![PathBuf::from("python3")];
     let home = std::env::var("HOME").unwrap_or_default();
-    for minor in 8..=13 {
+    let fetched = std::env::var_os("GMEM_PROF_TEST_PYTHONS").map(PathBuf::from);
+    for minor in 8..=15 {
         candidates.push(PathBuf::from(format!("/usr/bin/python3.{minor}")));
+        if let Some(dir) = &fetched {
+            candidates.push(dir.join(format!("bin/python3.{minor}")));
+        }
         if let Ok(dirs) = std::fs::read_dir(format!("{home}/.pyenv/versions")) {
             let mut found: Vec<PathBuf> = dirs
                 .flatten()
@@ -109,9 +114,19 @@ fn python_frames_name_the_marked_lines_on_every_interpreter() {
     let found = pythons();
     assert!(!found.is_empty(), "no python3 on this machine");
     let versions: Vec<&str> = found.iter().map(|(v, _)| v.as_str()).collect();
-    eprintln!("interpreters tested: {versions:?} (3.10 to 3.13 wherever present)");
+    eprintln!("interpreters tested: {versions:?} (3.10 to 3.15 wherever present)");
+    if std::env::var_os("GMEM_PROF_TEST_PYTHONS").is_some() {
+        // Fetched to be tested (.ci/run): missing is a failure, not a skip.
+        for v in ["3.14", "3.15"] {
+            assert!(
+                versions.contains(&v),
+                "{v} not found in GMEM_PROF_TEST_PYTHONS"
+            );
+        }
+    }
     for (version, python) in &found {
-        let supported = ["3.10", "3.11", "3.12", "3.13"].contains(&version.as_str());
+        let supported =
+            ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"].contains(&version.as_str());
         let dir = scratch(&format!("py-frames-{version}"));
         let out = run(&mut record_python(
             &dir,
