@@ -338,15 +338,22 @@ fn unsafe_zeroed<T>() -> T {
 /// `Py_TRACE_REFS` builds put other fields first; there the walk would read
 /// the wrong fields.
 fn default_object_layout(code_type: usize) -> bool {
-    let type_type = symbol(c"PyType_Type") as usize;
-    if type_type == 0 || read_usize(code_type + 8) != type_type {
+    type_has_default_header(code_type, symbol(c"PyType_Type") as usize, c"code")
+}
+
+/// Whether the type object at `ty` is laid out as in a default build: its
+/// type at offset 8 is `type_type`, and its name (after a 24-byte
+/// `PyVarObject`) is `name`. `ty` must point at a type object of some
+/// build (its first 32 bytes readable).
+fn type_has_default_header(ty: usize, type_type: usize, name: &CStr) -> bool {
+    if type_type == 0 || read_usize(ty + 8) != type_type {
         return false;
     }
     // PyVarObject is 24 bytes in the default build; tp_name follows.
-    let name = read_usize(code_type + 24);
+    let tp_name = read_usize(ty + 24);
     // SAFETY: with the header checked above, tp_name is the type's name, a
-    // NUL-terminated static string; the comparison stops at its NUL.
-    name != 0 && unsafe { CStr::from_ptr(name as *const c_char) } == c"code"
+    // NUL-terminated static string.
+    tp_name != 0 && unsafe { CStr::from_ptr(tp_name as *const c_char) } == name
 }
 
 /// (major, minor) of the interpreter in this process, if any.
@@ -734,6 +741,42 @@ mod tests {
             ends_group,
             entry: 0,
         }
+    }
+
+    #[test]
+    fn only_the_default_builds_object_header_passes() {
+        let name = c"code";
+        let type_type = [0usize; 8];
+        let type_type = type_type.as_ptr() as usize;
+        // Default build: ob_refcnt, ob_type, ob_size, tp_name.
+        let default = [1, type_type, 0, name.as_ptr() as usize];
+        assert!(type_has_default_header(
+            default.as_ptr() as usize,
+            type_type,
+            name
+        ));
+        assert!(!type_has_default_header(
+            default.as_ptr() as usize,
+            type_type,
+            c"int"
+        ));
+        // Free-threaded (3.13t+): ob_tid, flags and local count, shared
+        // count, then ob_type; ob_size and tp_name after.
+        let free_threaded = [7, 1 << 32, 0, type_type, 0, name.as_ptr() as usize];
+        assert!(!type_has_default_header(
+            free_threaded.as_ptr() as usize,
+            type_type,
+            name
+        ));
+        // Py_TRACE_REFS: two list pointers first.
+        let trace_refs = [0x1000, 0x2000, 1, type_type, 0, name.as_ptr() as usize];
+        assert!(!type_has_default_header(
+            trace_refs.as_ptr() as usize,
+            type_type,
+            name
+        ));
+        // No PyType_Type found.
+        assert!(!type_has_default_header(default.as_ptr() as usize, 0, name));
     }
 
     #[test]
