@@ -401,9 +401,13 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             bytes(v.reserved_at_allocated_peak),
             bytes(v.reserved_peak)
         )?;
-        peak_lines(w, &v.peak_sites, v.allocated_peak, |s| {
-            a.tensor_site_label(s)
-        })?;
+        peak_lines(
+            w,
+            &v.peak_sites,
+            v.allocated_peak,
+            |s| a.tensor_site_label(s),
+            |ids| vec![None; ids.len()],
+        )?;
         writeln!(
             w,
             "  at exit: {} in {} live tensors, {} in {} ({} cached, no tensor)",

@@ -108,9 +108,18 @@ pub(crate) fn growth_table(
     out
 }
 
+/// A table of sites; sites alike in label among the rows shown also say
+/// what tells them apart (`text::alike_details`).
 fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
+    let ids: Vec<u32> = rows.iter().take(limit).map(|r| r.site).collect();
+    let details = crate::text::alike_details(a, &ids);
     bytes_table(("site", "allocations"), rows, whole, limit, |id| {
-        site_link(a, id)
+        let detail = ids
+            .iter()
+            .position(|&i| i == id)
+            .and_then(|k| details[k].as_deref())
+            .map_or_else(String::new, |d| format!(", {}", escape(d)));
+        format!("{}{detail}", site_link(a, id))
     })
 }
 

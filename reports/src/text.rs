@@ -29,26 +29,111 @@ fn growth_lines<'a>(
 }
 
 /// What was live at a peak, by site: the largest `TOP` and how many more.
+/// `details` gives what tells apart the rows shown whose labels are alike
+/// (`alike_details`), one per row.
 pub(crate) fn peak_lines(
     w: &mut dyn Write,
     rows: &[SiteBytes],
     whole: u64,
     label: impl Fn(u32) -> String,
+    details: impl Fn(&[u32]) -> Vec<Option<String>>,
 ) -> io::Result<()> {
-    for s in rows.iter().take(TOP) {
+    let shown = &rows[..rows.len().min(TOP)];
+    let ids: Vec<u32> = shown.iter().map(|s| s.site).collect();
+    let details = details(&ids);
+    for (s, detail) in shown.iter().zip(details) {
+        let l = label(s.site);
         writeln!(
             w,
-            "  {:>6} {:>10} in {:>5} × {}",
+            "  {:>6} {:>10} in {:>5} × {l}{}",
             percent(s.bytes, whole),
             bytes(s.bytes),
             s.count,
-            label(s.site)
+            detail.map_or_else(String::new, |d| format!(", {d}"))
         )?;
     }
     if rows.len() > TOP {
         writeln!(w, "  … and {} more sites", rows.len() - TOP)?;
     }
     Ok(())
+}
+
+/// What tells apart sites that share a label (one line allocating through
+/// several paths), for each of `ids` (None for a site whose label is its
+/// own among them): how the memory was allocated (a caching allocator's
+/// segments, or the library the stack went through) and, where that is
+/// alike too, the first frame in which the stacks part.
+pub(crate) fn alike_details(a: &Analysis, ids: &[u32]) -> Vec<Option<String>> {
+    let labels: Vec<String> = ids.iter().map(|&id| a.site_label(id)).collect();
+    let paths: Vec<Option<String>> = ids.iter().map(|&id| site_path(a, id)).collect();
+    (0..ids.len())
+        .map(|i| {
+            let alike: Vec<usize> = (0..ids.len())
+                .filter(|&j| j != i && labels[j] == labels[i])
+                .collect();
+            if alike.is_empty() {
+                return None;
+            }
+            let same_path: Vec<usize> = alike
+                .into_iter()
+                .filter(|&j| paths[j] == paths[i])
+                .collect();
+            let parting = if same_path.is_empty() {
+                None
+            } else {
+                parting_frame(a, ids[i], same_path.iter().map(|&j| ids[j]))
+            };
+            match (&paths[i], parting) {
+                (Some(p), Some(f)) => Some(format!("{p}, from {f}")),
+                (Some(p), None) => Some(p.clone()),
+                (None, f) => f.map(|f| format!("from {f}")),
+            }
+        })
+        .collect()
+}
+
+/// How a site's memory was allocated: a caching allocator's segments, or
+/// the library the stack went through.
+fn site_path(a: &Analysis, site: u32) -> Option<String> {
+    let s = a.sites.get(site as usize)?;
+    if s.category == Category::AllocatorCache {
+        return Some("segments of a caching allocator".into());
+    }
+    let entry = crate::format::library_entry(&s.frames)?;
+    // Not when the label already names it.
+    let function = entry.split(' ').next().unwrap_or(&entry);
+    (!s.label.starts_with(function)).then(|| format!("via {entry}"))
+}
+
+/// The first named frame of `site` at or past the depth at which its stack
+/// parts from the one of `others` it follows longest (innermost first):
+/// the frame that tells it from every one of them.
+fn parting_frame(a: &Analysis, site: u32, others: impl Iterator<Item = u32>) -> Option<String> {
+    let frames = &a.sites.get(site as usize)?.frames;
+    let same = |x: &gmem_prof_analyzer::model::FrameText,
+                y: &gmem_prof_analyzer::model::FrameText| {
+        x.function == y.function && x.module == y.module && x.location == y.location
+    };
+    let parts_at = others
+        .filter_map(|o| a.sites.get(o as usize))
+        .map(|o| {
+            frames
+                .iter()
+                .zip(&o.frames)
+                .position(|(x, y)| !same(x, y))
+                .unwrap_or(frames.len().min(o.frames.len()))
+        })
+        .max()?;
+    let f = frames[parts_at.min(frames.len())..]
+        .iter()
+        .find(|f| f.resolved && f.function != "??")?;
+    let function = f.function.split('(').next().unwrap_or(&f.function);
+    Some(if f.location.is_empty() {
+        format!("{function} ({})", f.module)
+    } else {
+        let at = f.location.rsplit('/').next().unwrap_or(&f.location);
+        format!("{function} at {at}")
+    })
 }
 
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
@@ -128,7 +213,13 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 writeln!(w, "  last, {}", crate::device_view::sentence(&v.last))?;
             }
         }
-        peak_lines(w, &d.peak_sites, d.peak_bytes, |s| a.site_label(s))?;
+        peak_lines(
+            w,
+            &d.peak_sites,
+            d.peak_bytes,
+            |s| a.site_label(s),
+            |ids| alike_details(a, ids),
+        )?;
         if let Some(o) = &d.outside_frameworks {
             let top: Vec<String> = o
                 .sites

@@ -389,3 +389,81 @@ fn several_runs_side_by_side() {
     assert!(page.contains("href=\"trace-2.html\""));
     assert_eq!(page.matches("<svg").count(), 1, "one chart for device 0");
 }
+
+/// In every real sample's summary, the rows of a device's peak table read
+/// differently unless their sites' stacks read the same too (frames of
+/// different addresses that symbolize alike): one line allocating through
+/// two paths (a cuBLAS handle and a caching allocator's segments,
+/// torch_leak.bin) says which is which.
+#[test]
+fn rows_of_a_peak_table_read_the_same_only_for_stacks_alike() {
+    let mut samples: Vec<PathBuf> = std::fs::read_dir(repo().join("traces/samples"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "bin").then_some(p)
+        })
+        .collect();
+    samples.sort();
+    let mut told_apart = 0;
+    for path in &samples {
+        let dir = scratch("report-rows");
+        let text = report_summary(path, &dir);
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("{stem}.json"))).unwrap())
+                .unwrap();
+        let frames_of = |site: u64| -> Vec<(String, String, String)> {
+            json["sites"][site as usize]["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+                    (s("function"), s("module"), s("location"))
+                })
+                .collect()
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        for d in json["devices"].as_array().unwrap() {
+            // The table follows the device's line: rows "… in N × TEXT".
+            let header = format!("device {} (", d["device"]);
+            let Some(at) = lines.iter().position(|l| l.starts_with(&header)) else {
+                continue;
+            };
+            let rows: Vec<&str> = lines[at + 1..]
+                .iter()
+                .skip_while(|l| !l.contains(" × "))
+                .take_while(|l| l.contains(" × "))
+                .map(|l| l.split_once(" × ").unwrap().1)
+                .collect();
+            let ids: Vec<u64> = d["peak_sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["site"].as_u64().unwrap())
+                .take(rows.len())
+                .collect();
+            assert_eq!(ids.len(), rows.len(), "{stem}: {rows:?}");
+            for i in 0..rows.len() {
+                for j in i + 1..rows.len() {
+                    let label =
+                        |k: usize| json["sites"][ids[k] as usize]["label"].as_str().unwrap();
+                    if label(i) == label(j) && rows[i] != rows[j] {
+                        told_apart += 1;
+                    }
+                    if rows[i] == rows[j] {
+                        assert_eq!(
+                            frames_of(ids[i]),
+                            frames_of(ids[j]),
+                            "{stem}: two rows read \"{}\" for stacks that differ",
+                            rows[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // torch_leak.bin alone has two such pairs.
+    assert!(told_apart >= 2, "{told_apart} rows told apart");
+}
