@@ -640,8 +640,29 @@ pub fn library_entry(frames: &[FrameText]) -> Option<String> {
                 || m.starts_with("libcupti"))
             && !m.starts_with("libgmem_prof")
     })?;
-    let name = f.function.split('(').next().unwrap_or(&f.function);
-    Some(format!("{name} ({})", f.module))
+    Some(format!(
+        "{} ({})",
+        without_parameters(&f.function),
+        f.module
+    ))
+}
+
+/// A demangled C++ function's name without its parameter list:
+/// `ns::(anonymous namespace)::f(int)` → `ns::(anonymous namespace)::f`.
+pub fn without_parameters(function: &str) -> &str {
+    let mut rest = function;
+    let mut at = 0;
+    while let Some(i) = rest.find('(') {
+        let after = &rest[i..];
+        if after.starts_with("(anonymous namespace)") {
+            let skip = i + "(anonymous namespace)".len();
+            at += skip;
+            rest = &rest[skip..];
+        } else {
+            return &function[..at + i];
+        }
+    }
+    function
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -1051,4 +1072,27 @@ pub struct TensorSite {
     pub live_at_exit_count: u64,
     /// Freed before any other tensor was allocated.
     pub temporaries: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_parameters;
+
+    #[test]
+    fn parameters_go_and_anonymous_namespaces_stay() {
+        assert_eq!(without_parameters("f(int, char)"), "f");
+        assert_eq!(without_parameters("plain"), "plain");
+        assert_eq!(
+            without_parameters("ns::(anonymous namespace)::mallocAsync(void**, int)"),
+            "ns::(anonymous namespace)::mallocAsync"
+        );
+        assert_eq!(
+            without_parameters("(anonymous namespace)::g(int)"),
+            "(anonymous namespace)::g"
+        );
+        assert_eq!(
+            without_parameters("a::(anonymous namespace)::b::(anonymous namespace)::c"),
+            "a::(anonymous namespace)::b::(anonymous namespace)::c"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Category, Growth, OomOutcome, SiteBytes};
+use gmem_prof_analyzer::model::{Analysis, Category, Growth, OomOutcome, Site, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
@@ -92,6 +92,20 @@ pub(crate) fn alike_details(a: &Analysis, ids: &[u32]) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The sites' labels, each with what tells it apart from the others of
+/// the same label among them (`alike_details`).
+fn told_apart(a: &Analysis, sites: &[&Site]) -> Vec<String> {
+    let ids: Vec<u32> = sites.iter().map(|s| s.id).collect();
+    sites
+        .iter()
+        .zip(alike_details(a, &ids))
+        .map(|(s, d)| match d {
+            Some(d) => format!("{}, {d}", s.label),
+            None => s.label.clone(),
+        })
+        .collect()
+}
+
 /// How a site's memory was allocated: a caching allocator's segments, or
 /// the library the stack went through.
 fn site_path(a: &Analysis, site: u32) -> Option<String> {
@@ -105,33 +119,39 @@ fn site_path(a: &Analysis, site: u32) -> Option<String> {
     (!s.label.starts_with(function)).then(|| format!("via {entry}"))
 }
 
-/// The first named frame of `site` at or past the depth at which its stack
-/// parts from the one of `others` it follows longest (innermost first):
-/// the frame that tells it from every one of them.
+/// A site's named frames (function, module, location), innermost first.
+fn named_frames(s: &Site) -> Vec<(&str, &str, &str)> {
+    s.frames
+        .iter()
+        .filter(|f| f.resolved && f.function != "??")
+        .map(|f| (f.function.as_str(), f.module.as_str(), f.location.as_str()))
+        .collect()
+}
+
+/// The frame that tells `site` from every one of `others`: its stack's
+/// named frames (unresolved ones left out: their addresses differ where
+/// their text does not) are followed outward from the allocation until
+/// they part from those of the other that follows them longest.
 fn parting_frame(a: &Analysis, site: u32, others: impl Iterator<Item = u32>) -> Option<String> {
-    let frames = &a.sites.get(site as usize)?.frames;
-    let same = |x: &gmem_prof_analyzer::model::FrameText,
-                y: &gmem_prof_analyzer::model::FrameText| {
-        x.function == y.function && x.module == y.module && x.location == y.location
-    };
+    let mine = named_frames(a.sites.get(site as usize)?);
     let parts_at = others
         .filter_map(|o| a.sites.get(o as usize))
-        .map(|o| {
-            frames
-                .iter()
-                .zip(&o.frames)
-                .position(|(x, y)| !same(x, y))
-                .unwrap_or(frames.len().min(o.frames.len()))
+        .map(named_frames)
+        // Stacks that read the same as this one cannot be told from it.
+        .filter(|theirs| *theirs != mine)
+        .map(|theirs| {
+            mine.iter()
+                .zip(&theirs)
+                .position(|(x, y)| x != y)
+                .unwrap_or(mine.len().min(theirs.len()))
         })
         .max()?;
-    let f = frames[parts_at.min(frames.len())..]
-        .iter()
-        .find(|f| f.resolved && f.function != "??")?;
-    let function = f.function.split('(').next().unwrap_or(&f.function);
-    Some(if f.location.is_empty() {
-        format!("{function} ({})", f.module)
+    let (function, module, location) = mine.get(parts_at)?;
+    let function = crate::format::without_parameters(function);
+    Some(if location.is_empty() {
+        format!("{function} ({module})")
     } else {
-        let at = f.location.rsplit('/').next().unwrap_or(&f.location);
+        let at = location.rsplit('/').next().unwrap_or(location);
         format!("{function} at {at}")
     })
 }
@@ -302,13 +322,14 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             bytes(leaked),
             leaked_n
         )?;
-        for s in a.leaking_sites().iter().take(TOP) {
+        let sites = a.leaking_sites();
+        let sites = &sites[..sites.len().min(TOP)];
+        for (s, label) in sites.iter().zip(told_apart(a, sites)) {
             writeln!(
                 w,
-                "  {:>10} in {:>5} × {}",
+                "  {:>10} in {:>5} × {label}",
                 bytes(s.leaked_bytes),
                 s.leaked_count,
-                s.label
             )?;
         }
     }
@@ -326,13 +347,14 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             "held by libraries at exit: {} (CUDA library handles, workspaces, graph pools, kept for the process's life): not a leak",
             bytes(library)
         )?;
-        for s in a.sites_held_at_exit(Category::Library).iter().take(TOP) {
+        let sites = a.sites_held_at_exit(Category::Library);
+        let sites = &sites[..sites.len().min(TOP)];
+        for (s, label) in sites.iter().zip(told_apart(a, sites)) {
             writeln!(
                 w,
-                "  {:>10} in {:>5} × {}",
+                "  {:>10} in {:>5} × {label}",
                 bytes(s.held_at_exit_bytes),
                 s.held_at_exit_count,
-                s.label
             )?;
         }
     }

@@ -390,13 +390,13 @@ fn several_runs_side_by_side() {
     assert_eq!(page.matches("<svg").count(), 1, "one chart for device 0");
 }
 
-/// In every real sample's summary, the rows of a device's peak table read
-/// differently unless their sites' stacks read the same too (frames of
-/// different addresses that symbolize alike): one line allocating through
+/// In every real sample's summary, the rows of a table of sites (a device's
+/// peak, what libraries held at exit) read differently unless their sites' named frames are the same too (stacks
+/// that differ only in unresolved frames): one line allocating through
 /// two paths (a cuBLAS handle and a caching allocator's segments,
 /// torch_leak.bin) says which is which.
 #[test]
-fn rows_of_a_peak_table_read_the_same_only_for_stacks_alike() {
+fn rows_of_a_site_table_read_the_same_only_for_stacks_alike() {
     let mut samples: Vec<PathBuf> = std::fs::read_dir(repo().join("traces/samples"))
         .unwrap()
         .filter_map(|e| {
@@ -413,11 +413,13 @@ fn rows_of_a_peak_table_read_the_same_only_for_stacks_alike() {
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join(format!("{stem}.json"))).unwrap())
                 .unwrap();
+        // Named frames: unresolved ones differ only in their addresses.
         let frames_of = |site: u64| -> Vec<(String, String, String)> {
             json["sites"][site as usize]["frames"]
                 .as_array()
                 .unwrap()
                 .iter()
+                .filter(|f| f["resolved"] == true && f["function"] != "??")
                 .map(|f| {
                     let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
                     (s("function"), s("module"), s("location"))
@@ -425,25 +427,51 @@ fn rows_of_a_peak_table_read_the_same_only_for_stacks_alike() {
                 .collect()
         };
         let lines: Vec<&str> = text.lines().collect();
-        for d in json["devices"].as_array().unwrap() {
-            // The table follows the device's line: rows "… in N × TEXT".
-            let header = format!("device {} (", d["device"]);
-            let Some(at) = lines.iter().position(|l| l.starts_with(&header)) else {
-                continue;
+        // The rows "… in N × TEXT" that follow a line starting with `head`.
+        let rows_after = |head: &str| -> Vec<&str> {
+            let Some(at) = lines.iter().position(|l| l.starts_with(head)) else {
+                return Vec::new();
             };
-            let rows: Vec<&str> = lines[at + 1..]
+            lines[at + 1..]
                 .iter()
                 .skip_while(|l| !l.contains(" × "))
                 .take_while(|l| l.contains(" × "))
                 .map(|l| l.split_once(" × ").unwrap().1)
-                .collect();
-            let ids: Vec<u64> = d["peak_sites"]
+                .collect()
+        };
+        // (rows, their sites): each device's peak table, and what
+        // libraries held at exit (largest first, then by id).
+        let mut tables: Vec<(Vec<&str>, Vec<u64>)> = Vec::new();
+        for d in json["devices"].as_array().unwrap() {
+            let rows = rows_after(&format!("device {} (", d["device"]));
+            let ids = d["peak_sites"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|s| s["site"].as_u64().unwrap())
                 .take(rows.len())
                 .collect();
+            tables.push((rows, ids));
+        }
+        let mut held: Vec<(u64, u64)> = json["sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["category"] == "library" && s["held_at_exit_bytes"].as_u64() > Some(0))
+            .map(|s| {
+                (
+                    s["held_at_exit_bytes"].as_u64().unwrap(),
+                    s["id"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        held.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+        let rows = rows_after("held by libraries at exit:");
+        tables.push((
+            rows.clone(),
+            held.iter().map(|h| h.1).take(rows.len()).collect(),
+        ));
+        for (rows, ids) in &tables {
             assert_eq!(ids.len(), rows.len(), "{stem}: {rows:?}");
             for i in 0..rows.len() {
                 for j in i + 1..rows.len() {
@@ -464,6 +492,6 @@ fn rows_of_a_peak_table_read_the_same_only_for_stacks_alike() {
             }
         }
     }
-    // torch_leak.bin alone has two such pairs.
-    assert!(told_apart >= 2, "{told_apart} rows told apart");
+    // torch_leak.bin alone has two such pairs, torch_growth_leak.bin more.
+    assert!(told_apart >= 4, "{told_apart} rows told apart");
 }
