@@ -21,7 +21,11 @@ done
 
 APT="$DIR/apt"
 mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$DIR/debs" "$DIR/bin"
-echo "deb http://deb.debian.org/debian sid main" >"$APT/sources.list"
+# Testing too: an interpreter unstable drops stays there a while longer.
+# When one is in neither, the tests that require it fail (loudly): fetch
+# it from a suite that has it, or move VERSIONS on.
+printf '%s\n' "deb http://deb.debian.org/debian sid main" \
+    "deb http://deb.debian.org/debian testing main" >"$APT/sources.list"
 opts=(-o "Dir::Etc::sourcelist=$APT/sources.list" -o Dir::Etc::sourceparts=-
       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache"
       -o APT::Sandbox::User=root)
