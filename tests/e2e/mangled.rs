@@ -226,6 +226,13 @@ fn mangled_records_never_panic_any_command() {
                 Command::new(gmem()).arg("dump").arg(&trace),
                 &format!("dump of {what}"),
             );
+            never_panics(
+                Command::new(gmem())
+                    .args(["symbolize", "-f", "-o"])
+                    .arg(s.join(format!("{name}-{round}.symbolized.bin")))
+                    .arg(&trace),
+                &format!("symbolize of {what}"),
+            );
             for format in ["perfetto", "parquet"] {
                 never_panics(
                     Command::new(gmem())
