@@ -97,6 +97,24 @@ pub enum FrameChain {
 /// the same).
 const ENTRY_FRAME_OWNER: u8 = 3;
 
+/// 3.14: 3.13's chain, with the owner after a new field and a tagged code
+/// reference.
+const LAYOUT_3_14: Layout = Layout {
+    minor: 14,
+    frame_chain: FrameChain::Direct { current: 72 },
+    previous: 8,
+    code: 0,
+    instr: 56,
+    entry: Some(74),
+    code_start: 208,
+    co_filename: 112,
+    co_name: 128,
+    co_firstlineno: 68,
+    ascii_size: 40,
+    compact_size: 56,
+    code_tag_bits: 3,
+};
+
 pub const LAYOUTS: [Layout; 6] = [
     Layout {
         minor: 10,
@@ -164,35 +182,11 @@ pub const LAYOUTS: [Layout; 6] = [
         compact_size: 56,
         code_tag_bits: 0,
     },
-    Layout {
-        minor: 14,
-        frame_chain: FrameChain::Direct { current: 72 },
-        previous: 8,
-        code: 0,
-        instr: 56,
-        entry: Some(74),
-        code_start: 208,
-        co_filename: 112,
-        co_name: 128,
-        co_firstlineno: 68,
-        ascii_size: 40,
-        compact_size: 56,
-        code_tag_bits: 3,
-    },
+    LAYOUT_3_14,
+    // Laid out as 3.14 (checked against its headers all the same).
     Layout {
         minor: 15,
-        frame_chain: FrameChain::Direct { current: 72 },
-        previous: 8,
-        code: 0,
-        instr: 56,
-        entry: Some(74),
-        code_start: 208,
-        co_filename: 112,
-        co_name: 128,
-        co_firstlineno: 68,
-        ascii_size: 40,
-        compact_size: 56,
-        code_tag_bits: 3,
+        ..LAYOUT_3_14
     },
 ];
 

@@ -177,14 +177,7 @@ fn never_panics(cmd: &mut Command, what: &str) {
 #[test]
 fn mangled_records_never_panic_any_command() {
     let s = scratch("mangled");
-    let mut names: Vec<_> = std::fs::read_dir(repo().join("traces/samples"))
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            (p.extension()? == "bin").then_some(p)
-        })
-        .collect();
-    names.sort();
+    let names = all_samples();
     let rounds: usize = std::env::var("MANGLED_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -397,14 +397,7 @@ fn several_runs_side_by_side() {
 /// torch_leak.bin) says which is which.
 #[test]
 fn rows_of_a_site_table_read_the_same_only_for_stacks_alike() {
-    let mut samples: Vec<PathBuf> = std::fs::read_dir(repo().join("traces/samples"))
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            (p.extension()? == "bin").then_some(p)
-        })
-        .collect();
-    samples.sort();
+    let samples = all_samples();
     let mut told_apart = 0;
     for path in &samples {
         let dir = scratch("report-rows");

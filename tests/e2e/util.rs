@@ -19,6 +19,19 @@ pub fn sample(name: &str) -> PathBuf {
     repo().join("traces/samples").join(name)
 }
 
+/// Every real sample trace (traces/samples/*.bin), in name order.
+pub fn all_samples() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join("traces/samples"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "bin").then_some(p)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// The collector cdylib next to the CLI (where `record` looks for it).
 /// `cargo test` does not build cdylibs of other packages, so build it here.
 pub fn collector() -> &'static Path {
