@@ -401,6 +401,8 @@ pub enum Evidence {
         time_ns: u64,
         free_bytes: u64,
         largest_free_bytes: u64,
+        /// Of `free_bytes`, those in segments that held no tensor (cache).
+        free_in_idle_segments_bytes: u64,
     },
     /// The device's worst fragmentation in its driver pools and VMM regions
     /// (`worst`: none had free space), with what the figure cannot see.
@@ -698,6 +700,7 @@ fn fragmentation(run: &str, a: &Analysis, d: &crate::model::DeviceReport, max: f
                     time_ns: w.at.time_ns,
                     free_bytes: w.at.free_bytes,
                     largest_free_bytes: w.at.largest_free_bytes,
+                    free_in_idle_segments_bytes: w.at.free_in_idle_segments_bytes.unwrap_or(0),
                 },
             )
         }

@@ -117,6 +117,7 @@ fn fragmentation_at(start: u64) -> impl Fn(crate::regions::Worst) -> Fragmentati
         fragmentation,
         free_bytes,
         largest_free_bytes,
+        free_in_idle_segments_bytes: None,
     }
 }
 

@@ -197,6 +197,10 @@ pub struct PoolExtent {
     pub reserved: u64,
     pub free: u64,
     pub largest: u64,
+    /// Of `free`, the bytes of segments that hold no block: cache, which
+    /// `empty_cache()` returns and the allocator releases before a request
+    /// could fail.
+    pub idle: u64,
 }
 
 impl PoolExtent {
@@ -427,11 +431,16 @@ impl DeviceView {
                     e.largest = e.largest.max(to - from);
                 }
             };
+            let mut holds_blocks = false;
             for (&a, b) in self.blocks.range(start..seg.end) {
                 gap(at, a, e);
                 at = at.max(a + b.size);
+                holds_blocks = true;
             }
             gap(at, seg.end, e);
+            if !holds_blocks {
+                e.idle += seg.end - start;
+            }
         }
         out
     }
@@ -756,6 +765,7 @@ impl FrameworkState {
                         reserved: a.reserved + b.reserved,
                         free: a.free + b.free,
                         largest: a.largest.max(b.largest),
+                        idle: a.idle + b.idle,
                     });
                 let live_by_site = sites_holding(&dev.sites, &self.sites).collect();
                 self.ooms.push(FrameworkOomRaw {

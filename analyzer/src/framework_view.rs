@@ -249,6 +249,7 @@ pub fn views(
                         fragmentation: e.fragmentation(),
                         free_bytes: e.free,
                         largest_free_bytes: e.largest,
+                        free_in_idle_segments_bytes: Some(e.idle),
                     }),
                 })
                 .collect();

@@ -444,6 +444,10 @@ pub struct FragmentationAt {
     pub fragmentation: f64,
     pub free_bytes: u64,
     pub largest_free_bytes: u64,
+    /// A framework pool's: of `free_bytes`, those in segments that held no
+    /// tensor (cache the allocator gives back before a request fails).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_in_idle_segments_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -168,10 +168,12 @@ pub fn details(o: &Outcome) -> Vec<String> {
         Evidence::PoolFragmentation {
             free_bytes,
             largest_free_bytes,
+            free_in_idle_segments_bytes,
             ..
         } => vec![format!(
-            "{} free inside the pool's segments, largest free block {}",
+            "{} free inside the pool's segments{}, largest free block {}",
             bytes(*free_bytes),
+            crate::format::idle_words(*free_bytes, Some(*free_in_idle_segments_bytes)),
             bytes(*largest_free_bytes)
         )],
         Evidence::RegionFragmentation {

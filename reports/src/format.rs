@@ -96,6 +96,25 @@ pub fn ipc_mapped(p: &gmem_prof_analyzer::model::ProcessReport) -> Option<String
     })
 }
 
+/// How much of a framework pool's free space sat in segments that held no
+/// tensor, to follow "N free in segments": that part is cache, which the
+/// allocator gives back (and retries with) before a request could fail,
+/// so a high fragmentation made of it costs nothing.
+pub fn idle_words(free: u64, idle: Option<u64>) -> String {
+    match idle {
+        Some(idle) if idle > 0 && idle >= free => {
+            " (all of it in segments holding no tensor: cache)".to_string()
+        }
+        Some(idle) if idle > 0 => {
+            format!(
+                " ({} of it in segments holding no tensor: cache)",
+                bytes(idle)
+            )
+        }
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -420,11 +420,12 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         if let Some(f) = &v.worst_fragmentation {
             writeln!(
                 w,
-                "  worst fragmentation {:.2} ({}) at {}: {} free in segments, largest free block {}",
+                "  worst fragmentation {:.2} ({}) at {}: {} free in segments{}, largest free block {}",
                 f.at.fragmentation,
                 f.pool,
                 time(f.at.time_ns),
                 bytes(f.at.free_bytes),
+                crate::format::idle_words(f.at.free_bytes, f.at.free_in_idle_segments_bytes),
                 bytes(f.at.largest_free_bytes)
             )?;
         }

@@ -152,6 +152,15 @@ fn segments_cached_at_the_reserved_peak_point_to_empty_cache() {
     assert_eq!(r["kind"], "empty_cache");
     assert_eq!(r["idle_segment_bytes"], t["idle_bytes"]);
     assert_eq!(r["idle_segments"], t["idle_segments"]);
+    // The pool's worst fragmentation came then, and all its free space was
+    // in those segments: the summary says so rather than leave 0.94 to
+    // read as a problem.
+    let worst = &a["frameworks"][0]["worst_fragmentation"]["at"];
+    assert_eq!(worst["free_in_idle_segments_bytes"], t["idle_bytes"]);
+    assert_eq!(worst["free_bytes"], t["idle_bytes"]);
+    let dir = scratch("cache-summary");
+    assert!(report_summary(&sample("torch_cache.bin"), &dir)
+        .contains("1.00 GiB free in segments (all of it in segments holding no tensor: cache)"));
     assert_eq!(
         r["reserved_peak_bytes"],
         t["torch"]["reserved_bytes.all.peak"]
