@@ -108,18 +108,26 @@ pub(crate) fn growth_table(
     out
 }
 
-/// A table of sites; sites alike in label among the rows shown also say
-/// what tells them apart (`text::alike_details`).
+/// Links to `ids`, each with what tells it apart from the others of the
+/// same label among them (`text::alike_details`).
+fn site_links(a: &Analysis, ids: &[u32]) -> Vec<String> {
+    ids.iter()
+        .zip(crate::text::alike_details(a, ids))
+        .map(|(&id, detail)| match detail {
+            Some(d) => format!("{}, {}", site_link(a, id), escape(&d)),
+            None => site_link(a, id),
+        })
+        .collect()
+}
+
+/// A table of sites (`site_links`).
 fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
     let ids: Vec<u32> = rows.iter().take(limit).map(|r| r.site).collect();
-    let details = crate::text::alike_details(a, &ids);
+    let links = site_links(a, &ids);
     bytes_table(("site", "allocations"), rows, whole, limit, |id| {
-        let detail = ids
-            .iter()
+        ids.iter()
             .position(|&i| i == id)
-            .and_then(|k| details[k].as_deref())
-            .map_or_else(String::new, |d| format!(", {}", escape(d)));
-        format!("{}{detail}", site_link(a, id))
+            .map_or_else(|| site_link(a, id), |k| links[k].clone())
     })
 }
 
@@ -377,11 +385,12 @@ fn held_table(a: &Analysis, title: &str, column: &str, rows: &[(u32, u64, u64)],
         out,
         "<h3>{title}</h3><table><tr><th>site</th><th class=\"n\">{column}</th><th class=\"n\">allocations</th></tr>"
     );
-    for &(site, held, count) in rows.iter().take(50) {
+    let rows = &rows[..rows.len().min(50)];
+    let ids: Vec<u32> = rows.iter().map(|r| r.0).collect();
+    for (&(_, held, count), link) in rows.iter().zip(site_links(a, &ids)) {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{count}</td></tr>",
-            site_link(a, site),
+            "<tr><td>{link}</td><td class=\"n\">{}</td><td class=\"n\">{count}</td></tr>",
             bytes(held)
         );
     }

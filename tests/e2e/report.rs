@@ -485,6 +485,19 @@ fn rows_of_a_site_table_read_the_same_only_for_stacks_alike() {
             }
         }
     }
+    // The page's tables say the same.
+    let dir = scratch("report-rows-html");
+    report_summary(&sample("torch_growth_leak.bin"), &dir);
+    let page = std::fs::read_to_string(dir.join("torch_growth_leak.html")).unwrap();
+    let held = page
+        .split_once("Held by libraries at exit, by site")
+        .unwrap()
+        .1
+        .split_once("</table>")
+        .unwrap()
+        .0;
+    assert!(held.contains("aten::addmm</a>, via cublasCreate_v2 (libcublas.so.13)</td>"));
+    assert!(held.contains("from at::cuda::setWorkspaceForHandle (libtorch_cuda.so)</td>"));
     // torch_leak.bin alone has two such pairs, torch_growth_leak.bin more.
     assert!(told_apart >= 4, "{told_apart} rows told apart");
 }
