@@ -241,25 +241,26 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         out.push_str(&chart_html(c));
     }
     out.push_str("<p class=\"meta\">F = 1 − largest free block / free bytes inside the pool's segments. A block of one pool (small or large blocks, one stream, one private pool) never comes from another pool's segments, so each pool is judged on its own; the device's figure is the worst pool's.</p>");
-    out.push_str("<table><tr><th>pool</th><th class=\"n\">segments at most</th><th class=\"n\">worst F</th><th class=\"n\">when</th><th class=\"n\">free then</th><th class=\"n\">largest free block then</th></tr>");
+    out.push_str("<table><tr><th>pool</th><th class=\"n\">segments at most</th><th class=\"n\">worst F</th><th class=\"n\">when</th><th class=\"n\">free then</th><th class=\"n\">of it in segments holding no tensor (cache)</th><th class=\"n\">largest free block then</th></tr>");
     for p in &v.pools {
         match &p.worst {
             Some(w) => {
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
                     escape(&p.pool),
                     bytes(p.reserved_peak),
                     w.fragmentation,
                     time(w.time_ns),
                     bytes(w.free_bytes),
+                    w.free_in_idle_segments_bytes.map_or_else(String::new, bytes),
                     bytes(w.largest_free_bytes)
                 );
             }
             None => {
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">–</td><td class=\"n\">never free space</td><td></td><td></td></tr>",
+                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">–</td><td class=\"n\">never free space</td><td></td><td></td><td></td></tr>",
                     escape(&p.pool),
                     bytes(p.reserved_peak)
                 );
