@@ -101,14 +101,21 @@ fn changed_sites(w: &mut dyn Write, sites: &[SiteDiff], title: &str) -> io::Resu
         return Ok(false);
     }
     writeln!(w, "{title}")?;
-    for s in moved {
+    for s in &moved {
         let tag = match s.presence {
             "both" => String::new(),
             p => format!(" [{p}]"),
         };
+        // Sites alike in label (one line through a library's handle and a
+        // caching allocator's segments) say how they allocated.
+        let alike = moved.iter().filter(|o| o.label == s.label).count() > 1;
+        let detail = alike
+            .then(|| crate::text::path_words(&s.category, &s.label, &s.frames))
+            .flatten()
+            .map_or_else(String::new, |d| format!(", {d}"));
         writeln!(
             w,
-            "  {:>11} {:>11} {:>11}  {}{tag}",
+            "  {:>11} {:>11} {:>11}  {}{detail}{tag}",
             signed_bytes(s.delta_live_at_peak),
             signed_bytes(s.delta_leaked_bytes),
             signed_bytes(s.delta_total_bytes),

@@ -2,7 +2,9 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Category, Growth, OomOutcome, Site, SiteBytes};
+use gmem_prof_analyzer::model::{
+    Analysis, Category, FrameText, Growth, OomOutcome, Site, SiteBytes,
+};
 
 use crate::format::{bytes, percent, time};
 
@@ -106,17 +108,22 @@ fn told_apart(a: &Analysis, sites: &[&Site]) -> Vec<String> {
         .collect()
 }
 
-/// How a site's memory was allocated: a caching allocator's segments, or
-/// the library the stack went through.
+/// How a site's memory was allocated (`path_words`).
 fn site_path(a: &Analysis, site: u32) -> Option<String> {
     let s = a.sites.get(site as usize)?;
-    if s.category == Category::AllocatorCache {
+    path_words(s.category.as_str(), &s.label, &s.frames)
+}
+
+/// How the memory of a site of `category` (`Category::as_str`) was
+/// allocated: a caching allocator's segments, or the library its stack
+/// went through (unless its label names it).
+pub(crate) fn path_words(category: &str, label: &str, frames: &[FrameText]) -> Option<String> {
+    if category == Category::AllocatorCache.as_str() {
         return Some("segments of a caching allocator".into());
     }
-    let entry = crate::format::library_entry(&s.frames)?;
-    // Not when the label already names it.
+    let entry = crate::format::library_entry(frames)?;
     let function = entry.split(' ').next().unwrap_or(&entry);
-    (!s.label.starts_with(function)).then(|| format!("via {entry}"))
+    (!label.starts_with(function)).then(|| format!("via {entry}"))
 }
 
 /// A site's named frames (function, module, location), innermost first.

@@ -181,3 +181,23 @@ fn diff_bad_input_exits_2() {
     let o = diff("kinds.bin", "oom.bin", &["--fail-above", "lots"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Sites of one label among the changed ones (torch_leak.py:27 through
+/// cuBLAS's handle and through the caching allocator's segments) say how
+/// each allocated, as the report's tables do.
+#[test]
+fn changed_sites_of_one_label_say_how_they_allocated() {
+    let o = diff("torch_leak.bin", "torch_activations.bin", &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("main at torch_leak.py:27"))
+        .collect();
+    assert!(rows.len() >= 2, "{text}");
+    assert!(rows
+        .iter()
+        .any(|r| r.contains(", via cublasCreate_v2 (libcublas.so.13)")));
+    assert!(rows
+        .iter()
+        .any(|r| r.contains(", segments of a caching allocator")));
+}
