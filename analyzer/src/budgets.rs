@@ -782,11 +782,8 @@ fn leaking(a: &Analysis, pid: Option<u32>) -> Vec<Share> {
         .collect()
 }
 
-/// The library a site's memory came through, unless its label names it.
 fn via(s: &crate::model::Site) -> Option<String> {
-    let entry = crate::model::library_entry(&s.frames)?;
-    let function = entry.split(' ').next().unwrap_or(&entry);
-    (!s.label.starts_with(function)).then_some(entry)
+    crate::model::library_via(&s.label, &s.frames)
 }
 
 /// The largest growth of any site (CUDA allocations and tensors) of the

@@ -651,6 +651,14 @@ pub fn library_entry(frames: &[FrameText]) -> Option<String> {
     ))
 }
 
+/// The library a site's memory came through (`library_entry`), unless its
+/// label already names it.
+pub fn library_via(label: &str, frames: &[FrameText]) -> Option<String> {
+    let entry = library_entry(frames)?;
+    let function = entry.split(' ').next().unwrap_or(&entry);
+    (!label.starts_with(function)).then_some(entry)
+}
+
 /// A demangled C++ function's name without its parameter list:
 /// `ns::(anonymous namespace)::f(int)` → `ns::(anonymous namespace)::f`.
 pub fn without_parameters(function: &str) -> &str {

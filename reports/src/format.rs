@@ -82,7 +82,7 @@ pub fn markdown(s: &str) -> String {
     escape(s).replace('|', "&#124;").replace('`', "&#96;")
 }
 
-pub use gmem_prof_analyzer::model::{library_entry, without_parameters};
+pub use gmem_prof_analyzer::model::{library_entry, library_via, without_parameters};
 
 /// "pid 12 mapped up to 64.0 MiB of another process's memory through CUDA
 /// IPC: …", for a process that did.

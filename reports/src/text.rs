@@ -121,9 +121,7 @@ pub(crate) fn path_words(category: &str, label: &str, frames: &[FrameText]) -> O
     if category == Category::AllocatorCache.as_str() {
         return Some("segments of a caching allocator".into());
     }
-    let entry = crate::format::library_entry(frames)?;
-    let function = entry.split(' ').next().unwrap_or(&entry);
-    (!label.starts_with(function)).then(|| format!("via {entry}"))
+    crate::format::library_via(label, frames).map(|entry| format!("via {entry}"))
 }
 
 /// A site's named frames (function, module, location), innermost first.

@@ -13,9 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use gmem_prof_traces::file::frame_chunk;
-use gmem_prof_traces::{
-    file_header, read_all, DecodedChunk, Enc, Record, TraceReader, TraceWriter,
-};
+use gmem_prof_traces::{file_header, read_all, DecodedChunk, Enc, Record, TraceWriter};
 
 use crate::util::*;
 
@@ -53,17 +51,11 @@ fn records_of(path: &Path) -> Vec<(u32, Record)> {
 /// `r` with one of its fields' values replaced (0, huge, random), if what
 /// comes out still decodes as one record (else `r` as it was).
 fn with_a_field_changed(stream: u32, r: &Record, rng: &mut Rng) -> Record {
-    let mut w = TraceWriter::new(Vec::new()).unwrap();
-    w.chunk_target = usize::MAX;
-    w.set_stream(stream).unwrap();
-    w.push(r).unwrap();
-    w.flush_chunk().unwrap();
-    let file = w.finish().unwrap();
-    let mut reader = TraceReader::new(&file).unwrap();
-    let Some(raw) = reader.next_chunk() else {
-        return r.clone();
-    };
-    let payload = raw.payload().unwrap().into_owned();
+    // A chunk's payload of this one record, relative to base time 0.
+    let mut payload = Enc::default();
+    payload.var(0);
+    r.encode(&mut payload, &mut Enc::default(), 0);
+    let payload = payload.buf;
     // The payload: the chunk's base time, the record's tag, its body's
     // length (varints), then the body, fields as varints or bytes. One
     // varint of the body is replaced (a byte of a string may be taken for
