@@ -33,6 +33,9 @@ use gmem_prof_traces::record::{PyCode, PyCodeId};
 
 /// Frames of one thread's Python stack read at most.
 pub const MAX_PYTHON_FRAMES: usize = 256;
+/// Frames read past a cut walk, links only, to find where its last group
+/// ran (`Python::find_cut_groups_entry`).
+const CUT_GROUP_SCAN: usize = 16_384;
 
 /// A frame as it goes into a captured stack: bit 63 set (no user-space
 /// return address has it), the `PyCode` id in bits 32..63, the line below.
@@ -481,6 +484,7 @@ impl Python {
         };
         while frame != 0 {
             if out.len() == MAX_PYTHON_FRAMES {
+                self.find_cut_groups_entry(frame, out);
                 return true;
             }
             if !frame.is_multiple_of(8) {
@@ -524,6 +528,36 @@ impl Python {
             frame = previous;
         }
         false
+    }
+
+    /// A walk cut at `MAX_PYTHON_FRAMES` (deep recursion) stopped inside
+    /// its outermost group, before that group's entry frame (3.12+), which
+    /// is what places the group among the native frames: read on from
+    /// `frame`, owners and links alone, to find it. Without it the group
+    /// would follow every native frame, outside `main` and `_start`, in
+    /// builds where the evaluation loop has no symbol of its own to place
+    /// it by (Debian's 3.14 and 3.15). Bounded: past `CUT_GROUP_SCAN`
+    /// frames the group is placed as before.
+    #[cold]
+    fn find_cut_groups_entry(&self, mut frame: usize, out: &mut [PyFrame]) {
+        let l = &self.layout;
+        let (Some(owner), Some(last)) = (l.entry, out.last_mut()) else {
+            return;
+        };
+        if l.minor < 12 || last.ends_group {
+            return;
+        }
+        for _ in 0..CUT_GROUP_SCAN {
+            if frame == 0 || !frame.is_multiple_of(8) {
+                return;
+            }
+            if read_u8(frame + owner) == ENTRY_FRAME_OWNER {
+                last.ends_group = true;
+                last.entry = frame as u64;
+                return;
+            }
+            frame = read_usize(frame + l.previous);
+        }
     }
 
     /// The `PyCode` id and line of a frame at `lasti` in `code`: from this

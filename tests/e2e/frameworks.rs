@@ -234,6 +234,185 @@ fn python_frames_name_the_marked_lines_on_every_interpreter() {
     }
 }
 
+/// Code other than plain calls, on every interpreter (fake_app.py
+/// `shapes`): each allocation's Python frames, innermost first, name the
+/// functions and marked lines of the program (the standard library's
+/// frames of asyncio and threading left out of the comparison), and sit
+/// inside the native frames, with native frames on both sides; a
+/// recursion deeper than the frames a stack keeps keeps its innermost
+/// ones, says it was cut, and is placed where it ran too.
+#[test]
+fn python_frames_of_generators_coroutines_and_deep_recursion() {
+    let lines = marked_lines(&app());
+    let supported: Vec<(String, PathBuf)> = pythons()
+        .into_iter()
+        .filter(|(v, _)| !["3.8", "3.9"].contains(&v.as_str()))
+        .collect();
+    assert!(!supported.is_empty(), "no python3 of 3.10 or later");
+    let at = |function: &str, mark: &str| (function.to_string(), lines[mark]);
+    let expected: Vec<(u64, Vec<(String, u64)>)> = vec![
+        (
+            1001,
+            vec![
+                at("allocate", "allocate"),
+                at("generate", "generator"),
+                at("shapes", "consumer"),
+            ],
+        ),
+        (
+            1002,
+            vec![
+                at("allocate", "allocate"),
+                at("generate", "generator"),
+                at("<lambda>", "resumed"),
+            ],
+        ),
+        (
+            1003,
+            vec![
+                at("allocate", "allocate"),
+                at("coroutine", "coroutine"),
+                at("shapes", "asyncio"),
+            ],
+        ),
+        (
+            1004,
+            vec![
+                at("allocate", "allocate"),
+                at("comprehension", "comprehension"),
+                at("shapes", "comprehend"),
+            ],
+        ),
+        (
+            1005,
+            vec![
+                at("allocate", "allocate"),
+                at("decorated", "decorated"),
+                at("wrapper", "wrapper"),
+                at("shapes", "decorate"),
+            ],
+        ),
+        (
+            1006,
+            vec![
+                at("allocate", "allocate"),
+                at("in_with", "with"),
+                at("shapes", "call_with"),
+            ],
+        ),
+        (
+            1008,
+            vec![
+                at("allocate", "allocate"),
+                at("in_handler", "except"),
+                at("shapes", "handle"),
+            ],
+        ),
+        (
+            1010,
+            vec![
+                at("allocate", "allocate"),
+                at("Body", "class"),
+                at("shapes", "classdef"),
+            ],
+        ),
+        (
+            1011,
+            vec![
+                at("allocate", "allocate"),
+                ("<module>".to_string(), 1),
+                at("shapes", "exec"),
+            ],
+        ),
+    ];
+    for (version, python) in &supported {
+        let dir = scratch(&format!("py-shapes-{version}"));
+        let out = run(&mut record_python(
+            &dir,
+            "t.bin",
+            &[],
+            python,
+            &[OsStr::new("shapes")],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{version}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let stack_of = |bytes: u64| {
+            let call = of_type(&recs, "Api")
+                .into_iter()
+                .find(|a| a["func"] == 1 && a["bytes"] == bytes)
+                .unwrap_or_else(|| panic!("{version}: no allocation of {bytes} bytes"));
+            let id = call["stack"].as_u64().unwrap();
+            let truncated = recs
+                .iter()
+                .any(|r| r["type"] == "Stack" && r["id"] == id && r["truncated"] == true);
+            (frames(&recs, 0, id), truncated)
+        };
+        // The program's frames: its own file and exec's, by the last part
+        // of their name (3.10 has no qualified names), up to `shapes`;
+        // 3.10 and 3.11 run a comprehension in a frame of its own.
+        let own = |fr: &[Result<(String, String, u64), u64>]| -> Vec<(String, u64)> {
+            let mut own = Vec::new();
+            for (function, file, line) in fr.iter().filter_map(|f| f.as_ref().ok()) {
+                let name = function.rsplit('.').next().unwrap().to_string();
+                if !(file.ends_with("fake_app.py") || file == "<generated>") || name == "<listcomp>"
+                {
+                    continue;
+                }
+                own.push((name.clone(), *line));
+                if name == "shapes" {
+                    break;
+                }
+            }
+            own
+        };
+        // Native frames inside the Python ones (ctypes, the driver) and
+        // outside them (the interpreter's start-up).
+        let placed = |fr: &[Result<(String, String, u64), u64>], what: &str| {
+            let first = fr.iter().position(|f| f.is_ok()).unwrap();
+            let last = fr.iter().rposition(|f| f.is_ok()).unwrap();
+            assert!(first > 0, "{version} {what}: no native frame inside");
+            assert!(
+                last + 1 < fr.len(),
+                "{version} {what}: no native frame outside"
+            );
+        };
+        for (bytes, want) in &expected {
+            let (fr, truncated) = stack_of(*bytes);
+            assert_eq!(
+                &own(&fr),
+                want,
+                "{version}: the allocation of {bytes} bytes"
+            );
+            assert!(!truncated, "{version}: {bytes}");
+            placed(&fr, &bytes.to_string());
+        }
+        // 300 calls deep: the innermost 256 Python frames (the
+        // collector's MAX_PYTHON_FRAMES), cut.
+        let (fr, truncated) = stack_of(1007);
+        assert!(truncated, "{version}: the deep stack is not marked cut");
+        let python: Vec<(String, u64)> = fr
+            .iter()
+            .filter_map(|f| f.as_ref().ok())
+            .map(|(function, _, line)| (function.clone(), *line))
+            .collect();
+        assert_eq!(python.len(), 256, "{version}");
+        assert_eq!(
+            python[..2],
+            [at("allocate", "allocate"), at("recurse", "recursed")],
+            "{version}"
+        );
+        assert!(
+            python[2..].iter().all(|f| *f == at("recurse", "recurse")),
+            "{version}"
+        );
+        if version != "3.10" {
+            // (3.10 runs each Python call in native frames of its own, so
+            // there the native walk is cut inside the recursion too.)
+            placed(&fr, "the deep stack");
+        }
+    }
+}
+
 /// With --no-python, stacks carry no Python frame.
 #[test]
 fn no_python_leaves_stacks_native() {

@@ -11,10 +11,15 @@ Python, and two from a thread evaluating an autograd node and then none,
 as PyTorch's autograd threads allocate) or
 `torch_fragmented_oom` (an out-of-memory error with enough free in
 the segment but in pieces), `torch_async_fraction_oom` (the
-cudaMallocAsync backend refusing a tensor against the memory fraction) or `pools` (JAX's and CuPy's pools, from the
+cudaMallocAsync backend refusing a tensor against the memory fraction), `shapes`
+(allocations from generators, coroutines, deep recursion and other shapes of
+code) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
 
+import asyncio
+import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -170,6 +175,78 @@ def paused(library):
     print("answers", *answers)
 
 
+def generate(sizes):
+    for n in sizes:
+        yield allocate(n)  # line:generator
+
+
+async def coroutine():
+    await asyncio.sleep(0)
+    return allocate(1003)  # line:coroutine
+
+
+def comprehension():
+    return [allocate(n) for n in (1004,)]  # line:comprehension
+
+
+def traced(function):
+    @functools.wraps(function)
+    def wrapper(*args):
+        return function(*args)  # line:wrapper
+
+    return wrapper
+
+
+@traced
+def decorated():
+    return allocate(1005)  # line:decorated
+
+
+def in_with():
+    with contextlib.nullcontext():
+        return allocate(1006)  # line:with
+
+
+def recurse(depth):
+    if depth == 0:
+        return allocate(1007)  # line:recursed
+    return recurse(depth - 1)  # line:recurse
+
+
+def in_handler():
+    try:
+        raise ValueError
+    except ValueError:
+        return allocate(1008)  # line:except
+
+
+def shapes():
+    """Allocations from code other than plain calls, each of its own size:
+    a generator consumed by a loop (1001) and resumed on another thread
+    (1002; 1009 is its first step), a coroutine run by asyncio
+    (1003), a comprehension (1004), a decorated function (1005), a `with`
+    block (1006), a recursion deeper than the frames a stack keeps (1007),
+    an exception handler (1008), a class body (1010) and code from
+    `exec` (1011)."""
+    list(generate([1001]))  # line:consumer
+    resumed = generate([1009, 1002])
+    next(resumed)
+    t = threading.Thread(target=lambda: next(resumed))  # line:resumed
+    t.start()
+    t.join()
+    asyncio.run(coroutine())  # line:asyncio
+    comprehension()  # line:comprehend
+    decorated()  # line:decorate
+    in_with()  # line:call_with
+    recurse(300)  # line:recursion
+    in_handler()  # line:handle
+
+    class Body:  # line:classdef
+        buffer = allocate(1010)  # line:class
+
+    exec(compile("allocate(1011)", "<generated>", "exec"))  # line:exec
+
+
 if sys.argv[2:3] == ["pools"]:
     pools()
 elif sys.argv[2:3] == ["torch"]:
@@ -184,5 +261,7 @@ elif sys.argv[2:3] == ["torch_direct_first"]:
     torch(sys.argv[3], direct_first=True)
 elif sys.argv[2:3] == ["paused"]:
     paused(sys.argv[3])
+elif sys.argv[2:3] == ["shapes"]:
+    shapes()
 else:
     main()  # line:module
