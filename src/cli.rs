@@ -95,7 +95,10 @@ impl KernelTracing {
     gmem-prof record --no-kernels --stack-depth 32 -- ./server\n\n\
     The program's stdin, stdout, stderr and exit code pass through unchanged; Ctrl-C \
     reaches it as usual and the trace is still written. Children it starts that use \
-    CUDA (exec'ed programs, multiprocessing spawn workers) are recorded into the same trace.")]
+    CUDA (exec'ed programs, multiprocessing workers) are recorded into the same trace. A \
+    Python process that ends with os._exit (fork-started multiprocessing workers do) \
+    finishes its part first; a native program that calls _exit() loses what it did in \
+    its last --flush-ms and reads as cut short.")]
 pub struct RecordArgs {
     /// Trace file to write. Default: trace.bin, or trace.1.bin, trace.2.bin, …
     /// when that exists (an existing file is never replaced without --force).
@@ -140,8 +143,9 @@ pub struct RecordArgs {
     /// programs that import JAX or CuPy, a small module reads their pools'
     /// own figures (JAX's memory_stats(), CuPy's used/total bytes) every
     /// GMEM_PROF_POOL_MS (50 ms) and at exit. That module is a
-    /// sitecustomize put first on PYTHONPATH; the program's own
-    /// sitecustomize still runs after it.
+    /// sitecustomize put first on PYTHONPATH (with this flag too: it also
+    /// lets a process ending with os._exit finish its part of the trace);
+    /// the program's own sitecustomize still runs after it.
     #[arg(long)]
     pub no_frameworks: bool,
     /// Do not record the device's own view. By default the collector reads

@@ -160,9 +160,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
         .env("GMEM_PROF_UNDER_CLI", "1")
         .env_remove("GMEM_PROF_DISABLE");
-    if !a.no_frameworks {
-        put_python_bootstrap(&mut cmd, &parts)?;
-    }
+    put_python_bootstrap(&mut cmd, &parts)?;
 
     let code = match run_program(cmd, program) {
         Ok(code) => code,
@@ -203,8 +201,10 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     }
 }
 
-/// The Python bootstrap (`collector/python/sitecustomize.py`): it reads
-/// JAX's and CuPy's own pool figures inside the program. Written beside the
+/// The Python bootstrap (`collector/python/sitecustomize.py`): it lets a
+/// process that ends with `os._exit` finish its part of the trace, and
+/// (unless `--no-frameworks`) reads JAX's and CuPy's own pool figures
+/// inside the program. Written beside the
 /// per-process files and put first on the program's PYTHONPATH, which its
 /// children inherit; it runs the program's own sitecustomize after it.
 const PYTHON_BOOTSTRAP: &str = include_str!("../collector/python/sitecustomize.py");

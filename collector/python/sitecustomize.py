@@ -2,7 +2,17 @@
 # first on PYTHONPATH, so every Python process of the recorded program (its
 # children and spawn workers too) runs it at start-up.
 #
-# Why: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
+# It does two things:
+# - It lets a process that ends with os._exit complete its part of the
+#   trace. os._exit skips the exit handlers, the collector's among them, so
+#   what the process did since the collector's last flush (200 ms by
+#   default), and its end, would be missing: every fork-started
+#   multiprocessing worker ends that way, and so do scripts that skip their
+#   teardown. os._exit is wrapped to call the collector's gmem_prof_finish
+#   first.
+# - It reads the pools of JAX and CuPy.
+#
+# Why the pools: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
 # and so the collector, sees only the pool; how much of it the program's
 # arrays use is known only to the framework, through its own API. This
 # module reads that API (JAX: Device.memory_stats(); CuPy: the default
@@ -12,10 +22,11 @@
 # it into the trace as a PoolUsage record.
 #
 # Rules it keeps, because it runs inside someone else's program:
-# - It does nothing until the program itself imports jax or cupy: no
+# - Until the program itself imports jax or cupy it starts nothing: no
 #   thread, no import of either, no CUDA call. It never initialises JAX's
 #   backend (that would take JAX's preallocation) and never loads the
 #   collector (it only finds one CUDA already loaded).
+# - os._exit still ends the process, whatever the collector does.
 # - Any error turns it off quietly; the program goes on as it would have.
 # - A sitecustomize of the program's own (or the system's) still runs: the
 #   next one on the path is executed after this one, as Python would have.
@@ -178,11 +189,38 @@ class _WatchImports:
         return None
 
 
+def _finish_before_os_exit(collector_path):
+    """Wraps os._exit to complete this process's part of the trace first."""
+    real_exit = os._exit
+    started_as = os.getpid()
+
+    def _exit(status):
+        try:
+            ctypes = sys.modules.get("ctypes")
+            if ctypes is None and os.getpid() == started_as:
+                # A fork child never imports it here: one that used CUDA
+                # imported a framework, which imported ctypes, and one that
+                # did not has nothing to finish.
+                import ctypes
+            if ctypes is not None:
+                lib = ctypes.CDLL(collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+                lib.gmem_prof_finish()
+        except Exception:
+            pass  # not loaded: CUDA never started in this process
+        real_exit(status)
+
+    _exit.__name__ = real_exit.__name__
+    _exit.__qualname__ = real_exit.__qualname__
+    _exit.__doc__ = real_exit.__doc__
+    os._exit = _exit
+
+
 def _install():
-    if os.environ.get("GMEM_PROF_FRAMEWORKS", "1") == "0":
-        return
     collector = os.environ.get("CUDA_INJECTION64_PATH", "")
     if not collector or not os.path.isabs(collector):
+        return
+    _finish_before_os_exit(collector)
+    if os.environ.get("GMEM_PROF_FRAMEWORKS", "1") == "0":
         return
     try:
         interval = max(1, int(os.environ.get("GMEM_PROF_POOL_MS", "50"))) / 1000.0

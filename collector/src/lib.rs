@@ -83,6 +83,19 @@ pub extern "C" fn gmem_prof_pool_usage(
     })
 }
 
+/// Ends recording in this process and completes its part of the trace, as
+/// at exit, for a process about to end without running its exit handlers:
+/// the Python bootstrap calls it from `os._exit`, which Python's
+/// fork-started multiprocessing workers end with, and scripts that skip
+/// their teardown. Without it what the process did since its last flush and
+/// its end would be missing, and the report would call it cut short.
+/// Nothing is recorded after it. Does nothing in a process that is not
+/// recording (a fork child of a recorded one among them) or a second time.
+#[no_mangle]
+pub extern "C" fn gmem_prof_finish() {
+    session::no_unwind((), session::finish_now);
+}
+
 /// For benchmarks that alternate recorded and unrecorded steps in one
 /// process (tests/gpu/bench_alloc.py, bench_resnet.py): 0 pauses recording,
 /// anything else resumes it (see `Collector::set_paused`; what happens while

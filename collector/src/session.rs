@@ -321,11 +321,15 @@ unsafe extern "C" fn on_api(
 }
 
 extern "C" fn at_exit() {
-    no_unwind((), || {
-        if let Some(c) = COLLECTOR.get() {
-            c.finish();
-        }
-    });
+    no_unwind((), finish_now);
+}
+
+/// At exit, or before an exit that skips the exit handlers
+/// (`gmem_prof_finish`).
+pub fn finish_now() {
+    if let Some(c) = COLLECTOR.get() {
+        c.finish();
+    }
 }
 
 extern "C" fn in_fork_child() {

@@ -413,6 +413,74 @@ fn python_frames_of_generators_coroutines_and_deep_recursion() {
     }
 }
 
+/// A Python process that ends with `os._exit`, which runs no exit handler,
+/// still completes its part of the trace (the bootstrap `record` puts on
+/// the path calls the collector first): every allocation and the end are
+/// there and the exit code passes through; so for multiprocessing workers
+/// started by fork, which end that way, each using CUDA itself.
+#[test]
+fn processes_ending_with_os_exit_complete_their_part() {
+    let dir = scratch("os-exit");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("os_exit")],
+    ));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    assert_eq!(of_type(&recs, "ProcessEnd").len(), 1, "{}", stderr(&out));
+    let allocations = of_type(&recs, "Api")
+        .into_iter()
+        .filter(|a| a["func"] == 1)
+        .count();
+    assert_eq!(allocations, 3);
+
+    let lines = marked_lines(&app());
+    let dir = scratch("fork-workers");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("fork_workers")],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exit codes 0 0"));
+    let recs = dump_json(&dir.join("t.bin"));
+    let processes = of_type(&recs, "Process");
+    assert_eq!(processes.len(), 2, "the two workers, not the parent");
+    assert_eq!(of_type(&recs, "ProcessEnd").len(), 2, "{}", stderr(&out));
+    let mut per_worker: Vec<usize> = processes
+        .iter()
+        .map(|p| {
+            let stream = &p["trace_stream"];
+            of_type(&recs, "Api")
+                .into_iter()
+                .filter(|a| &a["trace_stream"] == stream && a["func"] == 1)
+                .inspect(|a| {
+                    let fr = frames(
+                        &recs,
+                        stream.as_u64().unwrap(),
+                        a["stack"].as_u64().unwrap(),
+                    );
+                    let lines_seen: Vec<u64> = fr
+                        .iter()
+                        .filter_map(|f| f.as_ref().ok().map(|p| p.2))
+                        .collect();
+                    assert!(lines_seen.contains(&lines["worker"]), "{lines_seen:?}");
+                })
+                .count()
+        })
+        .collect();
+    per_worker.sort();
+    assert_eq!(per_worker, [1, 2]);
+    // And the report does not call them cut short.
+    let summary = report_summary(&dir.join("t.bin"), &dir);
+    assert!(!summary.contains("NOT PROFILED"), "{summary}");
+}
+
 /// With --no-python, stacks carry no Python frame.
 #[test]
 fn no_python_leaves_stacks_native() {

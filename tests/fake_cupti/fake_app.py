@@ -13,7 +13,8 @@ as PyTorch's autograd threads allocate) or
 the segment but in pieces), `torch_async_fraction_oom` (the
 cudaMallocAsync backend refusing a tensor against the memory fraction), `shapes`
 (allocations from generators, coroutines, deep recursion and other shapes of
-code) or `pools` (JAX's and CuPy's pools, from the
+code), `os_exit` (allocations, then os._exit), `fork_workers` (multiprocessing
+workers started by fork that use CUDA) or `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
 
 import asyncio
@@ -28,7 +29,8 @@ import time
 lib = ctypes.CDLL(sys.argv[1])
 lib.fake_cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
 lib.fake_cuMemAlloc.restype = ctypes.c_uint32
-if lib.fake_cuInit() < 0:
+# (`fork_workers` starts CUDA in its workers only.)
+if sys.argv[2:3] != ["fork_workers"] and lib.fake_cuInit() < 0:
     sys.exit("fake cuInit failed")
 
 
@@ -247,6 +249,35 @@ def shapes():
     exec(compile("allocate(1011)", "<generated>", "exec"))  # line:exec
 
 
+def os_exit():
+    """Three allocations, then os._exit(7): no exit handler runs."""
+    for _ in range(3):
+        allocate(1 << 20)
+    os._exit(7)
+
+
+def fork_worker(n):
+    if lib.fake_cuInit() < 0:
+        sys.exit("fake cuInit failed")
+    for _ in range(n):
+        allocate(1 << 20)  # line:worker
+
+
+def fork_workers():
+    """Two workers started by fork, as multiprocessing does by default on
+    Linux, each starting CUDA (the parent never does) and allocating 1 and
+    2 MiB; multiprocessing ends each with os._exit."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=fork_worker, args=(n,)) for n in (1, 2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    print("exit codes", *[w.exitcode for w in workers])
+
+
 if sys.argv[2:3] == ["pools"]:
     pools()
 elif sys.argv[2:3] == ["torch"]:
@@ -263,5 +294,9 @@ elif sys.argv[2:3] == ["paused"]:
     paused(sys.argv[3])
 elif sys.argv[2:3] == ["shapes"]:
     shapes()
+elif sys.argv[2:3] == ["os_exit"]:
+    os_exit()
+elif sys.argv[2:3] == ["fork_workers"]:
+    fork_workers()
 else:
     main()  # line:module
