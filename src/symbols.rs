@@ -174,6 +174,64 @@ mod tests {
         assert!(name.contains("a_function_to_find"), "{name}");
     }
 
+    /// Debian's and Ubuntu's debug files (libc6-dbg, -dbgsym packages)
+    /// carry their DWARF compressed (SHF_COMPRESSED, zlib): a library built
+    /// so resolves to its function, file and line. (zstd, which some
+    /// distributions use, is read too; this machine's binutils cannot write
+    /// it.)
+    #[test]
+    fn resolves_a_library_with_compressed_debug_sections() {
+        let dir = std::env::temp_dir().join(format!("gmem-prof-gz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, lib) = (dir.join("gz.c"), dir.join("libgz.so"));
+        std::fs::write(
+            &src,
+            "int compressed_fn(int x) {\n    return x * 3 + 1;\n}\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-g", "-O0", "-shared", "-fPIC", "-gz=zlib", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(built.success());
+        let sections = std::process::Command::new("readelf")
+            .args(["-t", "-W"])
+            .arg(&lib)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&sections.stdout).contains("ZLIB"),
+            "the compiler wrote no compressed debug section"
+        );
+        // The function's offset, from the symbol table (not compressed).
+        let mut symtab = blazesym::inspect::source::Elf::new(&lib);
+        symtab.debug_syms = false;
+        let inspector = blazesym::inspect::Inspector::new();
+        let found = inspector
+            .lookup(&symtab.into(), &["compressed_fn"])
+            .unwrap();
+        let offset = found[0][0].addr;
+        let bias = 0x7f00_0000_0000;
+        let m = ModuleInfo {
+            id: 3,
+            path: lib.to_string_lossy().into_owned(),
+            bias,
+            start: bias,
+            end: bias + (1 << 20),
+            build_id: vec![],
+        };
+        // Two bytes into the function, +1 as for a return address.
+        let r = resolve(&[m], &[bias + offset + 3].into_iter().collect());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(r.unresolved.is_empty(), "{:?}", r.unresolved);
+        let f = r.symbols[0].frames.last().unwrap();
+        assert_eq!(f.function, "compressed_fn");
+        assert!(f.file.ends_with("gz.c"), "{}", f.file);
+        assert!((1..=2).contains(&f.line), "{}", f.line);
+    }
+
     #[test]
     fn missing_files_and_unknown_addresses_stay_unresolved() {
         let m = ModuleInfo {
