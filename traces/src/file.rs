@@ -110,17 +110,24 @@ pub fn frame_chunk(stream: u32, raw: &[u8], compress: bool, out: &mut Vec<u8>) {
     } else {
         (CODEC_NONE, raw)
     };
-    let start = out.len();
-    out.extend_from_slice(CHUNK_MAGIC);
-    out.extend_from_slice(&stream.to_le_bytes());
-    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[codec, 0, 0, 0]);
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&out[start..start + 20]);
-    crc.update(stored);
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&chunk_header(stream, codec, raw.len() as u32, stored));
     out.extend_from_slice(stored);
+}
+
+/// The header (with its checksum) of a chunk whose stored bytes are
+/// `stored`, `raw_len` once decompressed by `codec`.
+fn chunk_header(stream: u32, codec: u8, raw_len: u32, stored: &[u8]) -> [u8; CHUNK_HEADER_LEN] {
+    let mut h = [0u8; CHUNK_HEADER_LEN];
+    h[..4].copy_from_slice(CHUNK_MAGIC);
+    h[4..8].copy_from_slice(&stream.to_le_bytes());
+    h[8..12].copy_from_slice(&raw_len.to_le_bytes());
+    h[12..16].copy_from_slice(&(stored.len() as u32).to_le_bytes());
+    h[16] = codec;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&h[..20]);
+    crc.update(stored);
+    h[20..].copy_from_slice(&crc.finalize().to_le_bytes());
+    h
 }
 
 /// Writes a whole trace: header, chunks, trailer.
@@ -184,6 +191,21 @@ impl<W: Write> TraceWriter<W> {
         self.out.write_all(&self.scratch)?;
         self.chunks += 1;
         self.enc.reset(0);
+        Ok(())
+    }
+
+    /// Writes a chunk of another trace as it is, in `stream`, after what
+    /// was pushed before: neither decoded nor compressed again (a chunk
+    /// depends on nothing outside it but its stream). `records`: how many
+    /// it holds, for the trailer's count.
+    pub fn copy_chunk(&mut self, stream: u32, chunk: &RawChunk, records: u64) -> io::Result<()> {
+        self.set_stream(stream)?;
+        self.flush_chunk()?;
+        let header = chunk_header(stream, chunk.codec, chunk.raw_len, chunk.stored);
+        self.out.write_all(&header)?;
+        self.out.write_all(chunk.stored)?;
+        self.chunks += 1;
+        self.records += records;
         Ok(())
     }
 

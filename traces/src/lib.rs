@@ -36,7 +36,7 @@ pub mod wide;
 pub use codec::{fast_pext, Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
 pub use file::{
     decode_chunk, file_header, read_all, ChunkEncoder, ChunkRecords, DecodedChunk, RawChunk,
-    RawRecord, TraceReader, TraceWriter, Warning, FORMAT_VERSION,
+    RawRecord, TraceReader, TraceWriter, Warning, CHUNK_HEADER_LEN, FORMAT_VERSION,
 };
 pub use record::Record;
 

@@ -2,7 +2,7 @@
 //! and no byte string makes the reader panic.
 
 use gmem_prof_traces::record::*;
-use gmem_prof_traces::{read_all, Record, TraceReader, TraceWriter};
+use gmem_prof_traces::{decode_chunk, read_all, Record, TraceReader, TraceWriter};
 use proptest::prelude::*;
 
 fn s() -> impl Strategy<Value = String> {
@@ -427,6 +427,51 @@ proptest! {
         let damage_seen = !fast_ok
             || fast_warnings.iter().any(|w| !matches!(w, gmem_prof_traces::Warning::NoTrailer));
         prop_assert!(damage_seen || fast == careful);
+    }
+
+    /// Chunks copied whole from another trace into a new stream, between
+    /// records pushed one by one (as `symbolize` merges per-process files),
+    /// read back as the same records in the new stream, in order, and the
+    /// trailer counts them.
+    #[test]
+    fn copied_chunks_read_back_in_their_new_stream(records in proptest::collection::vec(record(), 1..40), pushed in proptest::collection::vec(record(), 0..5), target in 1usize..512, into in 1u32..4) {
+        let source = write(&records.iter().cloned().map(|r| (0, r)).collect::<Vec<_>>(), target);
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        let mut expected = Vec::new();
+        for r in &pushed {
+            w.push(r).unwrap();
+            expected.push((0, r.clone()));
+        }
+        w.set_stream(into).unwrap();
+        let mut reader = TraceReader::new(&source).unwrap();
+        while let Some(raw) = reader.next_chunk() {
+            let chunk = decode_chunk(&raw).unwrap();
+            let kept: Vec<&Record> = chunk.records.iter().filter(|r| !matches!(r, Record::Trailer(_))).collect();
+            if kept.len() == chunk.records.len() {
+                w.copy_chunk(into, &raw, kept.len() as u64).unwrap();
+            } else {
+                for r in &kept {
+                    w.push(r).unwrap();
+                }
+            }
+            expected.extend(kept.into_iter().map(|r| (into, r.clone())));
+        }
+        let merged = w.finish().unwrap();
+        let (chunks, warnings) = read_all(&merged).unwrap();
+        prop_assert!(warnings.is_empty(), "{:?}", warnings);
+        let mut trailer = None;
+        let got: Vec<(u32, Record)> = chunks
+            .iter()
+            .flat_map(|c| c.records.iter().map(move |r| (c.stream, r.clone())))
+            .filter(|(_, r)| match r {
+                Record::Trailer(t) => { trailer = Some(t.clone()); false }
+                _ => true,
+            })
+            .collect();
+        prop_assert_eq!(&got, &expected);
+        let trailer = trailer.unwrap();
+        prop_assert_eq!(trailer.records, expected.len() as u64 + 1);
+        prop_assert_eq!(trailer.chunks, chunks.len() as u64);
     }
 
     #[test]
