@@ -12,6 +12,7 @@ mod locate;
 mod merge;
 mod record;
 mod report;
+mod signals;
 mod symbols;
 
 use std::io::Write;

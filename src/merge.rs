@@ -182,6 +182,9 @@ fn merge_with(inputs: &[PathBuf], tmp: &Path, progress: &mut Progress) -> Result
         let mut ids: BTreeMap<u32, u32> = BTreeMap::new();
         let mut scratch = Vec::new();
         while let Some(raw) = reader.next_chunk() {
+            if crate::signals::interrupted() {
+                bail!("interrupted");
+            }
             let next = streams.len() as u32;
             let id = *ids.entry(raw.stream).or_insert(next);
             if id == next {
@@ -430,6 +433,7 @@ pub fn human_bytes(n: u64) -> String {
 }
 
 pub fn symbolize_command(a: SymbolizeArgs) -> Result<()> {
+    crate::signals::stop_on_interrupt();
     let inputs = crate::inputs::expand(&a.traces)?;
     let summary = merge(&inputs, &a.output, a.force)?;
     print_summary(&a.output, &summary);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::RecordArgs;
-use crate::{locate, merge};
+use crate::{locate, merge, signals};
 
 /// The running program's pid, for the signal forwarder (0 = none yet).
 static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -52,19 +52,9 @@ extern "C" fn ignore_signal(_sig: libc::c_int) {}
 /// gmem-prof only survives it, to write the trace. Handlers (not SIG_IGN) so
 /// the program starts with default dispositions.
 fn install_signal_handlers() {
-    let set = |sig: libc::c_int, handler: extern "C" fn(libc::c_int)| {
-        // SAFETY: a zeroed sigaction with a valid handler and empty mask.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    };
-    set(libc::SIGINT, ignore_signal);
+    signals::set_handler(libc::SIGINT, ignore_signal);
     for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-        set(sig, forward_signal);
+        signals::set_handler(sig, forward_signal);
     }
 }
 
@@ -170,6 +160,9 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         }
     };
 
+    // The program has ended: a Ctrl-C now stops writing the trace (the
+    // per-process files are kept, and the message says how to finish).
+    signals::stop_on_interrupt();
     let files = crate::inputs::expand(std::slice::from_ref(&parts)).unwrap_or_default();
     if files.is_empty() {
         eprintln!(

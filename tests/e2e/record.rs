@@ -260,6 +260,55 @@ fn sigkill_keeps_every_event_older_than_a_second() {
     assert!(of_type(&recs, "ProcessEnd").is_empty());
 }
 
+/// Ctrl-C while a trace is being written (here `symbolize`'s merge, as
+/// `record`'s after the program ended) stops it: exit 2 with a message,
+/// neither the output nor a half-written file left, the inputs kept.
+#[test]
+fn ctrl_c_while_writing_a_trace_leaves_nothing_half_written() {
+    let dir = scratch("interrupt");
+    let out = run(&mut record_cmd_with(
+        &dir,
+        "t.bin",
+        &["--keep-parts"],
+        &["bench", "300000"],
+    ));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let parts = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("t.bin.parts-"))
+        .expect("the per-process files");
+    let kept = crate::util::dir_bytes(&parts);
+    let child = Command::new(gmem())
+        .current_dir(&dir)
+        .arg("symbolize")
+        .arg(&parts)
+        .args(["-o", "m.bin"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The merge writes m.tmp-PID first: once that is there, it is under way
+    // (it takes about half a second on this input, in a debug build).
+    let tmp = dir.join(format!("m.tmp-{}", child.id()));
+    let started = Instant::now();
+    while !tmp.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no merge started"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: kill with the pid of our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
+    assert!(!tmp.exists(), "the half-written file is left");
+    assert!(!dir.join("m.bin").exists());
+    assert_eq!(crate::util::dir_bytes(&parts), kept, "the inputs are kept");
+}
+
 /// ApiFunc::MEM_FREE in the trace format.
 const MEM_FREE: u64 = 20;
 

@@ -211,6 +211,18 @@ pub fn scratch(name: &str) -> Scratch {
     Scratch(d)
 }
 
+/// The bytes of the files under `dir`, all levels.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| match e.file_type().unwrap().is_dir() {
+            true => dir_bytes(&e.path()),
+            false => e.metadata().unwrap().len(),
+        })
+        .sum()
+}
+
 /// See `scratch`.
 pub struct Scratch(PathBuf);
 
