@@ -140,6 +140,11 @@ pub(crate) fn bytes_table(
     limit: usize,
     link: impl Fn(u32) -> String,
 ) -> String {
+    if rows.is_empty() {
+        // A header alone reads as a broken page; the sentence before says
+        // there is nothing.
+        return String::new();
+    }
     let mut out = format!(
         "<table><tr><th>{}</th><th class=\"n\">bytes</th><th class=\"n\">share</th><th class=\"n\">{}</th></tr>",
         columns.0, columns.1
@@ -222,11 +227,19 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         out.push_str(&chart_html(c));
     }
     if let Some(o) = &d.outside_frameworks {
-        let _ = write!(
-            out,
-            "<p>Outside the framework allocators at the peak: <b>{}</b> (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>",
-            bytes(o.bytes)
-        );
+        let what = "library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees";
+        if o.sites.is_empty() {
+            let _ = write!(
+                out,
+                "<p>Outside the framework allocators at the peak: nothing ({what}).</p>"
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<p>Outside the framework allocators at the peak: <b>{}</b> ({what}):</p>",
+                bytes(o.bytes)
+            );
+        }
         out.push_str(&bytes_table(
             ("site (library entry)", "allocations"),
             &o.sites,
@@ -347,7 +360,12 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
 }
 
 fn sites_section(a: &Analysis, out: &mut String) {
-    out.push_str("<h2 id=\"sites\">Top allocation sites</h2><p class=\"meta\">Ranked by bytes live at the peak, then total bytes. Click a site for its stack (innermost frame first).</p>");
+    out.push_str("<h2 id=\"sites\">Top allocation sites</h2>");
+    if a.sites.is_empty() {
+        out.push_str("<p>The trace holds no allocation.</p>");
+        return;
+    }
+    out.push_str("<p class=\"meta\">Ranked by bytes live at the peak, then total bytes. Click a site for its stack (innermost frame first).</p>");
     out.push_str("<table><tr><th>#</th><th>site</th><th>category</th><th class=\"n\">live at peak</th><th class=\"n\">max live</th><th class=\"n\">total</th><th class=\"n\">count</th><th class=\"n\">temporaries</th><th class=\"n\">leaked</th><th class=\"n\">failed</th></tr>");
     for s in a.sites.iter().take(200) {
         let _ = write!(

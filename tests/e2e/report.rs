@@ -390,6 +390,28 @@ fn several_runs_side_by_side() {
     assert_eq!(page.matches("<svg").count(), 1, "one chart for device 0");
 }
 
+/// No table of the page is a header alone, on any real sample (an empty
+/// table reads as a broken page; the sentence before it says there is
+/// nothing). torch_fraction_oom.bin had one: nothing outside PyTorch's
+/// allocator at the peak.
+#[test]
+fn no_table_of_the_page_is_empty() {
+    for path in all_samples() {
+        let dir = scratch("report-tables");
+        report_summary(&path, &dir);
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let html = std::fs::read_to_string(dir.join(format!("{stem}.html"))).unwrap();
+        for table in html.split("<table").skip(1) {
+            let table = table.split("</table>").next().unwrap();
+            assert!(
+                table.contains("<td"),
+                "{stem}: a table with no row: {}",
+                &table[..table.len().min(300)]
+            );
+        }
+    }
+}
+
 /// In every real sample's summary, the rows of a table of sites (a device's
 /// peak, what libraries held at exit) read differently unless their sites' named frames are the same too (stacks
 /// that differ only in unresolved frames): one line allocating through
