@@ -200,8 +200,10 @@ def torch_spawn(a, t_path):
     for p in sorted(glob.glob(t_path + ".*")):
         with open(p) as f:
             truths.append(json.load(f))
-    check(len(a["processes"]) == 4, f"four processes ({len(a['processes'])})")
-    check(len(truths) == 2, "two workers wrote their truth")
+    check(len(a["processes"]) == 6, f"six processes ({len(a['processes'])})")
+    check(all(p["clean_exit"] for p in a["processes"]),
+          "every process ended cleanly (the fork workers end with os._exit)")
+    check(len(truths) == 4, "four workers (two spawned, two forked) wrote their truth")
     for t in truths:
         v = view(a, t["pid"])
         check(v is not None, f"worker pid {t['pid']}: its allocator seen from the inside")
@@ -210,8 +212,9 @@ def torch_spawn(a, t_path):
         check(v["allocated_peak"] == t["max_allocated"],
               f"worker {t['pid']}: allocated peak {v['allocated_peak']} = torch's {t['max_allocated']}")
         sites = [a["tensor_sites"][s["site"]] for s in v["peak_sites"]]
-        check(any(label_has(s["label"], t["file"], t["lines"]["worker"]) for s in sites),
-              f"worker {t['pid']}: its peak names line {t['lines']['worker']}")
+        line = t["lines"][t.get("marker", "worker")]
+        check(any(label_has(s["label"], t["file"], line) for s in sites),
+              f"worker {t['pid']}: its peak names line {line}")
 
 
 def ctypes_cuda(a, t):

@@ -107,7 +107,7 @@ torch_phase() {
         (cd "$ROOT/tests/gpu" && python3 torch_check.py "$GMEM" "$WORK/traces/torch_$mode.bin" "$WORK/torch_$mode.json") || FAILED=1
     done
     record torch_spawn python3 "$ROOT/tests/gpu/torch_spawn.py"
-    echo "    processes: $("$GMEM" dump "$WORK/traces/torch_spawn.bin" | grep -c ' process pid=') (expect 4)"
+    echo "    processes: $("$GMEM" dump "$WORK/traces/torch_spawn.bin" | grep -c ' process pid=') (expect 6)"
     "$GMEM" dump "$WORK/traces/torch_spawn.bin" | grep ' process pid=' | sed 's/^/    /' | cut -c1-200
     record torch_profiler python3 "$ROOT/tests/gpu/torch_profiler.py"
     "$GMEM" dump "$WORK/traces/torch_profiler.bin" | grep -E " message | process_end" | cut -c1-300 | sed 's/^/    /'
