@@ -60,15 +60,29 @@ struct StreamState {
     addresses: BTreeSet<u64>,
 }
 
-/// Merges `inputs` into `output` (written to a temporary file first, so a
-/// failure never leaves a half-written output behind) and symbolizes.
-pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSummary> {
+/// Refuses an output the trace cannot be written to: a directory, or an
+/// existing file without `--force` (`record` asks before the program runs).
+pub fn check_output(output: &Path, force: bool) -> Result<()> {
+    if output.is_dir() {
+        bail!(
+            "{} is a directory; name the trace file with -o, e.g. {}",
+            output.display(),
+            output.join("trace.bin").display()
+        );
+    }
     if output.exists() && !force {
         bail!(
             "{} exists; choose another name with -o, or pass --force to replace it",
             output.display()
         );
     }
+    Ok(())
+}
+
+/// Merges `inputs` into `output` (written to a temporary file first, so a
+/// failure never leaves a half-written output behind) and symbolizes.
+pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSummary> {
+    check_output(output, force)?;
     let tmp = output.with_extension(format!("tmp-{}", std::process::id()));
     let result = merge_into(inputs, output, &tmp);
     let summary = match result {

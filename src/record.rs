@@ -81,12 +81,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 pub fn run(a: RecordArgs) -> Result<i32> {
     let output = match &a.output {
         Some(o) => {
-            if o.exists() && !a.force {
-                bail!(
-                    "{} exists; choose another name with -o, or pass --force to replace it",
-                    o.display()
-                );
-            }
+            merge::check_output(o, a.force)?;
             o.clone()
         }
         None => default_output(),

@@ -475,6 +475,20 @@ fn gmem_prof_failures_exit_2_with_a_message() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("cannot run"), "{}", stderr(&out));
+    // An output that is a directory is refused before the program runs,
+    // even with --force (the trace could not be written there after it).
+    let marker = dir.join("ran");
+    let out = Command::new(gmem())
+        .current_dir(&dir)
+        .args(["record", "--force", "-o", ".", "--collector"])
+        .arg(collector())
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
+    assert!(!marker.exists(), "the program ran");
 }
 
 #[test]
