@@ -420,6 +420,38 @@ fn another_cupti_client_is_reported_and_the_program_runs_on() {
         .contains("another CUPTI client"));
 }
 
+/// Activity records CUPTI could not deliver (its buffers full) are counted
+/// in the trace and named by the report, and `check` will not judge such a
+/// run unless told to: nothing is lost silently.
+#[test]
+fn records_cupti_dropped_are_counted_and_named() {
+    let dir = scratch("dropped");
+    let out = run(record_cmd(&dir, "t.bin", &["basic"]).env("FAKE_CUPTI_DROPPED", "7"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let counts: Vec<u64> = of_type(&recs, "Dropped")
+        .iter()
+        .map(|d| d["cupti"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.last(), Some(&7), "{counts:?}");
+    let summary = report_summary(&dir.join("t.bin"), &dir.join("r"));
+    assert!(summary.starts_with("NOT PROFILED"), "{summary}");
+    assert!(summary.contains("7 records were dropped"), "{summary}");
+    let check = |flags: &[&str]| {
+        Command::new(gmem())
+            .arg("check")
+            .arg(dir.join("t.bin"))
+            .args(["--max-peak", "1TiB"])
+            .args(flags)
+            .output()
+            .unwrap()
+    };
+    let out = check(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = check(&["--allow-unprofiled"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 #[test]
 fn a_cupti_of_another_version_is_refused_clearly() {
     let dir = scratch("version");

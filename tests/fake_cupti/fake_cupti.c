@@ -9,7 +9,8 @@
  * what real CUDA does: the GPU tests under tests/gpu are.
  *
  * Knobs: FAKE_CUPTI_VERSION (API version to report, default 130001),
- * FAKE_CUPTI_TAKEN=1 (cuptiSubscribe fails: another client holds CUPTI).
+ * FAKE_CUPTI_TAKEN=1 (cuptiSubscribe fails: another client holds CUPTI),
+ * FAKE_CUPTI_DROPPED=N (CUPTI reports N activity records dropped).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -104,6 +105,9 @@ uint32_t cuptiGetResultString(uint32_t r, const char **s) { *s = r == 39 ? "CUPT
 uint32_t cuptiSubscribe(void **sub, api_cb cb, void *ud) {
     const char *t = getenv("FAKE_CUPTI_TAKEN");
     if (t && *t == '1') return 39;
+    /* As a real CUPTI does when its buffers fill under load. */
+    const char *d = getenv("FAKE_CUPTI_DROPPED");
+    if (d) dropped = (uint64_t)atoll(d);
     callback = cb;
     callback_userdata = ud;
     *sub = (void *)1;
