@@ -544,6 +544,47 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
     }
 
+    /// A writer that has fallen behind by `MAX_PENDING` items: the events
+    /// after that are dropped, not queued (the program's memory stays
+    /// bounded), and counted; the writer then puts the count in the trace,
+    /// and writes every event it had.
+    #[test]
+    fn events_past_the_bound_are_dropped_and_counted() {
+        let dir = std::env::temp_dir().join(format!("gmem-sink-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        let sink = Sink::new();
+        // No writer runs yet: the queue only fills.
+        for i in 0..MAX_PENDING as u64 + 5 {
+            let call = ApiCall {
+                func: ApiFunc::MEM_ALLOC,
+                bytes: Bytes(i),
+                ..Default::default()
+            };
+            sink.push_api(call, &[], false);
+        }
+        sink.push_records(vec![Record::ProcessEnd(ProcessEnd { time: Nanos(1) }); 3]);
+        assert_eq!(sink.dropped(), 5 + 3);
+        sink.close();
+        let writer = Writer::create(File::create(&path).unwrap()).unwrap();
+        let w = writer.run(&FakeEnv, &sink, Duration::from_millis(5));
+        assert!(w.failed.is_none());
+        let (chunks, warnings) = read_all(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let recs: Vec<Record> = chunks.into_iter().flat_map(|c| c.records).collect();
+        let calls = recs.iter().filter(|r| matches!(r, Record::Api(_))).count();
+        assert_eq!(calls, MAX_PENDING);
+        let drops: Vec<u64> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::Dropped(d) => Some(d.collector),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(drops, [8]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     /// Activity buffers pushed whole while app threads push events: every
     /// record of every buffer reaches the file, in the buffer's order, and
     /// single records keep their place before the events pushed after them.
