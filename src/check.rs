@@ -8,11 +8,11 @@
 //! (`gmem_prof_reports::check`); this module reads the flags and the budget
 //! file, writes the files CI asked for, and picks the exit code.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use gmem_prof_analyzer::budgets::{evaluate, Budget, Budgets, Limits};
-use gmem_prof_analyzer::{analyze_files, Options};
 use gmem_prof_reports::check::{self, Run};
 
 use crate::cli::CheckArgs;
@@ -60,13 +60,14 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         bail!("no budget given: use --budget FILE, --max-peak, --max-pinned, --max-allocated, --max-leaked, --max-library-held, --max-cached-at-exit, --max-module-globals, --max-tensors-at-exit, --max-growth, --max-fragmentation or --max-ooms");
     }
     let mut runs = Vec::new();
-    for t in &a.traces {
+    let tty = std::io::stderr().is_terminal();
+    for (i, t) in a.traces.iter().enumerate() {
         let files = crate::inputs::expand(std::slice::from_ref(t))?;
-        let opts = Options {
-            code: a.code.rules(),
-            ..Default::default()
+        let label = match a.traces.len() {
+            1 => String::new(),
+            n => format!("run {}/{n}: ", i + 1),
         };
-        let analysis = analyze_files(&files, &opts)?;
+        let analysis = crate::report::analyze_with_progress(&files, tty, &label, &a.code)?;
         for w in &analysis.input.warnings {
             eprintln!("gmem-prof: warning: {}: {w}", t.display());
         }

@@ -2,12 +2,12 @@
 //! when a figure grew by more than a threshold (the judging is the
 //! analyzer's: `gmem_prof_analyzer::diff::judge`).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use gmem_prof_analyzer::diff::{diff, judge, Judged};
 use gmem_prof_analyzer::model::Analysis;
-use gmem_prof_analyzer::{analyze_files, Options};
 use gmem_prof_reports::format::bytes;
 
 use crate::cli::DiffArgs;
@@ -32,13 +32,17 @@ impl std::str::FromStr for Percent {
     }
 }
 
-fn load(path: &PathBuf, code: &crate::cli::CodeArgs) -> Result<(String, Analysis)> {
+/// One run's analysis; `label` leads its progress line, shown on a
+/// terminal unless `quiet`.
+fn load(
+    path: &PathBuf,
+    label: &str,
+    quiet: bool,
+    code: &crate::cli::CodeArgs,
+) -> Result<(String, Analysis)> {
     let files = crate::inputs::expand(std::slice::from_ref(path))?;
-    let opts = Options {
-        code: code.rules(),
-        ..Default::default()
-    };
-    let a = analyze_files(&files, &opts)?;
+    let tty = std::io::stderr().is_terminal() && !quiet;
+    let a = crate::report::analyze_with_progress(&files, tty, label, code)?;
     for w in &a.input.warnings {
         eprintln!("gmem-prof: warning: {}: {w}", path.display());
     }
@@ -46,8 +50,8 @@ fn load(path: &PathBuf, code: &crate::cli::CodeArgs) -> Result<(String, Analysis
 }
 
 pub fn run(a: DiffArgs) -> Result<i32> {
-    let (base_name, base) = load(&a.base, &a.code)?;
-    let (mut new_name, new) = load(&a.new, &a.code)?;
+    let (base_name, base) = load(&a.base, "base: ", a.quiet, &a.code)?;
+    let (mut new_name, new) = load(&a.new, "new: ", a.quiet, &a.code)?;
     if new_name == base_name {
         new_name = format!("{new_name} (new)");
     }

@@ -88,7 +88,9 @@ pub fn run(a: ReportArgs) -> Result<()> {
     Ok(())
 }
 
-fn analyze_with_progress(
+/// Analyzes `files`, showing how far it got on a terminal (`tty`), each
+/// line led by `label`.
+pub(crate) fn analyze_with_progress(
     files: &[PathBuf],
     tty: bool,
     label: &str,
