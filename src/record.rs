@@ -232,5 +232,28 @@ fn run_program(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
     pass_on_pending();
     let status = child.wait().context("waiting for the program");
     CHILD.store(0, Ordering::SeqCst);
-    Ok(exit_code(status?))
+    let status = status?;
+    if let Some(sig) = status.signal() {
+        eprintln!("gmem-prof: {}", died_of(sig, status.core_dumped()));
+    }
+    Ok(exit_code(status))
+}
+
+/// What a shell would have said of a program that died of signal `sig`
+/// ("Killed", "Segmentation fault (core dumped)"): with gmem-prof between
+/// them the shell sees gmem-prof exit with 128+N and says nothing.
+fn died_of(sig: libc::c_int, core_dumped: bool) -> String {
+    // SAFETY: strsignal returns a valid C string for any number; it is
+    // read at once, on this thread, before any other call to it.
+    let name = unsafe { std::ffi::CStr::from_ptr(libc::strsignal(sig)) }
+        .to_string_lossy()
+        .into_owned();
+    let core = if core_dumped { " (core dumped)" } else { "" };
+    let hint = if sig == libc::SIGKILL {
+        "; when nothing else sent it, the kernel's out-of-memory killer did (the host ran out \
+         of memory: `dmesg` says)"
+    } else {
+        ""
+    };
+    format!("the program died of signal {sig}: {name}{core}{hint}")
 }

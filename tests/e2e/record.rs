@@ -206,7 +206,7 @@ fn sigterm_sent_to_record_is_passed_to_the_program() {
 fn sigkill_keeps_every_event_older_than_a_second() {
     let dir = scratch("sigkill");
     let log = dir.join("allocs.log");
-    let mut child = record_cmd(&dir, "t.bin", &["forever", log.to_str().unwrap()])
+    let child = record_cmd(&dir, "t.bin", &["forever", log.to_str().unwrap()])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -225,8 +225,14 @@ fn sigkill_keeps_every_event_older_than_a_second() {
         .as_nanos() as u64;
     // SAFETY: kill with the pid of record's child.
     unsafe { libc::kill(app, libc::SIGKILL) };
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGKILL));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGKILL));
+    // What the shell would have said, had gmem-prof not been between them.
+    assert!(
+        stderr(&out).contains("the program died of signal 9: Killed"),
+        "{}",
+        stderr(&out)
+    );
     let recs = dump_json(&dir.join("t.bin"));
     let traced: std::collections::HashSet<u64> = of_type(&recs, "Memory")
         .iter()
