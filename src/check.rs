@@ -63,10 +63,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     let tty = std::io::stderr().is_terminal();
     for (i, t) in a.traces.iter().enumerate() {
         let files = crate::inputs::expand(std::slice::from_ref(t))?;
-        let label = match a.traces.len() {
-            1 => String::new(),
-            n => format!("run {}/{n}: ", i + 1),
-        };
+        let label = crate::progress::run_label(i, a.traces.len());
         let analysis = crate::report::analyze_with_progress(&files, tty, &label, &a.code)?;
         for w in &analysis.input.warnings {
             eprintln!("gmem-prof: warning: {}: {w}", t.display());

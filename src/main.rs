@@ -10,6 +10,7 @@ mod export;
 mod inputs;
 mod locate;
 mod merge;
+mod progress;
 mod record;
 mod report;
 mod signals;

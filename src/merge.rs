@@ -17,6 +17,7 @@ use gmem_prof_traces::{
 };
 
 use crate::cli::SymbolizeArgs;
+use crate::progress::ProgressLine;
 use crate::symbols;
 
 /// What one process of the merged trace held.
@@ -105,15 +106,14 @@ pub fn merge(inputs: &[PathBuf], output: &Path, force: bool) -> Result<MergeSumm
 }
 
 /// How far writing the trace got, for the person waiting on it: on a
-/// terminal, a line updated in place once the inputs are large enough to
-/// take seconds (about 200 MiB a second); elsewhere (a CI log) one line
-/// before the start when they are large enough to take a minute.
+/// terminal, a progress line once the inputs are large enough to take
+/// seconds (about 200 MiB a second); elsewhere (a CI log) one line before
+/// the start when they are large enough to take a minute.
 struct Progress {
+    line: ProgressLine,
     label: String,
     total: u64,
     done: u64,
-    shown_percent: u64,
-    on_terminal: bool,
 }
 
 impl Progress {
@@ -132,48 +132,29 @@ impl Progress {
             );
         }
         Progress {
+            line: ProgressLine::new(format!("{label}:"), on_terminal),
             label,
             total,
             done: 0,
-            shown_percent: u64::MAX,
-            on_terminal,
         }
     }
 
     fn add(&mut self, bytes: u64) {
-        if !self.on_terminal {
-            return;
-        }
         self.done += bytes;
-        let percent = (self.done * 100 / self.total.max(1)).min(100);
-        if percent != self.shown_percent {
-            self.shown_percent = percent;
-            eprint!(
-                "\r{}: {percent:>3}% of {}",
-                self.label,
-                gmem_prof_reports::format::bytes(self.total)
-            );
-        }
+        self.line.show(self.done, self.total);
     }
 
     /// The last step, symbols, which moves no bytes of the inputs.
     fn resolving(&self) {
-        if self.on_terminal {
-            eprint!("\r\x1b[2K{}: resolving stack frames…", self.label);
-        }
-    }
-
-    fn finish(&self) {
-        if self.on_terminal {
-            eprint!("\r\x1b[2K");
-        }
+        self.line
+            .say(&format!("{}: resolving stack frames…", self.label));
     }
 }
 
 fn merge_into(inputs: &[PathBuf], output: &Path, tmp: &Path) -> Result<MergeSummary> {
     let mut progress = Progress::new(inputs, output);
     let result = merge_with(inputs, tmp, &mut progress);
-    progress.finish();
+    progress.line.clear();
     result
 }
 
@@ -214,14 +195,14 @@ fn merge_with(inputs: &[PathBuf], tmp: &Path, progress: &mut Progress) -> Result
             // Most chunks are copied whole, their records read only as far
             // as `note` needs: neither built nor encoded and compressed
             // again (the merge took 2.5 times as long that way).
+            let damaged =
+                |why: String| format!("{}: chunk at byte {}: {why}", path.display(), raw.offset);
             if let Ok(payload) = raw.payload_in(&mut scratch) {
+                // Framing checked first: a chunk that is then written
+                // record by record has not been noted already.
                 if let Some(records) = copyable(payload) {
                     if let Some(why) = note_raw(st, payload) {
-                        summary.warnings.push(format!(
-                            "{}: chunk at byte {}: {why}",
-                            path.display(),
-                            raw.offset
-                        ));
+                        summary.warnings.push(damaged(why));
                     }
                     w.copy_chunk(id, &raw, records)?;
                     continue;
@@ -229,17 +210,13 @@ fn merge_with(inputs: &[PathBuf], tmp: &Path, progress: &mut Progress) -> Result
             }
             // A damaged chunk, or one holding records the merged trace
             // replaces (trailer, symbols): written again record by record.
-            let (chunk, err) = match decode_chunk(&raw) {
-                Ok(c) => (c, None),
-                Err((c, why)) => (c, Some(why)),
+            let chunk = match decode_chunk(&raw) {
+                Ok(c) => c,
+                Err((c, why)) => {
+                    summary.warnings.push(damaged(why));
+                    c
+                }
             };
-            if let Some(why) = err {
-                summary.warnings.push(format!(
-                    "{}: chunk at byte {}: {why}",
-                    path.display(),
-                    raw.offset
-                ));
-            }
             for r in &chunk.records {
                 match r {
                     Record::Trailer(_) => reader.mark_trailer_seen(),
@@ -301,7 +278,7 @@ fn copyable(payload: &[u8]) -> Option<u64> {
 }
 
 /// `note` for each record of a framed chunk, decoding only the kinds it
-/// reads. Returns why it stopped early: a record that does not decode (the
+/// reads (its match arms: keep the two in step). Returns why it stopped early: a record that does not decode (the
 /// analyzer stops there too).
 fn note_raw(st: &mut StreamState, payload: &[u8]) -> Option<String> {
     let mut records = ChunkRecords::new(payload);
@@ -330,6 +307,8 @@ fn note_raw(st: &mut StreamState, payload: &[u8]) -> Option<String> {
     None
 }
 
+/// Counts a record into its process's summary. A kind matched here must be
+/// in `note_raw`'s list too: it decodes nothing else.
 fn note(st: &mut StreamState, r: &Record) {
     let s = &mut st.summary;
     s.records += 1;

@@ -5,13 +5,13 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use gmem_prof_analyzer::model::Analysis;
 use gmem_prof_analyzer::{analyze_files, Options};
 
 use crate::cli::ReportArgs;
+use crate::progress::{run_label, ProgressLine};
 
 pub fn run(a: ReportArgs) -> Result<()> {
     let dir = a.output.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -29,11 +29,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     let mut runs: Vec<(String, Analysis)> = Vec::new();
     let mut pages = Vec::new();
     for (i, (files, stem)) in inputs.iter().zip(&stems).enumerate() {
-        let label = if several {
-            format!("run {}/{}: ", i + 1, inputs.len())
-        } else {
-            String::new()
-        };
+        let label = run_label(i, inputs.len());
         let analysis = analyze_with_progress(files, tty, &label, &a.code)?;
         let written = write_report(&analysis, stem, &dir)?;
         if !a.quiet && !several {
@@ -96,24 +92,14 @@ pub(crate) fn analyze_with_progress(
     label: &str,
     code: &crate::cli::CodeArgs,
 ) -> Result<Analysis> {
-    let last_shown = AtomicU64::new(u64::MAX);
-    let progress = move |done: u64, total: u64| {
-        let pct = done * 100 / total.max(1);
-        if pct != last_shown.swap(pct, Ordering::Relaxed) {
-            eprint!(
-                "\r{label}analyzing: {pct:>3}% of {}",
-                gmem_prof_reports::format::bytes(total)
-            );
-        }
-    };
+    let line = ProgressLine::new(format!("{label}analyzing:"), tty);
+    let progress = |done: u64, total: u64| line.show(done, total);
     let opts = Options {
         progress: if tty { Some(&progress) } else { None },
         code: code.rules(),
     };
     let analysis = analyze_files(files, &opts)?;
-    if tty {
-        eprint!("\r\x1b[2K");
-    }
+    line.clear();
     Ok(analysis)
 }
 
