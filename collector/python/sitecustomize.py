@@ -88,12 +88,9 @@ class _Sampler:
         if self.collector is None:
             import ctypes
 
-            try:
-                # RTLD_NOLOAD: only the copy CUDA already loaded; none yet
-                # means CUDA has not started, and there is nothing to read.
-                lib = ctypes.CDLL(self.collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-            except OSError:
-                return None
+            lib = _loaded_collector(ctypes, self.collector_path)
+            if lib is None:
+                return None  # CUDA has not started: nothing to read
             f = lib.gmem_prof_pool_usage
             f.restype = ctypes.c_int
             f.argtypes = [ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
@@ -189,6 +186,15 @@ class _WatchImports:
         return None
 
 
+def _loaded_collector(ctypes, path):
+    """The collector CUDA loaded in this process, or None: RTLD_NOLOAD finds
+    only a copy already there, and never loads one."""
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
+
+
 def _finish_before_os_exit(collector_path):
     """Wraps os._exit to complete this process's part of the trace first."""
     real_exit = os._exit
@@ -202,11 +208,11 @@ def _finish_before_os_exit(collector_path):
                 # imported a framework, which imported ctypes, and one that
                 # did not has nothing to finish.
                 import ctypes
-            if ctypes is not None:
-                lib = ctypes.CDLL(collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            lib = _loaded_collector(ctypes, collector_path) if ctypes else None
+            if lib is not None:  # else CUDA never started in this process
                 lib.gmem_prof_finish()
         except Exception:
-            pass  # not loaded: CUDA never started in this process
+            pass
         real_exit(status)
 
     _exit.__name__ = real_exit.__name__
