@@ -452,28 +452,23 @@ fn processes_ending_with_os_exit_complete_their_part() {
     let processes = of_type(&recs, "Process");
     assert_eq!(processes.len(), 2, "the two workers, not the parent");
     assert_eq!(of_type(&recs, "ProcessEnd").len(), 2, "{}", stderr(&out));
-    let mut per_worker: Vec<usize> = processes
-        .iter()
-        .map(|p| {
-            let stream = &p["trace_stream"];
-            of_type(&recs, "Api")
-                .into_iter()
-                .filter(|a| &a["trace_stream"] == stream && a["func"] == 1)
-                .inspect(|a| {
-                    let fr = frames(
-                        &recs,
-                        stream.as_u64().unwrap(),
-                        a["stack"].as_u64().unwrap(),
-                    );
-                    let lines_seen: Vec<u64> = fr
-                        .iter()
-                        .filter_map(|f| f.as_ref().ok().map(|p| p.2))
-                        .collect();
-                    assert!(lines_seen.contains(&lines["worker"]), "{lines_seen:?}");
-                })
-                .count()
-        })
-        .collect();
+    // Each worker's allocations, each named by the worker's line.
+    let mut per_worker = Vec::new();
+    for p in &processes {
+        let stream = p["trace_stream"].as_u64().unwrap();
+        let calls: Vec<&Value> = of_type(&recs, "Api")
+            .into_iter()
+            .filter(|a| a["trace_stream"] == stream && a["func"] == 1)
+            .collect();
+        for a in &calls {
+            let lines_seen: Vec<u64> = frames(&recs, stream, a["stack"].as_u64().unwrap())
+                .iter()
+                .filter_map(|f| f.as_ref().ok().map(|p| p.2))
+                .collect();
+            assert!(lines_seen.contains(&lines["worker"]), "{lines_seen:?}");
+        }
+        per_worker.push(calls.len());
+    }
     per_worker.sort();
     assert_eq!(per_worker, [1, 2]);
     // And the report does not call them cut short.
