@@ -228,18 +228,16 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     }
     if let Some(o) = &d.outside_frameworks {
         let what = "library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees";
-        if o.sites.is_empty() {
-            let _ = write!(
-                out,
-                "<p>Outside the framework allocators at the peak: nothing ({what}).</p>"
-            );
+        // With no site, no table follows (bytes_table writes none).
+        let (amount, end) = if o.sites.is_empty() {
+            ("nothing".to_string(), ".")
         } else {
-            let _ = write!(
-                out,
-                "<p>Outside the framework allocators at the peak: <b>{}</b> ({what}):</p>",
-                bytes(o.bytes)
-            );
-        }
+            (format!("<b>{}</b>", bytes(o.bytes)), ":")
+        };
+        let _ = write!(
+            out,
+            "<p>Outside the framework allocators at the peak: {amount} ({what}){end}</p>"
+        );
         out.push_str(&bytes_table(
             ("site (library entry)", "allocations"),
             &o.sites,
