@@ -374,7 +374,7 @@ pub fn print_summary(output: &Path, s: &MergeSummary) {
         oom,
         failed,
         s.events(),
-        human_bytes(s.bytes_written),
+        gmem_prof_reports::format::bytes(s.bytes_written),
         s.bytes_written as f64 / events as f64
     );
     for p in &s.processes {
@@ -407,21 +407,6 @@ pub fn print_summary(output: &Path, s: &MergeSummary) {
     }
     for w in &s.warnings {
         eprintln!("gmem-prof: warning: {w}");
-    }
-}
-
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 
