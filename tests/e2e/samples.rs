@@ -252,14 +252,24 @@ fn cupti_client_the_collector_said_why_it_could_not_profile() {
     assert!(of_type(&r, "Memory").is_empty());
 }
 
+/// NAME.stats.json beside a sample: what the program and PyTorch said.
+fn stats(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(sample(name)).unwrap()).unwrap()
+}
+
 #[test]
 fn torch_native_segments_equal_torch_memory_stats() {
-    // torch.cuda.memory_stats() of that run: segment.all.allocated = 22,
-    // reserved_bytes.all.allocated = 599,785,472, no segment freed.
+    // torch.cuda.memory_stats() of that run, read by the program at its end.
+    let s = stats("torch_native.stats.json");
     let r = dump_json(&sample("torch_native.bin"));
     assert_eq!(
         site_figures(&r, DEVICE, "CUDACachingAllocator"),
-        (22, 599_785_472, 0, 0)
+        (
+            s["segment.all.allocated"].as_u64().unwrap(),
+            s["reserved_bytes.all.allocated"].as_u64().unwrap(),
+            s["segment.all.freed"].as_u64().unwrap(),
+            s["reserved_bytes.all.freed"].as_u64().unwrap()
+        )
     );
     let statics = of_type(&r, "Memory")
         .iter()
@@ -270,7 +280,8 @@ fn torch_native_segments_equal_torch_memory_stats() {
 
 #[test]
 fn torch_async_peak_equals_torch_allocated_peak() {
-    // torch.cuda.memory_stats() of that run: allocated_bytes.all.peak = 577,163,264.
+    // torch.cuda.memory_stats() of that run, read by the program at its end.
+    let s = stats("torch_async.stats.json");
     let r = dump_json(&sample("torch_async.bin"));
     let mut mem: Vec<&Value> = of_type(&r, "Memory")
         .into_iter()
@@ -293,26 +304,68 @@ fn torch_async_peak_equals_torch_allocated_peak() {
             live -= sizes.remove(&addr).unwrap_or(0);
         }
     }
-    assert_eq!(peak, 577_163_264);
+    assert_eq!(Some(peak), s["allocated_bytes.all.peak"].as_u64());
 }
 
 #[test]
-fn torch_spawn_four_processes_of_one_run() {
+fn torch_spawn_six_processes_of_one_run() {
+    // torch_spawn.py: two workers forked before CUDA starts (they keep the
+    // parent's command line and end with os._exit), then two
+    // torch.multiprocessing.spawn workers and a DataLoader worker started
+    // by spawn; each touches CUDA, so each is a process of the trace.
     let r = dump_json(&sample("torch_spawn.bin"));
     let procs = of_type(&r, "Process");
-    assert_eq!(procs.len(), 4);
-    let parent = procs
+    assert_eq!(procs.len(), 6);
+    let pids: Vec<&Value> = procs.iter().map(|p| &p["pid"]).collect();
+    let roots: Vec<&&Value> = procs
         .iter()
-        .find(|p| {
-            p["cmdline"][1]
-                .as_str()
-                .is_some_and(|a| a.ends_with("torch_spawn.py"))
-        })
-        .unwrap();
-    assert_eq!(
-        procs.iter().filter(|p| p["ppid"] == parent["pid"]).count(),
-        3
-    );
+        .filter(|p| !pids.contains(&&p["ppid"]))
+        .collect();
+    assert_eq!(roots.len(), 1, "one parent: {procs:?}");
+    let parent = roots[0];
+    assert!(parent["cmdline"][1]
+        .as_str()
+        .is_some_and(|a| a.ends_with("torch_spawn.py")));
+    let children: Vec<&&Value> = procs
+        .iter()
+        .filter(|p| p["ppid"] == parent["pid"])
+        .collect();
+    assert_eq!(children.len(), 5);
+    let forked = children
+        .iter()
+        .filter(|p| p["cmdline"] == parent["cmdline"])
+        .count();
+    assert_eq!(forked, 2, "the fork workers keep the parent's command line");
+    // Every process ended with its end record, the fork workers' os._exit
+    // included.
+    assert_eq!(of_type(&r, "ProcessEnd").len(), 6);
+}
+
+/// Each worker of torch_spawn.bin seen from inside its own allocator: its
+/// allocated peak is what PyTorch told the worker (max_memory_allocated),
+/// named by the worker's line; the truth is the four files the workers
+/// wrote in that run, gathered in one.
+#[test]
+fn torch_spawn_each_worker_has_its_own_framework_view() {
+    let (a, t) = analysis_and_truth("torch_spawn");
+    let workers = t["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 4);
+    for w in workers {
+        let v = a["frameworks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["pid"] == w["pid"])
+            .unwrap_or_else(|| panic!("no framework view of worker {}", w["pid"]));
+        assert_eq!(v["allocated_peak"], w["max_allocated"], "{}", w["pid"]);
+        let top = &v["peak_sites"][0];
+        assert_eq!(top["bytes"], w["max_allocated"]);
+        let label = a["tensor_sites"][top["site"].as_u64().unwrap() as usize]["label"]
+            .as_str()
+            .unwrap();
+        let line = at_line(&t, w["marker"].as_str().unwrap());
+        assert!(label.ends_with(&line), "{label} is not at {line}");
+    }
 }
 
 /// two_pools.cu: each pool has its own fragmentation curve. The default

@@ -126,6 +126,14 @@ framework() {
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_fraction_oom_async python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom_async.json"
     record torch_oom python3 "$g/torch_oom.py" "$WORK/torch_oom.json"
     record torch_spawn python3 "$g/torch_spawn.py" "$WORK/torch_spawn.json"
+    # The four workers' truths in one file, as the sample keeps it.
+    python3 - "$WORK/torch_spawn.json" >"$WORK/torch_spawn.truth.json" <<'PY'
+import json, sys
+ws = [json.load(open(f"{sys.argv[1]}.{k}")) for k in ("0", "1", "fork0", "fork1")]
+json.dump({"file": ws[0]["file"], "lines": ws[0]["lines"],
+           "workers": [{k: w[k] for k in ("pid", "marker", "allocated", "max_allocated")} for w in ws]},
+          sys.stdout, indent=1, sort_keys=True)
+PY
     record ctypes_cuda python3 "$g/ctypes_cuda.py" "$WORK/ctypes_cuda.json"
     record cupy python3 "$g/cupy_arrays.py" "$WORK/cupy.json"
     for name in torch_leak torch_leak_expandable torch_leak_async torch_fragment torch_fraction_oom \

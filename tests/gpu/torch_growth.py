@@ -29,7 +29,7 @@ def main():
         loss.backward()
         opt.step()
         if leak:
-            kept.append(torch.randn(256 * 1024, device="cuda"))  # 1 MiB per step
+            kept.append(torch.randn(256 * 1024, device="cuda"))  # 1 MiB per step  # line:kept
     torch.cuda.synchronize()
     out = {
         "steps": steps,
