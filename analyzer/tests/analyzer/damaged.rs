@@ -152,3 +152,78 @@ fn an_impossible_size_is_left_out_with_a_warning() {
     assert_eq!(a.input.memory_events, 3);
     assert_eq!(a.devices[0].peak_bytes, 12 * MIB + (1 << 50) - 1);
 }
+
+/// Nonsense a faulty or hostile writer could produce: records that decode
+/// but whose fields make no sense together (frees of what was never
+/// allocated, pools and segments that overlap, times out of order, ids
+/// that point nowhere). Bytes of the real samples' payloads are changed
+/// and each chunk framed again with a right checksum, so the damage gets
+/// past the reader to the analysis.
+#[test]
+fn well_framed_nonsense_never_panics() {
+    use gmem_prof_traces::file::frame_chunk;
+    use gmem_prof_traces::{file_header, TraceReader};
+    let rounds: usize = std::env::var("NONSENSE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut panics = Vec::new();
+    for name in [
+        "torch_leak.bin",
+        "torch_oom.bin",
+        "torch_fragment.bin",
+        "torch_spawn.bin",
+        "torch_private_pools.bin",
+        "kinds.bin",
+        "pools.bin",
+        "vmm.bin",
+        "graph.bin",
+        "jax.bin",
+        "device_view.bin",
+        "cupy_pool.bin",
+    ] {
+        let data = sample_bytes(name);
+        let mut reader = TraceReader::new(&data).unwrap();
+        let mut chunks = Vec::new();
+        while let Some(c) = reader.next_chunk() {
+            chunks.push((c.stream, c.payload().unwrap().into_owned()));
+        }
+        for round in 0..rounds {
+            let mut out = file_header().to_vec();
+            for (stream, payload) in &chunks {
+                let mut p = payload.clone();
+                if p.len() > 1 && next() % 3 == 0 {
+                    for _ in 0..1 + next() % 4 {
+                        // A byte without the varint continuation bit, for
+                        // another such byte: most often a field's value
+                        // changes and the record still decodes.
+                        let i = 1 + (next() as usize) % (p.len() - 1);
+                        if p[i] & 0x80 == 0 {
+                            p[i] = next() as u8 & 0x7f;
+                        }
+                    }
+                }
+                frame_chunk(*stream, &p, false, &mut out);
+            }
+            let r = std::panic::catch_unwind(|| run(&out));
+            if let Err(e) = r {
+                let what = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                let path = std::env::temp_dir().join(format!("nonsense-{name}-{round}.bin"));
+                std::fs::write(&path, &out).unwrap();
+                panics.push(format!("{name} round {round}: {what} ({})", path.display()));
+            }
+        }
+    }
+    assert!(panics.is_empty(), "{}", panics.join("\n"));
+}
