@@ -351,6 +351,10 @@ pub struct CheckArgs {
     /// could not profile (another CUPTI client held CUPTI, no usable
     /// CUPTI), one whose records were dropped, or one cut short (killed,
     /// crashed) shows less than it used, so every budget would pass on it.
+    /// So does a budget on tensors (--max-allocated, --max-tensors-at-exit)
+    /// where PyTorch's caching allocator was found but not seen from the
+    /// inside (PYTORCH_NO_CUDA_MEMORY_CACHING set, a PyTorch build this
+    /// gmem-prof does not know): its tensors would read 0 B.
     #[arg(long)]
     pub allow_unprofiled: bool,
     #[command(flatten)]

@@ -172,6 +172,14 @@ impl Budgets {
             .filter_map(|(d, l)| d.parse().ok().map(|d| (d, l)))
     }
 
+    /// Whether any budget is on tensors (inside a framework's allocator).
+    fn judges_tensors(&self) -> bool {
+        std::iter::once(&self.run)
+            .chain(self.device.values())
+            .chain(self.process.values())
+            .any(|l| l.max_allocated.is_some() || l.max_tensors_at_exit.is_some())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.run.is_empty()
             && self.device.values().all(Limits::is_empty)
@@ -492,8 +500,9 @@ impl Outcome {
 
 /// Applies every budget to the analysis of run `run`. Also returns
 /// warnings (a budget for a device or process the run does not have). A run
-/// with a process that was not profiled gets a first outcome, `Profiled`,
-/// that fails unless `allow_unprofiled`.
+/// with a process that was not profiled (or, when a budget is on tensors,
+/// whose tensors no view shows) gets a first outcome, `Profiled`, that
+/// fails unless `allow_unprofiled`.
 pub fn evaluate(
     run: &str,
     a: &Analysis,
@@ -502,7 +511,12 @@ pub fn evaluate(
 ) -> (Vec<Outcome>, Vec<String>) {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    let missing = a.not_profiled();
+    let mut missing = a.not_profiled();
+    if b.judges_tensors() {
+        // Over every process, whichever the budgets name: a process whose
+        // tensors are unseen would pass any of them at 0 B.
+        missing.extend(a.tensors_unseen());
+    }
     if !missing.is_empty() {
         let n = missing.len() as f64;
         let mut o = Outcome::new(

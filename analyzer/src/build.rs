@@ -756,6 +756,14 @@ fn process_reports(
             dropped_records,
             messages,
             not_profiled,
+            allocator_not_attached: st
+                .defs
+                .allocators
+                .iter()
+                .find(|a| {
+                    a.allocator == gmem_prof_traces::record::allocator::TORCH_CACHING && !a.attached
+                })
+                .map(|a| a.detail.clone()),
             ipc_mapped_peak_bytes: st.ipc_mapped_peak,
         });
     }

@@ -186,15 +186,28 @@ impl Analysis {
         self.processes
             .iter()
             .flat_map(|p| {
-                let program = p
-                    .exe
-                    .rsplit('/')
-                    .next()
-                    .filter(|e| !e.is_empty())
-                    .unwrap_or("?");
                 p.not_profiled
                     .iter()
-                    .map(move |r| format!("pid {} ({program}): {r}", p.pid))
+                    .map(move |r| format!("pid {} ({}): {r}", p.pid, p.program()))
+            })
+            .collect()
+    }
+
+    /// Processes whose tensors no view shows: PyTorch's caching allocator
+    /// was found in them but not seen from the inside, and no view was made
+    /// another way. A budget on tensors would read 0 there.
+    pub fn tensors_unseen(&self) -> Vec<String> {
+        self.processes
+            .iter()
+            .filter(|p| !self.frameworks.iter().any(|v| v.pid == p.pid))
+            .filter_map(|p| {
+                let why = p.allocator_not_attached.as_ref()?;
+                Some(format!(
+                    "pid {} ({}): its tensors are not seen, so budgets on them cannot be \
+                     judged: PyTorch's caching allocator was not seen from the inside: {why}",
+                    p.pid,
+                    p.program()
+                ))
             })
             .collect()
     }
@@ -508,11 +521,29 @@ pub struct ProcessReport {
     /// fails on any of these unless told they are acceptable.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_profiled: Vec<String>,
+    /// Why PyTorch's caching allocator, found in this process, was not seen
+    /// from the inside (the collector's words), when it was not. Its
+    /// cudaMallocAsync backend still gets a view, made from CUDA's
+    /// allocations (`Analysis::frameworks`); anything else has none, and
+    /// budgets on tensors cannot be judged for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator_not_attached: Option<String>,
     /// The most of other processes' memory it had mapped at once (opened
     /// through CUDA IPC): counted in the process that allocated it, not in
     /// this one's figures.
     #[serde(skip_serializing_if = "is_zero")]
     pub ipc_mapped_peak_bytes: u64,
+}
+
+impl ProcessReport {
+    /// The executable's file name ("?" when unknown).
+    pub fn program(&self) -> &str {
+        self.exe
+            .rsplit('/')
+            .next()
+            .filter(|e| !e.is_empty())
+            .unwrap_or("?")
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -430,6 +430,16 @@ impl TorchHook {
 }
 
 fn attach(library: &str, bias: u64) -> Attempt {
+    // Set to anything, even "0" (torch's own test is getenv != NULL), it
+    // sends every tensor straight to cudaMalloc and cudaFree: the caching
+    // allocator, and its trackers, never see them.
+    if std::env::var_os("PYTORCH_NO_CUDA_MEMORY_CACHING").is_some() {
+        return Attempt::No(
+            "caching is off (PYTORCH_NO_CUDA_MEMORY_CACHING is set): each tensor is a \
+             cudaMalloc of its own, seen among the device's allocations, not as a tensor"
+                .into(),
+        );
+    }
     let file = match std::fs::read(library) {
         Ok(f) => f,
         Err(e) => {

@@ -30,7 +30,7 @@ pub fn summary(o: &Outcome) -> String {
     let budget = || format!("budget {} ({max} bytes)", bytes(max));
     match &o.evidence {
         Evidence::NotProfiled { parts, allowed } => format!(
-            "not profiled: {} part(s) of the run are missing from the trace{}",
+            "not profiled: {} part(s) of the run are missing from the trace or not seen{}",
             parts.len(),
             if *allowed {
                 " (allowed by --allow-unprofiled)"

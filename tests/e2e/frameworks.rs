@@ -789,3 +789,78 @@ fn no_frameworks_leaves_the_allocator_alone() {
         "the segment's alloc and free"
     );
 }
+
+/// PYTORCH_NO_CUDA_MEMORY_CACHING (set to anything) sends every tensor
+/// straight to cudaMalloc, past the caching allocator and its trackers: the
+/// collector leaves the allocator alone and says why, and `check` refuses to
+/// pass a budget on tensors it cannot see (exit 2, as for a part of a run
+/// not profiled) while the device's budgets are judged as ever.
+#[test]
+fn tensor_budgets_are_not_judged_where_tensors_are_unseen() {
+    let lib = fake_torch();
+    let dir = scratch("no-caching");
+    let out = run(record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("torch"), lib.as_os_str()],
+    )
+    .env("PYTORCH_NO_CUDA_MEMORY_CACHING", "0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("PYTORCH_NO_CUDA_MEMORY_CACHING is set"),
+        "{}",
+        stderr(&out)
+    );
+    let trace = dir.join("t.bin");
+    let recs = dump_json(&trace);
+    let allocator = of_type(&recs, "Allocator");
+    assert_eq!(allocator.len(), 1, "{allocator:?}");
+    assert_eq!(allocator[0]["attached"], false);
+    assert!(of_type(&recs, "AllocatorEvent").is_empty());
+    let check = |args: &[&str]| run(Command::new(gmem()).arg("check").arg(&trace).args(args));
+    let o = check(&["--max-allocated", "1TiB"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("its tensors are not seen"), "{text}");
+    assert!(text.contains("PYTORCH_NO_CUDA_MEMORY_CACHING"), "{text}");
+    let o = check(&["--max-tensors-at-exit", "1TiB"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = check(&["--max-allocated", "1TiB", "--allow-unprofiled"]);
+    assert_eq!(o.status.code(), Some(0));
+    let o = check(&["--max-peak", "1TiB"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // The report says so where the tensors' view would be.
+    let summary = report_summary(&trace, &dir);
+    assert!(
+        summary
+            .contains("PyTorch's caching allocator was not seen from the inside: caching is off"),
+        "{summary}"
+    );
+    // The same program with caching on: its tensors are judged.
+    let dir = scratch("caching");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("torch"), lib.as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let o = run(Command::new(gmem())
+        .arg("check")
+        .arg(dir.join("t.bin"))
+        .args(["--max-allocated", "1TiB"]));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
