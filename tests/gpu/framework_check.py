@@ -106,6 +106,26 @@ def torch_leak_async(a, t):
         check(any(g["site"] == leak[0]["id"] for g in a["growth"]), "it keeps growing")
 
 
+def torch_leak_uncached(a, t, gmem, trace):
+    """PYTORCH_NO_CUDA_MEMORY_CACHING=1: each tensor a cudaMalloc of its own;
+    no view from the inside, and tensor budgets refused."""
+    check(view(a) is None, "no view inside the allocator (it reports nothing)")
+    procs = a["processes"]
+    why = procs[0].get("allocator_not_attached", "") if procs else ""
+    check("PYTORCH_NO_CUDA_MEMORY_CACHING" in why, f"the reason is said: {why[:80]}")
+    leak = driver_site(a, t["file"], t["lines"]["leak"])
+    check(len(leak) == 1, f"one CUDA allocation site at the leak's line {t['lines']['leak']}")
+    if leak:
+        check(leak[0]["count"] >= t["kept"], f"{leak[0]['count']} allocations from it, at least the {t['kept']} kept")
+        check(any(g["site"] == leak[0]["id"] for g in a["growth"]), "it keeps growing")
+    code = subprocess.run([gmem, "check", trace, "--max-allocated", "1TiB"],
+                          capture_output=True).returncode
+    check(code == 2, f"check --max-allocated is not judged (exit {code}, expect 2)")
+    code = subprocess.run([gmem, "check", trace, "--max-peak", "1TiB"],
+                          capture_output=True).returncode
+    check(code == 0, f"check --max-peak is judged (exit {code}, expect 0)")
+
+
 def torch_fragment(a, t):
     v = view(a)
     check(v is not None, "PyTorch's allocator seen from the inside")
@@ -309,6 +329,9 @@ def main():
     a = analysis(gmem, trace)
     if name == "torch_spawn":
         torch_spawn(a, truth_path)
+    elif name == "torch_leak_uncached":
+        with open(truth_path) as f:
+            torch_leak_uncached(a, json.load(f), gmem, trace)
     elif name in CHECKS:
         with open(truth_path) as f:
             CHECKS[name](a, json.load(f))

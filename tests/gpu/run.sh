@@ -121,6 +121,7 @@ framework() {
     record torch_leak python3 "$g/torch_leak.py" "$WORK/torch_leak.json"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True record torch_leak_expandable python3 "$g/torch_leak.py" "$WORK/torch_leak_expandable.json"
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_leak_async python3 "$g/torch_leak.py" "$WORK/torch_leak_async.json"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 record torch_leak_uncached python3 "$g/torch_leak.py" "$WORK/torch_leak_uncached.json"
     record torch_fragment python3 "$g/torch_fragment.py" "$WORK/torch_fragment.json"
     record torch_fraction_oom python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom.json"
     PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync record torch_fraction_oom_async python3 "$g/torch_fraction_oom.py" "$WORK/torch_fraction_oom_async.json"
@@ -136,7 +137,7 @@ json.dump({"file": ws[0]["file"], "lines": ws[0]["lines"],
 PY
     record ctypes_cuda python3 "$g/ctypes_cuda.py" "$WORK/ctypes_cuda.json"
     record cupy python3 "$g/cupy_arrays.py" "$WORK/cupy.json"
-    for name in torch_leak torch_leak_expandable torch_leak_async torch_fragment torch_fraction_oom \
+    for name in torch_leak torch_leak_expandable torch_leak_async torch_leak_uncached torch_fragment torch_fraction_oom \
         torch_fraction_oom_async torch_oom torch_spawn ctypes_cuda cupy; do
         echo "    $name: $("$GMEM" dump "$WORK/traces/$name.bin" | awk '{print $2}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')"
         "$GMEM" dump "$WORK/traces/$name.bin" | grep -E " (allocator|message) " | cut -c1-300 | sed 's/^/      /'
