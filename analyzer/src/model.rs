@@ -193,23 +193,15 @@ impl Analysis {
             .collect()
     }
 
-    /// Processes whose tensors no view shows: PyTorch's caching allocator
-    /// was found in them but not seen from the inside, and no view was made
-    /// another way. A budget on tensors would read 0 there.
-    pub fn tensors_unseen(&self) -> Vec<String> {
+    /// Processes whose tensors no view shows, with the collector's reason:
+    /// PyTorch's caching allocator was found in them but not seen from the
+    /// inside, and no view was made another way. A budget on tensors would
+    /// read 0 there.
+    pub fn tensors_unseen(&self) -> impl Iterator<Item = (&ProcessReport, &str)> {
         self.processes
             .iter()
             .filter(|p| !self.frameworks.iter().any(|v| v.pid == p.pid))
-            .filter_map(|p| {
-                let why = p.allocator_not_attached.as_ref()?;
-                Some(format!(
-                    "pid {} ({}): its tensors are not seen, so budgets on them cannot be \
-                     judged: PyTorch's caching allocator was not seen from the inside: {why}",
-                    p.pid,
-                    p.program()
-                ))
-            })
-            .collect()
+            .filter_map(|p| Some((p, p.allocator_not_attached.as_deref()?)))
     }
 
     /// Bytes never freed, over every process.

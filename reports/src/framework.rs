@@ -330,22 +330,15 @@ fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str, out: &mut String) {
     }
 }
 
-/// The HTML section of every view, the tensor sites and their growth.
-/// Processes where PyTorch's caching allocator was found but not seen from
-/// the inside and no view was made another way, with the collector's why.
-fn unseen(a: &Analysis) -> impl Iterator<Item = (u32, &str)> {
-    a.processes
-        .iter()
-        .filter(|p| !a.frameworks.iter().any(|v| v.pid == p.pid))
-        .filter_map(|p| Some((p.pid, p.allocator_not_attached.as_deref()?)))
-}
-
 const UNSEEN: &str = "PyTorch's caching allocator was not seen from the inside";
 
+/// The HTML section of every view, the tensor sites and their growth; first
+/// the processes whose tensors no view shows (`Analysis::tensors_unseen`).
 pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
-    for (pid, why) in unseen(a) {
+    for (p, why) in a.tensors_unseen() {
         out.push_str(&format!(
-            "<p class=\"note\">pid {pid}: {UNSEEN}: {}. Its memory is in the device's figures above; budgets on its tensors cannot be judged.</p>",
+            "<p class=\"note\">pid {}: {UNSEEN}: {}. Its memory is in the device's figures above; budgets on its tensors cannot be judged.</p>",
+            p.pid,
             escape(why)
         ));
     }
@@ -406,8 +399,8 @@ pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
 
 /// Lines of the terminal summary for each view.
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
-    for (pid, why) in unseen(a) {
-        writeln!(w, "\npid {pid}: {UNSEEN}: {why}")?;
+    for (p, why) in a.tensors_unseen() {
+        writeln!(w, "\npid {}: {UNSEEN}: {why}", p.pid)?;
     }
     for v in &a.frameworks {
         writeln!(
