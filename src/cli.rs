@@ -406,7 +406,8 @@ pub struct ExportArgs {
     Sites are matched by their frames' function names (module+offset for unresolved \
     frames), never by address, so two builds compare. --fail-above judges each device's \
     peak and the bytes leaked at exit against the base; a figure that was 0 in the base \
-    and is not now is always above. Exit codes: 0, 1 when above the threshold, 2 bad input.")]
+    and is not now is always above. Exit codes: 0, 1 when above the threshold, 2 bad input, \
+    and with --fail-above when part of either run was not profiled (see --allow-unprofiled).")]
 pub struct DiffArgs {
     /// The reference run (a trace file, or a directory of per-process files).
     #[arg(value_name = "BASE")]
@@ -431,6 +432,13 @@ pub struct DiffArgs {
         requires = "fail_above"
     )]
     pub fail_on: Vec<gmem_prof_analyzer::diff::Judged>,
+    /// Judge the figures even when part of a run was not profiled. By
+    /// default --fail-above then exits 2: a run that shows less than it used
+    /// (a process another CUPTI client kept from the collector, records
+    /// dropped, a process cut short; with `allocated` judged, tensors not
+    /// seen) would pass any threshold against the base.
+    #[arg(long, requires = "fail_above")]
+    pub allow_unprofiled: bool,
     /// Write the comparison as a self-contained HTML page, curves overlaid.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,

@@ -94,6 +94,33 @@ pub fn run(a: DiffArgs) -> Result<i32> {
     let Some(limit) = limit else {
         return Ok(0);
     };
+    let judges_tensors = d.verdicts.iter().any(|v| v.figure == Judged::Allocated);
+    let missing: Vec<String> = [(&base_name, &base), (&new_name, &new)]
+        .into_iter()
+        .flat_map(|(name, a)| {
+            unprofiled(a, judges_tensors)
+                .into_iter()
+                .map(move |m| format!("{name}: {m}"))
+        })
+        .collect();
+    if !missing.is_empty() {
+        let allowed = if a.allow_unprofiled {
+            " (allowed by --allow-unprofiled)"
+        } else {
+            ""
+        };
+        crate::out(format_args!("not profiled{allowed}:\n"))?;
+        for m in &missing {
+            crate::out(format_args!("    {m}\n"))?;
+        }
+        if !a.allow_unprofiled {
+            crate::out(format_args!(
+                "gmem-prof diff: part of a run was not profiled, so the comparison proves \
+                 nothing (above: why); pass --allow-unprofiled if that is acceptable\n"
+            ))?;
+            return Ok(crate::check::EXIT_NOT_PROFILED);
+        }
+    }
     let above: Vec<_> = d.verdicts.iter().filter(|v| v.above).collect();
     if above.is_empty() {
         crate::out(format_args!(
@@ -123,4 +150,22 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         }
         Ok(EXIT_ABOVE_THRESHOLD)
     }
+}
+
+/// Why a run's figures are short of what it used, one line per process (as
+/// `check` says it); with tensors judged, also processes whose tensors no
+/// view shows.
+fn unprofiled(a: &Analysis, tensors: bool) -> Vec<String> {
+    let mut out = a.not_profiled();
+    if tensors {
+        out.extend(a.tensors_unseen().map(|(p, why)| {
+            format!(
+                "pid {} ({}): its tensors are not seen: PyTorch's caching allocator was not \
+                 seen from the inside: {why}",
+                p.pid,
+                p.program()
+            )
+        }));
+    }
+    out
 }

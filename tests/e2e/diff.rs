@@ -179,6 +179,50 @@ fn fail_above_judges_the_figures_it_is_told_to() {
     );
 }
 
+/// A run another CUPTI client kept from the collector shows nothing: against
+/// any base it "shrank", and --fail-above passed it. It exits 2 now, saying
+/// which process of which run and why, unless --allow-unprofiled; the same
+/// for a base cut short (killed.bin).
+#[test]
+fn a_run_not_profiled_is_not_judged() {
+    let o = diff(
+        "kinds.bin",
+        "cupti_client.bin",
+        &["-q", "--fail-above", "5%"],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("cupti_client: pid "), "{text}");
+    assert!(text.contains("another CUPTI client"), "{text}");
+    let o = diff(
+        "kinds.bin",
+        "cupti_client.bin",
+        &["-q", "--fail-above", "5%", "--allow-unprofiled"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = diff(
+        "killed.bin",
+        "kinds.bin",
+        &["-q", "--fail-above", "1000000%"],
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("killed: pid ") && text.contains("cut short"),
+        "{text}"
+    );
+    // Without a threshold nothing is judged: the comparison is shown.
+    assert_eq!(
+        diff("kinds.bin", "cupti_client.bin", &["-q"]).status.code(),
+        Some(0)
+    );
+}
+
 #[test]
 fn diff_bad_input_exits_2() {
     let o = run(Command::new(gmem())
