@@ -60,6 +60,11 @@ pub struct RunTotals {
     pub worst_fragmentation: f64,
     /// The largest growth of any site, CUDA allocations or tensors.
     pub max_growth_bytes: u64,
+    /// Why the run shows less than it used, per process, as `report` and
+    /// `check` say it (`Analysis::not_profiled`); absent when it was
+    /// profiled from start to end.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_profiled: Vec<String>,
 }
 
 /// A figure of the diff `--fail-above` can judge.
@@ -317,6 +322,7 @@ fn totals(a: &Analysis) -> RunTotals {
             .map(|g| g.growth_bytes)
             .max()
             .unwrap_or(0),
+        not_profiled: a.not_profiled(),
     }
 }
 

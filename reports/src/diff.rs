@@ -25,6 +25,11 @@ fn changed(s: &&SiteDiff) -> bool {
 
 pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "gmem-prof diff: {base_name} → {new_name}")?;
+    for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
+        for m in &t.not_profiled {
+            writeln!(w, "NOT PROFILED: {name}: {m}")?;
+        }
+    }
     for dev in &d.devices {
         writeln!(
             w,
@@ -130,9 +135,18 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## gmem-prof diff: {} → {}\n\n| Device | Base peak | New peak | Change |\n|---|---|---|---|",
+        "## gmem-prof diff: {} → {}\n",
         md(base_name),
         md(new_name)
+    );
+    for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
+        for m in &t.not_profiled {
+            let _ = writeln!(out, "> **Not profiled**, {}: {}\n", md(name), md(m));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "| Device | Base peak | New peak | Change |\n|---|---|---|---|"
     );
     for dev in &d.devices {
         let _ = writeln!(
@@ -197,6 +211,16 @@ pub fn html(
         out,
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"
     );
+    for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
+        for m in &t.not_profiled {
+            let _ = write!(
+                out,
+                "<p class=\"note\"><b>Not profiled</b>, {}: {}</p>",
+                escape(name),
+                escape(m)
+            );
+        }
+    }
     out.push_str("<h2>Peak per device</h2><table><tr><th>device</th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>");
     for dev in &d.devices {
         let _ = write!(

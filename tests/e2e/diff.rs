@@ -216,11 +216,41 @@ fn a_run_not_profiled_is_not_judged() {
         text.contains("killed: pid ") && text.contains("cut short"),
         "{text}"
     );
-    // Without a threshold nothing is judged: the comparison is shown.
-    assert_eq!(
-        diff("kinds.bin", "cupti_client.bin", &["-q"]).status.code(),
-        Some(0)
+    // Without a threshold nothing is judged: the comparison is shown, and
+    // says it, in each of its forms.
+    let dir = scratch("diff-not-profiled");
+    let (md, json, html) = (dir.join("d.md"), dir.join("d.json"), dir.join("d.html"));
+    let o = diff(
+        "kinds.bin",
+        "cupti_client.bin",
+        &[
+            "--markdown",
+            md.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
     );
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("NOT PROFILED: cupti_client: pid "), "{text}");
+    let md = std::fs::read_to_string(&md).unwrap();
+    assert!(
+        md.contains("> **Not profiled**, cupti_client: pid "),
+        "{md}"
+    );
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(
+        d["new"]["not_profiled"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        d["new"]
+    );
+    assert!(d["base"].get("not_profiled").is_none());
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .contains("<b>Not profiled</b>, cupti_client"));
 }
 
 #[test]
