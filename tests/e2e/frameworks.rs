@@ -546,18 +546,23 @@ fn the_program_can_pause_and_resume_recording() {
 /// its file, vtable checked, std::function built by hand) and records
 /// what it reports, each with the Python line that caused it; the
 /// analysis rebuilds the allocator's state from that.
+/// `record FLAGS -o DIR/t.bin` of fake_app.py's `torch` scenario over the
+/// stand-in for PyTorch's allocator.
+fn record_fake_torch(dir: &Path, flags: &[&str]) -> Command {
+    record_python(
+        dir,
+        "t.bin",
+        flags,
+        Path::new("python3"),
+        &[OsStr::new("torch"), fake_torch().as_os_str()],
+    )
+}
+
 #[test]
 fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
     let lines = marked_lines(&app());
-    let lib = fake_torch();
     let dir = scratch("fake-torch");
-    let out = run(&mut record_python(
-        &dir,
-        "t.bin",
-        &[],
-        Path::new("python3"),
-        &[OsStr::new("torch"), lib.as_os_str()],
-    ));
+    let out = run(&mut record_fake_torch(&dir, &[]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let recs = dump_json(&dir.join("t.bin"));
     let attached = of_type(&recs, "Allocator");
@@ -770,15 +775,8 @@ fn attaches_from_the_allocators_own_segment_allocation() {
 /// --no-frameworks leaves the allocator alone.
 #[test]
 fn no_frameworks_leaves_the_allocator_alone() {
-    let lib = fake_torch();
     let dir = scratch("no-frameworks");
-    let out = run(&mut record_python(
-        &dir,
-        "t.bin",
-        &["--no-frameworks"],
-        Path::new("python3"),
-        &[OsStr::new("torch"), lib.as_os_str()],
-    ));
+    let out = run(&mut record_fake_torch(&dir, &["--no-frameworks"]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let recs = dump_json(&dir.join("t.bin"));
     assert!(of_type(&recs, "AllocatorEvent").is_empty());
@@ -797,16 +795,8 @@ fn no_frameworks_leaves_the_allocator_alone() {
 /// not profiled) while the device's budgets are judged as ever.
 #[test]
 fn tensor_budgets_are_not_judged_where_tensors_are_unseen() {
-    let lib = fake_torch();
     let dir = scratch("no-caching");
-    let out = run(record_python(
-        &dir,
-        "t.bin",
-        &[],
-        Path::new("python3"),
-        &[OsStr::new("torch"), lib.as_os_str()],
-    )
-    .env("PYTORCH_NO_CUDA_MEMORY_CACHING", "0"));
+    let out = run(record_fake_torch(&dir, &[]).env("PYTORCH_NO_CUDA_MEMORY_CACHING", "0"));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("PYTORCH_NO_CUDA_MEMORY_CACHING is set"),
@@ -845,13 +835,7 @@ fn tensor_budgets_are_not_judged_where_tensors_are_unseen() {
     );
     // The same program with caching on: its tensors are judged.
     let dir = scratch("caching");
-    let out = run(&mut record_python(
-        &dir,
-        "t.bin",
-        &[],
-        Path::new("python3"),
-        &[OsStr::new("torch"), lib.as_os_str()],
-    ));
+    let out = run(&mut record_fake_torch(&dir, &[]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let o = run(Command::new(gmem())
         .arg("check")
