@@ -95,11 +95,21 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         return Ok(0);
     };
     let judges_tensors = d.verdicts.iter().any(|v| v.figure == Judged::Allocated);
-    let missing: Vec<String> = [(&base_name, &base), (&new_name, &new)]
+    // Why each run shows less than it used: its totals' reasons (as `check`
+    // gives them) and, with tensors judged, processes whose tensors are unseen.
+    let missing: Vec<String> = [(&base_name, &base, &d.base), (&new_name, &new, &d.new)]
         .into_iter()
-        .flat_map(|(name, a)| {
-            unprofiled(a, judges_tensors)
-                .into_iter()
+        .flat_map(|(name, a, totals)| {
+            let unseen = if judges_tensors {
+                a.tensors_unseen_reasons()
+            } else {
+                Vec::new()
+            };
+            totals
+                .not_profiled
+                .iter()
+                .cloned()
+                .chain(unseen)
                 .map(move |m| format!("{name}: {m}"))
         })
         .collect();
@@ -150,22 +160,4 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         }
         Ok(EXIT_ABOVE_THRESHOLD)
     }
-}
-
-/// Why a run's figures are short of what it used, one line per process (as
-/// `check` says it); with tensors judged, also processes whose tensors no
-/// view shows.
-fn unprofiled(a: &Analysis, tensors: bool) -> Vec<String> {
-    let mut out = a.not_profiled();
-    if tensors {
-        out.extend(a.tensors_unseen().map(|(p, why)| {
-            format!(
-                "pid {} ({}): its tensors are not seen: PyTorch's caching allocator was not \
-                 seen from the inside: {why}",
-                p.pid,
-                p.program()
-            )
-        }));
-    }
-    out
 }

@@ -278,8 +278,8 @@ fn copyable(payload: &[u8]) -> Option<u64> {
 }
 
 /// `note` for each record of a framed chunk, decoding only the kinds it
-/// reads (its match arms: keep the two in step). Returns why it stopped early: a record that does not decode (the
-/// analyzer stops there too).
+/// reads (its match arms: keep the two in step). Returns why it stopped
+/// early: a record that does not decode (the analyzer stops there too).
 fn note_raw(st: &mut StreamState, payload: &[u8]) -> Option<String> {
     let mut records = ChunkRecords::new(payload);
     let base = records.base();

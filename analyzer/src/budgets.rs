@@ -515,14 +515,7 @@ pub fn evaluate(
     if b.judges_tensors() {
         // Over every process, whichever the budgets name: a process whose
         // tensors are unseen would pass any of them at 0 B.
-        missing.extend(a.tensors_unseen().map(|(p, why)| {
-            format!(
-                "pid {} ({}): its tensors are not seen, so budgets on them cannot be judged: \
-                 PyTorch's caching allocator was not seen from the inside: {why}",
-                p.pid,
-                p.program()
-            )
-        }));
+        missing.extend(a.tensors_unseen_reasons());
     }
     if !missing.is_empty() {
         let n = missing.len() as f64;

@@ -204,6 +204,21 @@ impl Analysis {
             .filter_map(|p| Some((p, p.allocator_not_attached.as_deref()?)))
     }
 
+    /// `tensors_unseen` in the words `check` and `diff` give as reasons,
+    /// one line per process.
+    pub fn tensors_unseen_reasons(&self) -> Vec<String> {
+        self.tensors_unseen()
+            .map(|(p, why)| {
+                format!(
+                    "pid {} ({}): its tensors are not seen, so budgets on them cannot be \
+                     judged: {ALLOCATOR_UNSEEN}: {why}",
+                    p.pid,
+                    p.program()
+                )
+            })
+            .collect()
+    }
+
     /// Bytes never freed, over every process.
     pub fn leaked_bytes(&self) -> u64 {
         self.processes.iter().map(|p| p.at_exit.leaked_bytes).sum()
@@ -472,6 +487,10 @@ pub struct RegionSummary {
     pub curve: Vec<Option<u16>>,
     pub largest_free: Vec<Option<u64>>,
 }
+
+/// What the report, `check` and `diff` say of a process whose PyTorch
+/// allocator was found but not looked into (`ProcessReport::allocator_not_attached`).
+pub const ALLOCATOR_UNSEEN: &str = "PyTorch's caching allocator was not seen from the inside";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessReport {

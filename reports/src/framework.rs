@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, FrameworkOom, FrameworkView, SiteBytes};
+use gmem_prof_analyzer::model::{
+    Analysis, FrameworkOom, FrameworkView, SiteBytes, ALLOCATOR_UNSEEN,
+};
 
 use crate::charts::{framework_stem, Chart};
 use crate::format::{bytes, escape, time};
@@ -330,14 +332,12 @@ fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str, out: &mut String) {
     }
 }
 
-const UNSEEN: &str = "PyTorch's caching allocator was not seen from the inside";
-
 /// The HTML section of every view, the tensor sites and their growth; first
 /// the processes whose tensors no view shows (`Analysis::tensors_unseen`).
 pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     for (p, why) in a.tensors_unseen() {
         out.push_str(&format!(
-            "<p class=\"note\">pid {}: {UNSEEN}: {}. Its memory is in the device's figures above; budgets on its tensors cannot be judged.</p>",
+            "<p class=\"note\">pid {}: {ALLOCATOR_UNSEEN}: {}. Its memory is in the device's figures above; budgets on its tensors cannot be judged.</p>",
             p.pid,
             escape(why)
         ));
@@ -400,7 +400,7 @@ pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
 /// Lines of the terminal summary for each view.
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for (p, why) in a.tensors_unseen() {
-        writeln!(w, "\npid {}: {UNSEEN}: {why}", p.pid)?;
+        writeln!(w, "\npid {}: {ALLOCATOR_UNSEEN}: {why}", p.pid)?;
     }
     for v in &a.frameworks {
         writeln!(

@@ -51,6 +51,14 @@ fn corrupted_bytes_are_skipped_with_a_warning() {
     );
 }
 
+/// The next number of a xorshift64 sequence: damage the same on every run.
+fn xorshift(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
 #[test]
 fn every_prefix_and_random_damage_never_panics() {
     let data = sample_bytes("kinds.bin");
@@ -61,11 +69,9 @@ fn every_prefix_and_random_damage_never_panics() {
     for _ in 0..200 {
         let mut d = data.clone();
         for _ in 0..4 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let i = (seed as usize) % d.len();
-            d[i] = (seed >> 32) as u8;
+            let r = xorshift(&mut seed);
+            let i = (r as usize) % d.len();
+            d[i] = (r >> 32) as u8;
         }
         let _ = run(&d);
     }
@@ -168,12 +174,7 @@ fn well_framed_nonsense_never_panics() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = move || xorshift(&mut seed);
     let mut panics = Vec::new();
     for name in [
         "torch_leak.bin",
