@@ -551,14 +551,14 @@ pub fn evaluate(
         };
         let target = Target::Device(d.device);
         if let Some(max) = limits.max_peak {
-            let sites = d
-                .peak_sites
-                .iter()
+            let sites = a
+                .peak_parts(d)
+                .into_iter()
                 .take(SITES_SHOWN)
-                .map(|s| Share {
-                    bytes: s.bytes,
-                    count: 0,
-                    label: a.site_label(s.site),
+                .map(|p| Share {
+                    bytes: p.bytes(),
+                    count: p.count(),
+                    label: a.peak_part_label(&p),
                     via: None,
                 })
                 .collect();
@@ -797,7 +797,7 @@ fn leaking(a: &Analysis, pid: Option<u32>) -> Vec<Share> {
 }
 
 fn via(s: &crate::model::Site) -> Option<String> {
-    crate::model::library_via(&s.label, &s.frames)
+    crate::model::library_via(&s.label, &s.via)
 }
 
 /// The largest growth of any site (CUDA allocations and tensors) of the

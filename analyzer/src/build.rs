@@ -10,99 +10,164 @@ use crate::{
 };
 use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 
-/// Whether a site grows: its live bytes keep rising through the steady
-/// part of its process's run and are still held when the run ends. Judged
-/// against the process's allocation count (`count_curve` over
-/// `count_axis`, `allocations` in all), not time, since programs spend
-/// their start-up allocating little and a loop's leak shows as a rise per
-/// allocation.
+/// The buckets of the time axis over which a process's growth is judged.
 ///
-/// The steady part (from `WARM_UP` to `JUDGED_UNTIL` of the allocations) is
-/// cut in four quarters; the *floor* of each is the least the site held in
-/// it. The site's bytes rise when the floors and the level at the end of
-/// the steady part never fall, rise at least three times of four, and end
-/// at least `GROWTH_MIN_BYTES` higher. A sawtooth does not rise (its floors
-/// stay down), nor does a warm-up followed by a flat run.
+/// Growth is judged over the time a process spent allocating: the buckets
+/// of the time axis in which it allocated (CUDA allocations of its own
+/// and, inside a framework allocator, tensors; module globals, which CUDA
+/// registers as it loads modules, left out). Of those, the first
+/// `WARM_UP` are its warm-up (models built, caches and workspaces filled,
+/// the first step) and the last `1 − JUDGED_UNTIL` are left out too; the
+/// buckets from the warm-up's end to there are judged. Stretches in which
+/// the process allocated nothing (imports, libraries loading, kernels
+/// compiling, waiting for data, the interpreter's shutdown) count for
+/// nothing, and neither does the number of allocations, which thousands of
+/// registrations at start-up could use up. Empty for a process that
+/// allocated nothing.
+pub fn judged_buckets(
+    st: &mut engine::StreamState,
+    axis: &timeline::Axis,
+    buckets: usize,
+) -> Vec<usize> {
+    let mut active = vec![false; buckets];
+    let mut mark = |curve: &mut timeline::Curve| {
+        let mut before = 0;
+        for (i, p) in curve.finish(axis, buckets).iter().enumerate() {
+            if p.last > before {
+                active[i] = true;
+            }
+            before = p.last;
+        }
+    };
+    mark(&mut st.own_allocation_curve);
+    if let Some(fw) = st.framework.as_deref_mut() {
+        mark(&mut fw.allocation_curve);
+    }
+    let active: Vec<usize> = (0..buckets).filter(|&i| active[i]).collect();
+    let Some(last) = active.len().checked_sub(1) else {
+        return Vec::new();
+    };
+    let at = |share: f64| ((last as f64 * share).round() as usize).min(last);
+    active[at(WARM_UP)..=at(JUDGED_UNTIL)].to_vec()
+}
+
+/// Whether a site grows: its live bytes keep rising through the judged
+/// part of its process's run (`judged_window`, as buckets of the time
+/// axis) and are still held when the run ends.
+///
+/// The judged part is cut in four quarters; the *floor* of each is the
+/// least the site held in it. The site's bytes rise when the floors and
+/// the level at the end of the judged part never fall, rise at least three
+/// times of four, and end at least `GROWTH_MIN_BYTES` higher. A sawtooth
+/// does not rise (its floors stay down), nor does a warm-up followed by a
+/// flat run. A process that lived fewer than `MIN_JUDGED_BUCKETS` buckets
+/// of the time axis is not judged (too few points to see a rise).
 ///
 /// A rising site grows when at least half of the rise is still held when
 /// its process ends (`held_at_end`: killed, failed, or exited without
 /// freeing), or when it is one allocation among the loop's others (`share`:
 /// the site's allocations, the process's: at most half) and its bytes also
-/// rise through its life in time (`rises_through_its_life`): a Python
-/// program's objects are freed when the interpreter shuts down, after the
-/// run. A site that makes most of the allocations, rises, and is freed
-/// before the end filled memory and released it: a peak, not growth. So
-/// did sites that filled memory during a set-up phase, held it flat while
-/// the work ran and freed it at the end (NVIDIA's UnifiedMemoryStreams: a
-/// third of the allocations each, all rising by count, flat in time).
+/// rise through its life (`rises_through_its_life`): a Python program's
+/// objects are freed when the interpreter shuts down, after the run. A
+/// site that makes most of the allocations, rises, and is freed before the
+/// end filled memory and released it: a peak, not growth. So did sites that
+/// filled memory during a set-up phase, held it flat while the work ran
+/// and freed it at the end (NVIDIA's UnifiedMemoryStreams: a third of the
+/// allocations each, flat in time after the set-up).
 ///
-/// Returns (bytes at the start of the steady part, bytes at its end, the
-/// site's curve over time) for a growing site.
-#[allow(clippy::too_many_arguments)]
+/// Returns (bytes at the start of the judged part, bytes at its end, the
+/// site's curve) for a growing site.
 pub fn judge_growth(
-    curve: &mut timeline::Curve,
-    count_curve: &mut timeline::Curve,
-    max_live: u64,
+    curve: &[u64],
     held_at_end: u64,
-    count_axis: &timeline::Axis,
-    allocations: u64,
-    axis: &timeline::Axis,
-    buckets: usize,
+    judged: &[usize],
     share: (u64, u64),
-) -> Option<(u64, u64, Vec<u64>)> {
-    if max_live < GROWTH_MIN_BYTES || allocations == 0 {
-        return None;
-    }
-    let count_buckets = count_axis.buckets();
-    let by_count: Vec<u64> = count_curve
-        .finish(count_axis, count_buckets)
-        .iter()
-        .map(|p| p.last)
-        .collect();
-    let (from, to) = steady_rise(&by_count, allocations, count_axis.width)?;
+) -> Option<(u64, u64)> {
+    let (from, to) = steady_rise(curve, judged)?;
     let held = held_at_end >= from + (to - from) / 2;
-    let curve: Vec<u64> = curve.finish(axis, buckets).iter().map(|p| p.last).collect();
-    let among_others = share.0 * 2 <= share.1 && rises_through_its_life(&curve);
-    if !(held || among_others) {
-        return None;
-    }
-    Some((from, to, curve))
+    let among_others = share.0 * 2 <= share.1 && rises_through_its_life(curve);
+    (held || among_others).then_some((from, to))
 }
 
+/// The raw sites of one site in one process, gathered to be judged as
+/// one (`judge_growth`): their curves summed bucket by bucket.
+#[derive(Default)]
+pub struct GrowthCandidate {
+    pub curve: Vec<u64>,
+    pub held_at_end: u64,
+    pub count: u64,
+    /// An upper bound of the most it held (the raw sites' own most,
+    /// summed): below `GROWTH_MIN_BYTES` it cannot have grown by as much.
+    pub max_live: u64,
+}
+
+impl GrowthCandidate {
+    pub fn add(
+        &mut self,
+        held: &mut crate::engine::Holding,
+        axis: &timeline::Axis,
+        buckets: usize,
+    ) {
+        let points = held.curve.finish(axis, buckets);
+        if self.curve.len() < points.len() {
+            self.curve.resize(points.len(), 0);
+        }
+        for (c, p) in self.curve.iter_mut().zip(&points) {
+            *c += p.last;
+        }
+        self.held_at_end += held.at_exit;
+        self.count += held.count;
+        self.max_live += held.max_live;
+    }
+
+    /// (start, end) of its rise when it grows (`judge_growth`) over the
+    /// `judged` buckets, its process having made `allocations` in all.
+    pub fn judge(&self, judged: &[usize], allocations: u64) -> Option<(u64, u64)> {
+        if self.max_live < GROWTH_MIN_BYTES {
+            return None;
+        }
+        judge_growth(
+            &self.curve,
+            self.held_at_end,
+            judged,
+            (self.count, allocations),
+        )
+    }
+}
+
+/// Buckets a judged part must hold at least: fewer are too few points to
+/// see a rise in.
+pub const MIN_JUDGED_BUCKETS: usize = 8;
+
 /// Whether a site's live bytes over time (`curve`, one value per bucket)
-/// rise steadily through its life, as `steady_rise` judges a curve by
-/// allocation count: from its first allocation to the last moment it held
-/// its most (after which it was only freed: the shutdown).
+/// rise steadily through its life, as `steady_rise` judges a part of a
+/// run: from its first allocation to the last moment it held its most
+/// (after which it was only freed: the shutdown).
 fn rises_through_its_life(curve: &[u64]) -> bool {
     let first = curve.iter().position(|&v| v > 0);
     let most = curve.iter().copied().max().unwrap_or(0);
     let last = curve.iter().rposition(|&v| v == most && v > 0);
     match (first, last) {
-        (Some(a), Some(b)) => {
-            let life = &curve[a..=b];
-            steady_rise(life, life.len() as u64, 1).is_some()
-        }
+        (Some(a), Some(b)) => steady_rise(curve, &(a..=b).collect::<Vec<_>>()).is_some(),
         _ => false,
     }
 }
 
-/// The rise of a curve of live bytes by allocation count (`by_count`, one
-/// value per bucket of `width` allocations) through the steady part, as
-/// (start, end), when it rises as `judge_growth` says.
-pub fn steady_rise(by_count: &[u64], allocations: u64, width: u64) -> Option<(u64, u64)> {
-    let last = by_count.len().checked_sub(1)?;
-    let bucket_at = |share: f64| {
-        let c = (allocations as f64 * share) as u64;
-        (c / width.max(1)).min(last as u64) as usize
-    };
-    let quarter = |q: usize| WARM_UP + (JUDGED_UNTIL - WARM_UP) * q as f64 / 4.0;
+/// The rise of a curve of live bytes (one value per bucket) over the
+/// `judged` buckets (in order), as (start, end), when it rises as
+/// `judge_growth` says: the judged buckets are cut in four quarters of as
+/// many buckets each, and a quarter's floor is the least the curve held
+/// from its first bucket to its last (idle buckets between included).
+pub fn steady_rise(curve: &[u64], judged: &[usize]) -> Option<(u64, u64)> {
+    if judged.len() < MIN_JUDGED_BUCKETS || judged.iter().any(|&b| b >= curve.len()) {
+        return None;
+    }
+    let n = judged.len() - 1;
+    let at = |q: usize| judged[n * q / 4];
     let mut levels: Vec<u64> = (0..4)
-        .map(|q| {
-            let (a, b) = (bucket_at(quarter(q)), bucket_at(quarter(q + 1)));
-            by_count[a..=b.max(a)].iter().copied().min().unwrap_or(0)
-        })
+        .map(|q| curve[at(q)..=at(q + 1)].iter().copied().min().unwrap_or(0))
         .collect();
-    levels.push(by_count[bucket_at(JUDGED_UNTIL)]);
+    levels.push(curve[judged[n]]);
     let rising = levels.windows(2).all(|w| w[1] >= w[0])
         && levels.windows(2).filter(|w| w[1] > w[0]).count() >= 3;
     let (from, to) = (levels[0], levels[4]);
@@ -228,6 +293,8 @@ pub fn build(
             id: rank as u32,
             label: ms.label.clone(),
             category: ms.category,
+            allocator: ms.allocator.map(str::to_string),
+            via: ms.via.clone(),
             frames: ms.frames.clone(),
             truncated: ms.truncated,
             pids: ms.pids.clone(),
@@ -470,6 +537,7 @@ pub fn build(
                 })
                 .collect(),
             peak_sites: by_site(&dev.peak_sites),
+            frameworks_at_peak: Vec::new(),
             timeline_sites,
             kernels_per_bucket: dev.kernel_counts.finish(&axis, buckets),
             kernels_at_peak: kernels_at_peak(false),
@@ -497,32 +565,35 @@ pub fn build(
         });
     }
 
-    // Growth: per raw site of the program, judged after the warm-up.
-    let mut growth = Vec::new();
+    // Growth: per site of the program and process, judged after the
+    // warm-up.
+    let judged: Vec<Vec<usize>> = engine
+        .streams
+        .iter_mut()
+        .map(|st| judged_buckets(st, &axis, buckets))
+        .collect();
+    let mut candidates: std::collections::BTreeMap<(u32, u32), GrowthCandidate> =
+        Default::default();
     for (i, s) in engine.sites.iter_mut().enumerate() {
         if s.class != SiteClass::Call || categories[i] == Category::AllocatorCache {
             continue;
         }
-        let st = &engine.streams[s.stream as usize];
-        let judged = judge_growth(
-            &mut s.held.curve,
-            &mut s.held.count_curve,
-            s.held.max_live,
-            s.held.at_exit,
-            &st.count_axis,
-            st.allocations,
-            &axis,
-            buckets,
-            (s.held.count, st.allocations),
-        );
-        if let Some((from, to, curve)) = judged {
+        candidates
+            .entry((site_id(i as u32), s.stream))
+            .or_default()
+            .add(&mut s.held, &axis, buckets);
+    }
+    let mut growth = Vec::new();
+    for ((site, stream), c) in candidates {
+        let st = &engine.streams[stream as usize];
+        if let Some((from, to)) = c.judge(&judged[stream as usize], st.allocations) {
             growth.push(Growth {
-                site: site_id(i as u32),
+                site,
                 pid: st.pid(),
                 from_bytes: from,
                 to_bytes: to,
                 growth_bytes: to - from,
-                curve,
+                curve: c.curve,
             });
         }
     }
@@ -567,8 +638,69 @@ pub fn build(
         frameworks,
         tensor_sites,
         tensor_growth,
+        at_device_peak,
     } = framework_view::views(&mut engine, &axis, buckets, &opts.code, &mut ooms);
+    // The device peak list without the segments of the allocators seen
+    // from the inside, which are given apart with what they held.
+    for report in &mut devices {
+        let device = report.device;
+        let views: Vec<&(usize, u32, FrameworkAtPeak)> =
+            at_device_peak.iter().filter(|v| v.1 == device).collect();
+        if views.is_empty() {
+            continue;
+        }
+        let raw_rows = engine
+            .devices
+            .get(device)
+            .map(|d| d.peak_sites.clone())
+            .unwrap_or_default();
+        // A view's segments: its process's driver allocations that the
+        // allocator made for itself, in device memory.
+        let segment_of = |raw: u32| {
+            let s = &engine.sites[raw as usize];
+            let device_memory =
+                (0..KINDS as u8).all(|k| s.kinds & (1 << k) == 0 || !engine::is_host_kind(k));
+            (categories[raw as usize] == Category::AllocatorCache
+                && !s.framework_tensors
+                && device_memory)
+                .then_some(s.stream as usize)
+                .filter(|st| views.iter().any(|v| v.0 == *st))
+        };
+        let mut rest: Vec<(u32, u64, u64)> = Vec::new();
+        let mut taken: Vec<(usize, u64, u64)> = Vec::new();
+        for &(raw, bytes, count) in &raw_rows {
+            match segment_of(raw) {
+                Some(stream) => taken.push((stream, bytes, count)),
+                None => rest.push((raw, bytes, count)),
+            }
+        }
+        for (stream, _, at_peak) in views {
+            let mine = taken.iter().filter(|t| t.0 == *stream);
+            let (bytes, count) = mine.fold((0, 0), |a, t| (a.0 + t.1, a.1 + t.2));
+            if bytes == 0 {
+                continue;
+            }
+            let mut at_peak = at_peak.clone();
+            at_peak.segment_bytes = bytes;
+            at_peak.segments = count;
+            report.frameworks_at_peak.push(at_peak);
+        }
+        if !report.frameworks_at_peak.is_empty() {
+            report.peak_sites = by_site(&rest);
+        }
+    }
     let framework_pools = framework_pools::pools(&engine, &axis, buckets, start);
+    // One verdict per line: a CUDA site growing in a process where a
+    // tensor site of the same label grows too is that tensor site seen
+    // from the driver (PyTorch's cudaMallocAsync backend: each tensor is a
+    // CUDA allocation), judged over the same part of the run: said once, as
+    // tensors.
+    growth.retain(|g| {
+        let label = &site_list[g.site as usize].label;
+        !tensor_growth
+            .iter()
+            .any(|t| t.pid == g.pid && tensor_sites[t.site as usize].label == *label)
+    });
 
     let processes = process_reports(&mut engine, Some(&axis), &categories, buckets);
     summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();

@@ -1,6 +1,7 @@
 //! The device's own view (what `nvidia-smi` shows, from NVML samples the
 //! collector took) set beside what the trace tracked: each sample taken
-//! apart into tracked allocations, the run's processes' other memory
+//! apart into tracked allocations, what memory pools held beyond them,
+//! the run's processes' other memory
 //! (CUDA contexts, library state no watched call allocated), other
 //! processes, and what NVML charges to no process.
 
@@ -17,6 +18,7 @@ struct Sample<'a> {
     pid: u32,
     m: &'a DeviceMemory,
     tracked: u64,
+    pools_unused: u64,
 }
 
 /// Every sample of the run, gathered once.
@@ -30,21 +32,23 @@ pub struct Samples<'a> {
 
 impl<'a> Samples<'a> {
     pub fn new(engine: &'a Engine, start: u64) -> Samples<'a> {
-        let tracked: HashMap<(u32, u64, u32), u64> = engine
+        let tracked: HashMap<(u32, u64, u32), (u64, u64)> = engine
             .device_views
             .iter()
-            .map(|t| ((t.stream, t.time, t.device), t.tracked))
+            .map(|t| ((t.stream, t.time, t.device), (t.tracked, t.pools_unused)))
             .collect();
         let mut by_device: HashMap<u32, Vec<Sample>> = HashMap::new();
         for (i, st) in engine.streams.iter().enumerate() {
             for m in &st.defs.device_memory {
+                let (tracked, pools_unused) = tracked
+                    .get(&(i as u32, m.time.0, m.device))
+                    .copied()
+                    .unwrap_or((0, 0));
                 by_device.entry(m.device).or_default().push(Sample {
                     pid: st.pid(),
                     m,
-                    tracked: tracked
-                        .get(&(i as u32, m.time.0, m.device))
-                        .copied()
-                        .unwrap_or(0),
+                    tracked,
+                    pools_unused,
                 });
             }
         }
@@ -80,6 +84,7 @@ impl<'a> Samples<'a> {
             .collect();
         let other_bytes: u64 = others.iter().sum();
         let run_bytes = (!ours.is_empty()).then(|| ours.iter().sum::<u64>());
+        let tracked = s.tracked + s.pools_unused;
         SmiMoment {
             time_ns: m.time.0.saturating_sub(self.start),
             pid: s.pid,
@@ -92,9 +97,10 @@ impl<'a> Samples<'a> {
             used_bytes: m.used.0,
             free_bytes: m.free.0,
             driver_reserved_bytes: m.reserved.0,
-            tracked_bytes: s.tracked,
+            tracked_bytes: tracked,
+            pools_unused_bytes: s.pools_unused,
             run_processes_bytes: run_bytes,
-            context_and_untracked_bytes: run_bytes.map(|r| r.saturating_sub(s.tracked)),
+            context_and_untracked_bytes: run_bytes.map(|r| r.saturating_sub(tracked)),
             other_processes_bytes: other_bytes,
             other_processes: others.len() as u32,
             unattributed_bytes: run_bytes.map(|r| m.used.0.saturating_sub(r + other_bytes)),

@@ -242,6 +242,9 @@ pub struct SiteDiff {
     pub category: String,
     /// Frames of the new run's site (the base's when only it has the site).
     pub frames: Vec<FrameText>,
+    /// What its memory came through (`Site::via`; empty for tensors).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub via: Vec<String>,
     /// "both", "base only" (gone), "new only" (appeared).
     pub presence: &'static str,
     pub base: SiteFigures,
@@ -375,6 +378,7 @@ fn tensor_site_diffs(base: &Analysis, new: &Analysis) -> Vec<SiteDiff> {
                 label: shown.label.clone(),
                 category: "tensor".into(),
                 frames: shown.frames.clone(),
+                via: Vec::new(),
                 presence: match (b, n) {
                     (Some(_), Some(_)) => "both",
                     (Some(_), None) => "base only",
@@ -463,6 +467,7 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
                 label: shown.label.clone(),
                 category: shown.category.to_string(),
                 frames: shown.frames.clone(),
+                via: shown.via.clone(),
                 presence,
                 delta_live_at_peak: delta(e.base.live_at_peak, e.new.live_at_peak),
                 delta_total_bytes: delta(e.base.total_bytes, e.new.total_bytes),

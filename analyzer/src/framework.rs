@@ -175,14 +175,20 @@ struct Block {
     allocated: bool,
     /// Allocations of the process before this one.
     seq: u64,
+    /// A CUDA library's workspace (`Engine`'s evidence: made on a thread
+    /// right after the library allocated for itself there).
+    library: bool,
 }
 
 /// Figures of one site of tensors: one stack on one device.
 #[derive(Clone, Debug)]
 pub struct TensorSiteStats {
     pub stack: u32,
-    /// Its tensors (`count_curve` against the process's tensor count).
+    /// Its tensors.
     pub held: Holding,
+    /// Of `held.at_exit`, CUDA libraries' workspaces (`Block::library`):
+    /// (bytes, count).
+    pub library_at_exit: (u64, u64),
 }
 
 impl HoldsMemory for TensorSiteStats {
@@ -274,6 +280,9 @@ pub struct DeviceView {
     peak_dirty: bool,
     /// (site, bytes, count) at the allocated peak.
     pub peak_sites: Vec<(u32, u64, u64)>,
+    /// Its tensors while the device's live set (every process's memory)
+    /// stood at its highest: what its segments held at the device's peak.
+    pub at_device_peak: AtDevicePeak,
     /// Sites that allocated on this device.
     pub sites: Vec<u32>,
     pub pools: BTreeMap<PoolKey, PoolState>,
@@ -303,6 +312,43 @@ pub struct DeviceView {
 /// Snapshots whose pools are kept, at most.
 const MAX_SNAPSHOTS: usize = 64;
 
+/// What a view's tensors held while the device stood at its peak. The
+/// device's live set stays at a peak from the allocation that reached it
+/// to the next free on the device (the segments do not change in between,
+/// the tensors inside them do): the most tensors of that span are kept,
+/// with their sites, settled lazily as `peak_sites` is.
+#[derive(Debug, Default)]
+pub struct AtDevicePeak {
+    /// The device is at its highest so far (no free on it since).
+    open: bool,
+    dirty: bool,
+    pub allocated: u64,
+    pub time: u64,
+    /// (site, bytes, count) then.
+    pub sites: Vec<(u32, u64, u64)>,
+}
+
+impl AtDevicePeak {
+    fn settle(&mut self, view_sites: &[u32], sites: &[TensorSiteStats]) {
+        if self.dirty {
+            self.dirty = false;
+            self.sites.clear();
+            self.sites.extend(sites_holding(view_sites, sites));
+        }
+    }
+
+    /// A tensor was allocated: while the device is at its peak, the most
+    /// allocated then is kept.
+    #[inline]
+    fn allocated(&mut self, t: u64, allocated: u64) {
+        if self.open && allocated > self.allocated {
+            self.allocated = allocated;
+            self.time = t;
+            self.dirty = true;
+        }
+    }
+}
+
 impl DeviceView {
     fn new(allocator: u8) -> DeviceView {
         DeviceView {
@@ -324,6 +370,7 @@ impl DeviceView {
             awaiting_peak_site: false,
             peak_dirty: false,
             peak_sites: Vec::new(),
+            at_device_peak: AtDevicePeak::default(),
             sites: Vec::new(),
             pools: BTreeMap::new(),
             frag_dirty: false,
@@ -514,10 +561,10 @@ pub struct FrameworkState {
     site_index: FastMap<(u32, u32), u32>,
     pub ooms: Vec<FrameworkOomRaw>,
     pub config: AllocConfig,
-    /// Tensors allocated so far in the process (the axis growth is judged
-    /// on).
+    /// Tensors allocated so far in the process.
     pub allocations: u64,
-    pub count_axis: Axis,
+    /// Its tensor count over time (`StreamState::own_allocation_curve`).
+    pub allocation_curve: Curve,
     /// The last block freed, with the allocation count when it was made:
     /// freed before another allocation, it was a temporary.
     last_alloc: Option<(u64, u32, u64)>,
@@ -532,7 +579,7 @@ impl FrameworkState {
             ooms: Vec::new(),
             config,
             allocations: 0,
-            count_axis: Axis::with_width(0, 1),
+            allocation_curve: Curve::default(),
             last_alloc: None,
         }
     }
@@ -545,6 +592,7 @@ impl FrameworkState {
         self.sites.push(TensorSiteStats {
             stack,
             held: Holding::default(),
+            library_at_exit: (0, 0),
         });
         self.site_index.insert((stack, device), i);
         self.devices
@@ -556,23 +604,32 @@ impl FrameworkState {
     }
 
     /// Applies one event at time `t`.
-    pub fn apply(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv, driver: &dyn DriverMemory) {
+    /// `library`: the block an `ALLOC` hands out is a CUDA library's
+    /// workspace (`Block::library`).
+    pub fn apply(
+        &mut self,
+        t: u64,
+        axis: &Axis,
+        ev: &AllocatorEv,
+        library: bool,
+        driver: &dyn DriverMemory,
+    ) {
         if ev.action == AllocatorAction::FREE {
             for action in [
                 AllocatorAction::FREE_REQUESTED,
                 AllocatorAction::FREE_COMPLETED,
             ] {
-                self.apply(t, axis, &AllocatorEv { action, ..*ev }, driver);
+                self.apply(t, axis, &AllocatorEv { action, ..*ev }, false, driver);
             }
             return;
         }
         let site = match ev.action {
-            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device)),
+            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device())),
             _ => None,
         };
         let dev = self
             .devices
-            .entry(ev.device)
+            .entry(ev.device())
             .or_insert_with(|| DeviceView::new(ev.allocator));
         dev.allocator = ev.allocator;
         match ev.action {
@@ -593,7 +650,7 @@ impl FrameworkState {
                     }
                 }
                 self.allocations += 1;
-                self.count_axis.advance(self.allocations);
+                self.allocation_curve.set(axis, self.allocations);
                 if let Some(old) = dev.blocks.insert(
                     ev.address,
                     Block {
@@ -601,19 +658,16 @@ impl FrameworkState {
                         site,
                         allocated: true,
                         seq: self.allocations,
+                        library,
                     },
                 ) {
                     // A free we never saw: take the old block out.
                     if old.allocated {
                         dev.allocated = dev.allocated.saturating_sub(old.size);
-                        self.sites[old.site as usize].held.release(
-                            old.size,
-                            axis,
-                            &self.count_axis,
-                        );
+                        self.sites[old.site as usize].held.release(old.size, axis);
                     }
                 }
-                self.last_alloc = Some((ev.address, ev.device, self.allocations));
+                self.last_alloc = Some((ev.address, ev.device(), self.allocations));
                 dev.allocations += 1;
                 dev.allocated += size;
                 if dev.awaiting_peak_site {
@@ -623,19 +677,19 @@ impl FrameworkState {
                 }
                 dev.allocated_curve.set(axis, dev.allocated);
                 dev.frag_dirty = true;
-                self.sites[site as usize]
-                    .held
-                    .alloc(size, axis, &self.count_axis);
+                self.sites[site as usize].held.alloc(size, axis);
                 if dev.allocated > dev.allocated_peak {
                     dev.allocated_peak = dev.allocated;
                     dev.allocated_peak_time = t;
                     dev.reserved_at_allocated_peak = dev.reserved;
                     dev.peak_dirty = true;
                 }
+                dev.at_device_peak.allocated(t, dev.allocated);
             }
             AllocatorAction::FREE_REQUESTED => {
                 // Leaving a peak: what was live at it is settled now.
                 settle_peak(dev, &self.sites);
+                dev.at_device_peak.settle(&dev.sites, &self.sites);
                 match dev.blocks.get_mut(&ev.address) {
                     Some(b) if b.allocated => {
                         b.allocated = false;
@@ -644,8 +698,8 @@ impl FrameworkState {
                         dev.allocated = dev.allocated.saturating_sub(size);
                         dev.allocated_curve.set(axis, dev.allocated);
                         let s = &mut self.sites[site as usize].held;
-                        s.release(size, axis, &self.count_axis);
-                        if self.last_alloc == Some((ev.address, ev.device, seq)) {
+                        s.release(size, axis);
+                        if self.last_alloc == Some((ev.address, ev.device(), seq)) {
                             s.temporaries += 1;
                         }
                     }
@@ -658,12 +712,11 @@ impl FrameworkState {
                     if b.allocated {
                         // Completed without a request seen: both at once.
                         settle_peak(dev, &self.sites);
+                        dev.at_device_peak.settle(&dev.sites, &self.sites);
                         dev.frees += 1;
                         dev.allocated = dev.allocated.saturating_sub(b.size);
                         dev.allocated_curve.set(axis, dev.allocated);
-                        self.sites[b.site as usize]
-                            .held
-                            .release(b.size, axis, &self.count_axis);
+                        self.sites[b.site as usize].held.release(b.size, axis);
                     }
                     dev.frag_dirty = true;
                 }
@@ -770,7 +823,7 @@ impl FrameworkState {
                 let live_by_site = sites_holding(&dev.sites, &self.sites).collect();
                 self.ooms.push(FrameworkOomRaw {
                     time: t,
-                    device: ev.device,
+                    device: ev.device(),
                     requested: ev.bytes,
                     tried: None,
                     limit: None,
@@ -795,7 +848,7 @@ impl FrameworkState {
                     .ooms
                     .iter_mut()
                     .rev()
-                    .find(|o| o.device == ev.device && o.tried.is_none());
+                    .find(|o| o.device == ev.device() && o.tried.is_none());
                 match last {
                     Some(o) => {
                         o.tried = Some(ev.bytes);
@@ -804,7 +857,7 @@ impl FrameworkState {
                     }
                     None => self.ooms.push(FrameworkOomRaw {
                         time: t,
-                        device: ev.device,
+                        device: ev.device(),
                         requested: ev.bytes,
                         tried: Some(ev.bytes),
                         limit: Some(ev.stream),
@@ -844,6 +897,41 @@ impl FrameworkState {
         }
     }
 
+    /// The live set of `device` (every process's memory) reached a new
+    /// high at `t`: what this process's tensors hold from now until it
+    /// falls is what its segments held at the device's peak.
+    pub fn device_peak_reached(&mut self, device: u32, t: u64) {
+        if let Some(dev) = self.devices.get_mut(&device) {
+            let p = &mut dev.at_device_peak;
+            p.open = true;
+            p.dirty = true;
+            p.allocated = dev.allocated;
+            p.time = t;
+        }
+    }
+
+    /// The live set of `device` stands at its peak: a view that was not
+    /// there when it was reached joins it now.
+    pub fn device_peak_joined(&mut self, device: u32, t: u64) {
+        if let Some(dev) = self.devices.get_mut(&device) {
+            let p = &mut dev.at_device_peak;
+            if !p.open && p.time == 0 {
+                p.open = true;
+                p.dirty = true;
+                p.allocated = dev.allocated;
+                p.time = t;
+            }
+        }
+    }
+
+    /// The live set of `device` fell from its peak.
+    pub fn device_peak_left(&mut self, device: u32) {
+        if let Some(dev) = self.devices.get_mut(&device) {
+            dev.at_device_peak.settle(&dev.sites, &self.sites);
+            dev.at_device_peak.open = false;
+        }
+    }
+
     /// At the end of the process (or of the trace): settles the peaks and
     /// what is live.
     pub fn finish(&mut self, axis: &Axis, now: u64) {
@@ -851,6 +939,7 @@ impl FrameworkState {
             dev.frag_dirty = true;
             dev.sample(axis, now);
             settle_peak(dev, &self.sites);
+            dev.at_device_peak.settle(&dev.sites, &self.sites);
             for &(site, bytes, count) in &dev.peak_sites {
                 let s = &mut self.sites[site as usize];
                 s.held.at_peak += bytes;
@@ -860,6 +949,14 @@ impl FrameworkState {
         for s in &mut self.sites {
             s.held.at_exit = s.held.live;
             s.held.at_exit_count = s.held.live_count;
+            s.library_at_exit = (0, 0);
+        }
+        for dev in self.devices.values() {
+            for b in dev.blocks.values().filter(|b| b.allocated && b.library) {
+                let s = &mut self.sites[b.site as usize].library_at_exit;
+                s.0 += b.size;
+                s.1 += 1;
+            }
         }
     }
 }
@@ -916,8 +1013,9 @@ mod tests {
         AllocatorEv {
             allocator: 1,
             action,
-            device: 0,
+            device16: 0,
             stack: 1,
+            tid: 0,
             pool: 0,
             address,
             bytes,
@@ -967,6 +1065,7 @@ mod tests {
             1,
             &axis,
             &tensor(AllocatorAction::ALLOC, 0x1000, 1000, 7),
+            false,
             &driver,
         );
         f.set_reserved(2, &axis, 0, TORCH_ASYNC, 64 * MIB);
@@ -974,12 +1073,14 @@ mod tests {
             2,
             &axis,
             &tensor(AllocatorAction::ALLOC, 0x2000, 40 * MIB, 8),
+            false,
             &driver,
         );
         f.apply(
             3,
             &axis,
             &tensor(AllocatorAction::FREE, 0x2000, 0, 0),
+            false,
             &driver,
         );
         let d = &f.devices[&0];
@@ -1009,17 +1110,25 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_ALLOC, base, 20 * MIB),
+            false,
             &driver,
         );
         for (i, size) in [3 * MIB, 5 * MIB, 7 * MIB].into_iter().enumerate() {
             let at = base + [0, 3, 8][i] * MIB;
-            f.apply(2, &axis, &ev(AllocatorAction::ALLOC, at, size), &driver);
+            f.apply(
+                2,
+                &axis,
+                &ev(AllocatorAction::ALLOC, at, size),
+                false,
+                &driver,
+            );
         }
         // 5 MiB left: a 4 MiB request leaves 1 MiB, too little to split off.
         f.apply(
             3,
             &axis,
             &ev(AllocatorAction::ALLOC, base + 15 * MIB, 4 * MIB),
+            false,
             &driver,
         );
         let dev = &f.devices[&0];
@@ -1031,18 +1140,21 @@ mod tests {
             4,
             &axis,
             &ev(AllocatorAction::FREE_REQUESTED, base, 0),
+            false,
             &driver,
         );
         f.apply(
             4,
             &axis,
             &ev(AllocatorAction::FREE_COMPLETED, base, 0),
+            false,
             &driver,
         );
         f.apply(
             4,
             &axis,
             &ev(AllocatorAction::FREE, base + 8 * MIB, 0),
+            false,
             &driver,
         );
         assert_eq!(f.devices[&0].frees, 2);
@@ -1062,6 +1174,7 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_ALLOC, 0x1000_0000, 2 * MIB),
+            false,
             &NoDriver,
         );
         let dev = &f.devices[&0];
@@ -1078,6 +1191,7 @@ mod tests {
             2,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base, 40 * MIB),
+            false,
             &driver,
         );
         assert_eq!(f.devices[&0].segments_matched, 1);
@@ -1092,18 +1206,21 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base, 20 * MIB),
+            false,
             &NoDriver,
         );
         f.apply(
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base + 20 * MIB, 20 * MIB),
+            false,
             &NoDriver,
         );
         f.apply(
             2,
             &axis,
             &ev(AllocatorAction::ALLOC, base + 10 * MIB, 2 * MIB),
+            false,
             &NoDriver,
         );
         let e = f.devices[&0].extents();
@@ -1116,6 +1233,7 @@ mod tests {
             3,
             &axis,
             &ev(AllocatorAction::SEGMENT_UNMAP, base + 20 * MIB, 20 * MIB),
+            false,
             &NoDriver,
         );
         assert_eq!(f.devices[&0].reserved, 20 * MIB);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::allocator;
 
-use crate::build::{judge_growth, site_bytes, site_curves};
+use crate::build::{judged_buckets, site_bytes, site_curves, GrowthCandidate};
 use crate::engine::{Engine, SiteClass};
 use crate::framework::{FrameworkOomRaw, PoolKey, TORCH_ASYNC};
 use crate::input::MEMPOOL_BIT;
@@ -18,10 +18,15 @@ pub struct Views {
     pub frameworks: Vec<FrameworkView>,
     pub tensor_sites: Vec<TensorSite>,
     pub tensor_growth: Vec<Growth>,
+    /// Per (stream, device) of a view with segments (not the cudaMallocAsync
+    /// backend's): its tensors at the device's peak (`FrameworkAtPeak`
+    /// with the segments left for the caller, who knows the driver's side).
+    pub at_device_peak: Vec<(usize, u32, FrameworkAtPeak)>,
 }
 
 /// A tensor site before ranking: its figures summed over the raw sites
-/// (one stack of one process on one device) that share its label.
+/// (one stack of one process on one device) that share its call path
+/// (`sites::call_path_key`).
 struct Merged {
     label: String,
     frames: Vec<FrameText>,
@@ -33,18 +38,23 @@ struct Merged {
     max_live: u64,
     at_exit: u64,
     at_exit_count: u64,
+    /// Of `at_exit`, CUDA libraries' workspaces (`library_at_exit`).
+    library_at_exit: (u64, u64),
     temporaries: u64,
 }
 
-/// The grouping key of a tensor stack: its label (the innermost frame of
-/// the program's own code, or the operator or backward node inside
-/// PyTorch); every tensor stack runs through the framework, so the label
-/// is what tells them apart for a person.
-fn group_key(frames: &[FrameText], rules: &CodeRules) -> String {
-    if frames.is_empty() {
-        return String::new();
+/// What a raw tensor site held at exit that is a CUDA library's workspace,
+/// (bytes, count): its blocks made right after the library allocated for
+/// itself on their thread (`TensorSiteStats::library_at_exit`), or all of
+/// it when its stack runs through the library or the framework's code
+/// that keeps the library's state (PyTorch's cudaMallocAsync backend, and
+/// `--tensor-stacks all`, record native frames with tensors).
+fn library_at_exit(s: &crate::framework::TensorSiteStats, frames: &[FrameText]) -> (u64, u64) {
+    if frames.iter().any(sites::is_cuda_library) {
+        (s.held.at_exit, s.held.at_exit_count)
+    } else {
+        s.library_at_exit
     }
-    sites::label(SiteClass::Call, "tensor", frames, rules)
 }
 
 /// A private pool as PyTorch numbers it: the pool a CUDA graph made for
@@ -97,14 +107,18 @@ pub fn views(
 ) -> Views {
     let start = axis.start;
     let rel = |t: u64| t.saturating_sub(start);
-    // Tensor sites, merged across processes and devices by label.
+    // Tensor sites, merged across processes and devices by call path.
     let mut groups: BTreeMap<String, Merged> = BTreeMap::new();
     let mut group_of: Vec<Vec<String>> = Vec::new();
+    // Per stream, per raw site: `library_at_exit`.
+    let mut library_of: Vec<Vec<(u64, u64)>> = Vec::new();
     for st in &engine.streams {
         let Some(fw) = &st.framework else {
             group_of.push(Vec::new());
+            library_of.push(Vec::new());
             continue;
         };
+        let mut library = Vec::with_capacity(fw.sites.len());
         let pid = st.pid();
         let mut keys = Vec::with_capacity(fw.sites.len());
         for s in &fw.sites {
@@ -113,7 +127,13 @@ pub fn views(
             } else {
                 (Vec::new(), false)
             };
-            let key = group_key(&frames, rules);
+            let key = sites::call_path_key(&frames, rules);
+            let lib = library_at_exit(s, &frames);
+            library.push(lib);
+            if let Some(m) = groups.get_mut(&key) {
+                sites::common_outer_frames(&mut m.frames, &frames);
+                m.truncated |= truncated;
+            }
             let m = groups.entry(key.clone()).or_insert_with(|| Merged {
                 label: if frames.is_empty() {
                     "tensors with no stack".into()
@@ -129,6 +149,7 @@ pub fn views(
                 max_live: 0,
                 at_exit: 0,
                 at_exit_count: 0,
+                library_at_exit: (0, 0),
                 temporaries: 0,
             });
             if !m.pids.contains(&pid) {
@@ -140,10 +161,13 @@ pub fn views(
             m.max_live = m.max_live.max(s.held.max_live);
             m.at_exit += s.held.at_exit;
             m.at_exit_count += s.held.at_exit_count;
+            m.library_at_exit.0 += lib.0;
+            m.library_at_exit.1 += lib.1;
             m.temporaries += s.held.temporaries;
             keys.push(key);
         }
         group_of.push(keys);
+        library_of.push(library);
     }
     let mut order: Vec<(&String, &Merged)> = groups.iter().collect();
     order.sort_by(|a, b| {
@@ -153,6 +177,10 @@ pub fn views(
             .then(b.1.count.cmp(&a.1.count))
             .then(a.0.cmp(b.0))
     });
+    let mut labels: Vec<String> = order.iter().map(|(_, m)| m.label.clone()).collect();
+    let frames: Vec<&[FrameText]> = order.iter().map(|(_, m)| m.frames.as_slice()).collect();
+    let one_group = vec![String::new(); labels.len()];
+    sites::tell_apart(&mut labels, &one_group, &frames, rules);
     let id_of: BTreeMap<&String, u32> = order
         .iter()
         .enumerate()
@@ -166,7 +194,7 @@ pub fn views(
             pids.sort_unstable();
             TensorSite {
                 id: i as u32,
-                label: m.label.clone(),
+                label: labels[i].clone(),
                 frames: m.frames.clone(),
                 truncated: m.truncated,
                 pids,
@@ -174,8 +202,9 @@ pub fn views(
                 total_bytes: m.total_bytes,
                 at_peak_bytes: m.at_peak,
                 max_live: m.max_live,
-                live_at_exit_bytes: m.at_exit,
-                live_at_exit_count: m.at_exit_count,
+                live_at_exit_bytes: m.at_exit - m.library_at_exit.0,
+                live_at_exit_count: m.at_exit_count - m.library_at_exit.1,
+                library_at_exit_bytes: m.library_at_exit.0,
                 temporaries: m.temporaries,
             }
         })
@@ -187,8 +216,14 @@ pub fn views(
         .collect();
     let by_site = |raw: &[(u32, u64, u64)], ids: &[u32]| site_bytes(raw, |i| ids[i as usize]);
 
+    let judged: Vec<Vec<usize>> = engine
+        .streams
+        .iter_mut()
+        .map(|st| judged_buckets(st, axis, buckets))
+        .collect();
     let mut frameworks = Vec::new();
     let mut tensor_growth = Vec::new();
+    let mut at_device_peak = Vec::new();
     for (si, st) in engine.streams.iter_mut().enumerate() {
         let pid = st.pid();
         let defs: &StreamDefs = &st.defs;
@@ -277,6 +312,12 @@ pub fn views(
                     dev.unknown_frees
                 ));
             }
+            let library = &library_of[si];
+            let library_at_exit: (u64, u64) = dev
+                .sites
+                .iter()
+                .map(|&i| library[i as usize])
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             let live_at_exit: (u64, u64) = dev
                 .sites
                 .iter()
@@ -297,6 +338,22 @@ pub fn views(
                 |r| sites[r as usize].held.curve.finish(axis, buckets),
                 buckets,
             );
+            if dev.allocator != TORCH_ASYNC {
+                let p = &dev.at_device_peak;
+                at_device_peak.push((
+                    si,
+                    device,
+                    FrameworkAtPeak {
+                        allocator: crate::framework::allocator_name(dev.allocator).to_string(),
+                        pid,
+                        segment_bytes: 0,
+                        segments: 0,
+                        tensor_bytes: p.allocated,
+                        tensor_time_ns: rel(p.time),
+                        tensor_sites: by_site(&p.sites, ids),
+                    },
+                ));
+            }
             frameworks.push(FrameworkView {
                 timeline_sites,
                 allocator: crate::framework::allocator_name(dev.allocator).to_string(),
@@ -330,8 +387,10 @@ pub fn views(
                 pages_mapped: dev.maps,
                 pages_unmapped: dev.unmaps,
                 at_exit: FrameworkAtExit {
-                    live_tensor_bytes: live_at_exit.0,
-                    live_tensors: live_at_exit.1,
+                    live_tensor_bytes: live_at_exit.0 - library_at_exit.0,
+                    live_tensors: live_at_exit.1 - library_at_exit.1,
+                    library_bytes: library_at_exit.0,
+                    library_tensors: library_at_exit.1,
                     reserved_bytes: dev.reserved,
                     cached_bytes: dev.reserved.saturating_sub(dev.allocated),
                 },
@@ -370,27 +429,25 @@ pub fn views(
                 notes,
             });
         }
-        // Growth of tensor sites, judged on this process's tensor count.
+        // Growth of tensor sites, judged over the process's judged part
+        // (the same as its CUDA sites', so that a line seen by both views
+        // gets one figure).
+        let mut candidates: BTreeMap<u32, GrowthCandidate> = BTreeMap::new();
         for (i, s) in fw.sites.iter_mut().enumerate() {
-            let judged = judge_growth(
-                &mut s.held.curve,
-                &mut s.held.count_curve,
-                s.held.max_live,
-                s.held.at_exit,
-                &fw.count_axis,
-                fw.allocations,
-                axis,
-                buckets,
-                (s.held.count, fw.allocations),
-            );
-            if let Some((from, to, curve)) = judged {
+            candidates
+                .entry(ids[i])
+                .or_default()
+                .add(&mut s.held, axis, buckets);
+        }
+        for (site, c) in candidates {
+            if let Some((from, to)) = c.judge(&judged[si], fw.allocations) {
                 tensor_growth.push(Growth {
-                    site: ids[i],
+                    site,
                     pid,
                     from_bytes: from,
                     to_bytes: to,
                     growth_bytes: to - from,
-                    curve,
+                    curve: c.curve,
                 });
             }
         }
@@ -405,6 +462,7 @@ pub fn views(
         frameworks,
         tensor_sites,
         tensor_growth,
+        at_device_peak,
     }
 }
 

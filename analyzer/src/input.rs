@@ -79,8 +79,12 @@ pub struct ApiEv {
 pub struct AllocatorEv {
     pub allocator: u8,
     pub action: AllocatorAction,
-    pub device: u32,
+    /// In 16 bits (keeps `TimedEvent` at 64 bytes; an id beyond, which only
+    /// a damaged trace has, reads as the last): `device()` widens it.
+    pub device16: u16,
     pub stack: u32,
+    /// The thread that made the call.
+    pub tid: u32,
     /// The private pool, in 32 bits (keeps `TimedEvent` at 64 bytes): a
     /// CUDA graph's own pool's id, or a `MemPool`'s id with `MEMPOOL_BIT`
     /// set (ids count up from 1); 0 for the default pools.
@@ -90,6 +94,14 @@ pub struct AllocatorEv {
     pub bytes: u64,
     /// For `OOM_REPORT`: the limit.
     pub stream: u64,
+}
+
+impl AllocatorEv {
+    /// The device it happened on.
+    #[inline]
+    pub fn device(&self) -> u32 {
+        u32::from(self.device16)
+    }
 }
 
 /// Marks a `torch.cuda.MemPool` in `AllocatorEv::pool`.
@@ -118,8 +130,9 @@ impl AllocatorEv {
                 a.allocator
             },
             action: a.action,
-            device: a.device,
+            device16: a.device.min(u32::from(u16::MAX)) as u16,
             stack: a.stack.0,
+            tid: a.tid,
             pool: private_pool(a.pool),
             address: if oom { a.device_free } else { a.address },
             bytes: a.bytes.0,

@@ -50,6 +50,7 @@ use events::{EventRow, SiteIds};
 use model::*;
 use pipeline::{run, with_files};
 
+pub use engine::LIBRARY_WORKSPACE_NS;
 pub use regions::Extents;
 pub use sites::CodeRules;
 

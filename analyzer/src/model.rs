@@ -21,7 +21,10 @@ pub struct Analysis {
     /// Allocation sites, merged across processes and devices by their
     /// symbolized stack, sorted by bytes live at the peak, then total bytes.
     pub sites: Vec<Site>,
-    /// Sites whose live bytes keep rising after the warm-up, largest first.
+    /// Sites whose live bytes keep rising after the warm-up, largest first;
+    /// a site whose allocations are tensors of a growing tensor site of the
+    /// same process and label (`tensor_growth`) is left out: one line, one
+    /// verdict.
     pub growth: Vec<Growth>,
     /// Every failed allocation, in time order.
     pub ooms: Vec<Oom>,
@@ -150,13 +153,21 @@ pub enum Remedy {
         sites: Vec<(String, u64)>,
         change: String,
     },
-    /// JAX/XLA took this share of the device at start for its own pool.
+    /// JAX/XLA took this share of the device at start for its own pool,
+    /// and the device then ran short: an allocation failed on it, or other
+    /// processes used it while the pool was held. (A run where neither
+    /// happened gets no remedy: its report states the pool as a fact.)
     JaxPreallocation {
         pids: Vec<u32>,
         device: u32,
         preallocated_bytes: u64,
         device_total_bytes: u64,
         fraction: f64,
+        /// Allocations that failed on the device (CUDA's and frameworks').
+        failed_allocations: u64,
+        /// Other processes seen on the device while JAX's ran: of the run,
+        /// or listed by NVML.
+        other_processes: u32,
         /// The most JAX's arrays used of it, by JAX's own count, when the
         /// trace has its readings.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -269,6 +280,48 @@ impl Analysis {
         (driver + framework) as u64
     }
 
+    /// What was live at a device's peak, taken apart as far as the trace
+    /// sees, largest first: the sites outside framework allocators seen
+    /// from the inside, and inside those, the tensors and the free space of
+    /// their segments. The parts add up to the peak.
+    pub fn peak_parts(&self, d: &DeviceReport) -> Vec<PeakPart> {
+        let mut parts: Vec<PeakPart> = d.peak_sites.iter().cloned().map(PeakPart::Site).collect();
+        for f in &d.frameworks_at_peak {
+            // The tensors' most while the device stood at its peak; the
+            // segments did not change in that time.
+            let tensors: u64 = f.tensor_sites.iter().map(|s| s.bytes).sum();
+            parts.extend(f.tensor_sites.iter().map(|s| PeakPart::Tensors {
+                pid: f.pid,
+                site: s.clone(),
+            }));
+            parts.push(PeakPart::FreeInSegments {
+                pid: f.pid,
+                allocator: f.allocator.clone(),
+                bytes: f.segment_bytes.saturating_sub(tensors),
+            });
+        }
+        parts.sort_by_key(|p| std::cmp::Reverse(p.bytes()));
+        parts
+    }
+
+    /// A part of a peak as a list names it: the site's label, "tensors at
+    /// LABEL (pid N)", or "free inside the segments of ALLOCATOR (pid N):
+    /// its cache".
+    pub fn peak_part_label(&self, p: &PeakPart) -> String {
+        match p {
+            PeakPart::Site(s) => self.site_label(s.site),
+            PeakPart::Tensors { pid, site } => {
+                format!(
+                    "tensors at {} (pid {pid})",
+                    self.tensor_site_label(site.site)
+                )
+            }
+            PeakPart::FreeInSegments { pid, allocator, .. } => {
+                format!("free inside the segments of {allocator} (pid {pid}): its cache")
+            }
+        }
+    }
+
     /// A tensor site's label by id.
     pub fn tensor_site_label(&self, id: u32) -> String {
         self.tensor_sites
@@ -276,21 +329,60 @@ impl Analysis {
             .map_or_else(|| format!("tensor site {id}"), |s| s.label.clone())
     }
 
-    /// The growing CUDA allocation sites that are not a growing tensor
-    /// site already (same process, same label): under PyTorch's
-    /// cudaMallocAsync backend each tensor is also a CUDA allocation, and
-    /// one growing line is said once, as tensors.
-    pub fn growth_beyond_tensors(&self) -> Vec<&Growth> {
-        self.growth
+    /// Every growing site, CUDA allocations and tensors together, largest
+    /// first: (growth, label, whether it is a tensor site).
+    pub fn growing(&self) -> Vec<(&Growth, String, bool)> {
+        let mut v: Vec<(&Growth, String, bool)> = self
+            .growth
             .iter()
-            .filter(|g| {
-                let label = self.site_label(g.site);
-                !self
-                    .tensor_growth
+            .map(|g| (g, self.site_label(g.site), false))
+            .chain(
+                self.tensor_growth
                     .iter()
-                    .any(|t| t.pid == g.pid && self.tensor_site_label(t.site) == label)
-            })
-            .collect()
+                    .map(|g| (g, self.tensor_site_label(g.site), true)),
+            )
+            .collect();
+        v.sort_by(|x, y| {
+            y.0.growth_bytes
+                .cmp(&x.0.growth_bytes)
+                .then(x.2.cmp(&y.2))
+                .then(x.0.site.cmp(&y.0.site))
+        });
+        v
+    }
+}
+
+/// One part of what was live at a device's peak (`Analysis::peak_parts`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PeakPart {
+    /// A site's allocations (`site` indexes `Analysis.sites`).
+    Site(SiteBytes),
+    /// Tensors of a framework allocator seen from the inside, inside its
+    /// segments (`site` indexes `Analysis.tensor_sites`).
+    Tensors { pid: u32, site: SiteBytes },
+    /// What that allocator's segments held free (its cache, and the free
+    /// space between tensors).
+    FreeInSegments {
+        pid: u32,
+        allocator: String,
+        bytes: u64,
+    },
+}
+
+impl PeakPart {
+    pub fn bytes(&self) -> u64 {
+        match self {
+            PeakPart::Site(s) | PeakPart::Tensors { site: s, .. } => s.bytes,
+            PeakPart::FreeInSegments { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Allocations (sites) or tensors in it; 0 for free space.
+    pub fn count(&self) -> u64 {
+        match self {
+            PeakPart::Site(s) | PeakPart::Tensors { site: s, .. } => s.count,
+            PeakPart::FreeInSegments { .. } => 0,
+        }
     }
 }
 
@@ -366,8 +458,15 @@ pub struct DeviceReport {
     pub pinned_host_peak_bytes: u64,
     /// Live bytes per kind at the peak.
     pub peak_by_kind: Vec<KindBytes>,
-    /// What was live at the peak, by site (site ids index `Analysis.sites`).
+    /// What was live at the peak, by site (site ids index `Analysis.sites`),
+    /// less the segments of framework allocators seen from the inside:
+    /// those are in `frameworks_at_peak`, taken apart into the tensors they
+    /// held (a segment's stack is only the request that first took it).
     pub peak_sites: Vec<SiteBytes>,
+    /// The segments of each framework allocator seen from the inside
+    /// (PyTorch's caching allocator) live at the peak, with what they held.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub frameworks_at_peak: Vec<FrameworkAtPeak>,
     /// Kernels running on this device at the peak instant (traced `timed`),
     /// in start order.
     pub kernels_at_peak: Vec<KernelRef>,
@@ -405,6 +504,27 @@ pub struct DeviceReport {
     pub kernels_per_bucket: Vec<u32>,
 }
 
+/// A framework allocator's segments at a device's peak, taken apart.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrameworkAtPeak {
+    /// "PyTorch caching allocator".
+    pub allocator: String,
+    pub pid: u32,
+    /// Its segments live at the device's peak (driver allocations), and
+    /// how many.
+    pub segment_bytes: u64,
+    pub segments: u64,
+    /// The most its tensors held in them while the device stood at that
+    /// peak (from the allocation that reached it to the next free on the
+    /// device), and when; the rest of the segments was free inside the
+    /// allocator (its cache).
+    pub tensor_bytes: u64,
+    pub tensor_time_ns: u64,
+    /// Those tensors by tensor site (ids index `Analysis.tensor_sites`),
+    /// largest first.
+    pub tensor_sites: Vec<SiteBytes>,
+}
+
 /// Device memory live at the peak that no framework allocator accounts
 /// for: library workspaces (cuBLAS, cuDNN), CUDA graphs, other allocators,
 /// module globals. (The CUDA context itself is not an allocation the trace
@@ -422,7 +542,7 @@ pub struct KindBytes {
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SiteBytes {
     pub site: u32,
     pub bytes: u64,
@@ -644,6 +764,20 @@ pub struct Site {
     pub label: String,
     /// Who holds its memory when nothing frees it (`Category`).
     pub category: Category,
+    /// The caching allocator whose segments these are ("PyTorch's caching
+    /// allocator", "CuPy's memory pool", "XLA's BFC allocator", …), known
+    /// from its frames in the stacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<String>,
+    /// What its stacks went through on their way to CUDA, one entry per
+    /// distinct path (`library_entry` of each stack, whole): for memory a
+    /// library holds, the library's entry point ("cublasCreate_v2
+    /// (libcublas.so.13)").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub via: Vec<String>,
+    /// The frames its stacks share, innermost first: each stack's from the
+    /// frame its label names outwards, and inside that as far as they all
+    /// agree.
     pub frames: Vec<FrameText>,
     pub truncated: bool,
     pub pids: Vec<u32>,
@@ -693,12 +827,18 @@ pub fn library_entry(frames: &[FrameText]) -> Option<String> {
     ))
 }
 
-/// The library a site's memory came through (`library_entry`), unless its
-/// label already names it.
-pub fn library_via(label: &str, frames: &[FrameText]) -> Option<String> {
-    let entry = library_entry(frames)?;
-    let function = entry.split(' ').next().unwrap_or(&entry);
-    (!label.starts_with(function)).then_some(entry)
+/// What a site's memory came through (`Site::via`), less the entries its
+/// label names already, as one text; `None` when nothing is left.
+pub fn library_via(label: &str, via: &[String]) -> Option<String> {
+    let left: Vec<&str> = via
+        .iter()
+        .map(String::as_str)
+        .filter(|entry| {
+            let function = entry.split(' ').next().unwrap_or(entry);
+            !label.starts_with(function)
+        })
+        .collect();
+    (!left.is_empty()).then(|| left.join(", "))
 }
 
 /// A demangled C++ function's name without its parameter list:
@@ -807,8 +947,16 @@ pub struct SmiMoment {
     /// What the driver keeps for itself, in neither used nor free (0 when
     /// the driver does not say).
     pub driver_reserved_bytes: u64,
-    /// Device memory live in the trace then (the run's processes).
+    /// Device memory the trace accounts for then (the run's processes):
+    /// live allocations, and what stream-ordered pools held beyond them
+    /// (`pools_unused_bytes`).
     pub tracked_bytes: u64,
+    /// Of `tracked_bytes`, what stream-ordered pools (cudaMallocAsync's,
+    /// PyTorch's cudaMallocAsync backend's) held from the driver with no
+    /// live allocation in it: their cache. (A caching allocator's segments,
+    /// PyTorch's or CuPy's, are allocations the trace sees whole, so their
+    /// cache is among the live allocations.)
+    pub pools_unused_bytes: u64,
     /// What NVML charged to the run's processes; `None` when it listed none
     /// of them (in a container NVML may list the host's pids).
     pub run_processes_bytes: Option<u64>,
@@ -1006,8 +1154,18 @@ pub struct ReservedPeak {
 pub struct FrameworkAtExit {
     /// Tensors still allocated: the program's live objects (model,
     /// optimizer state), not leaks; a Python program's leak is what grows.
+    /// CUDA libraries' workspaces are not among them (`library_bytes`).
     pub live_tensor_bytes: u64,
     pub live_tensors: u64,
+    /// Blocks the framework's allocator handed to CUDA libraries as their
+    /// workspaces (PyTorch's cuBLAS and cuBLASLt workspaces), kept for the
+    /// process's life: held by libraries, not the program's tensors. Known
+    /// by the tensor's stack (through the library or the framework's code
+    /// that keeps its state) or, where tensors carry only Python frames,
+    /// by being made on a thread right after the library allocated for
+    /// itself there (`LIBRARY_WORKSPACE_NS`), and kept to the end.
+    pub library_bytes: u64,
+    pub library_tensors: u64,
     /// Segments still held.
     pub reserved_bytes: u64,
     /// Held by the allocator with no tensor in it: its cache.
@@ -1122,8 +1280,14 @@ pub struct TensorSite {
     /// Bytes it held at each view's allocated peak, summed.
     pub at_peak_bytes: u64,
     pub max_live: u64,
+    /// Tensors still allocated when their process ended, CUDA libraries'
+    /// workspaces left out (`library_at_exit_bytes`).
     pub live_at_exit_bytes: u64,
     pub live_at_exit_count: u64,
+    /// Its blocks that were CUDA libraries' workspaces, kept to the end
+    /// (`FrameworkAtExit::library_bytes`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub library_at_exit_bytes: u64,
     /// Freed before any other tensor was allocated.
     pub temporaries: u64,
 }

@@ -79,6 +79,12 @@ impl RegionCurve {
         );
         self.largest_free.put(axis, axis.current, Some(e.largest));
     }
+
+    /// The region backs no memory now: no figure from here on.
+    fn put_none(&mut self, axis: &Axis) {
+        self.fragmentation.put(axis, axis.current, None);
+        self.largest_free.put(axis, axis.current, None);
+    }
 }
 
 /// A region's most fragmented sample: (time, F, free bytes, largest free
@@ -303,6 +309,17 @@ impl Regions {
             .sum()
     }
 
+    /// What the stream-ordered pools on `device` hold from the driver
+    /// beyond their live allocations: memory `nvidia-smi` counts as used
+    /// that no allocation of the program holds.
+    pub fn pools_unused(&self, device: u32) -> u64 {
+        self.pools
+            .iter()
+            .filter(|p| p.device == device)
+            .map(|p| p.size.saturating_sub(p.used))
+            .sum()
+    }
+
     /// A block of `bytes` at `address` was allocated from pool `id` (the
     /// caller frees first whatever lived at that address).
     #[inline]
@@ -422,6 +439,15 @@ impl Regions {
             .values_mut()
             .filter(|r| r.device == Some(device))
         {
+            // A reservation with nothing mapped in it backs no memory (XLA
+            // unmaps its pool at exit and keeps the range): its free range
+            // is address space, not free memory, and no fragmentation.
+            if r.used == 0 {
+                if let Some((_, axis)) = now {
+                    r.curve.put_none(axis);
+                }
+                continue;
+            }
             let e = r.extents();
             if let Some((now, axis)) = now {
                 note_worst(&mut r.worst, now, e);
@@ -505,6 +531,9 @@ mod tests {
             }
         );
         assert!(!r.map(0, 0, 0x9000_0000, MIB), "outside every reservation");
+        // Once nothing is mapped, the range is address space only.
+        assert!(r.unmap(0, 0x1000_0000));
+        assert_eq!(r.device_extents(0), None);
     }
 
     proptest::proptest! {

@@ -180,7 +180,7 @@ fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
             held_at_end_bytes: s.live_at_exit_bytes,
         });
     }
-    for g in a.growth_beyond_tensors() {
+    for g in &a.growth {
         let Some(s) = a.sites.get(g.site as usize) else {
             continue;
         };
@@ -276,19 +276,27 @@ fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
 }
 
 /// XLA's BFC allocator takes most of the device at start (75% by default)
-/// and sub-allocates inside: nvidia-smi shows it all as used.
+/// and sub-allocates inside: nvidia-smi shows it all as used. That is
+/// something to change only where the device ran short: an allocation
+/// failed on it, or another process used it while the pool was held.
 fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
-    let xla = |f: &FrameText| f.function.contains("BFCAllocator") && f.module.contains("xla");
     for d in &a.devices {
         if d.total_memory == 0 {
             continue;
         }
+        let failed_allocations = a.ooms.iter().filter(|o| o.device == d.device).count() as u64
+            + a.frameworks
+                .iter()
+                .filter(|v| v.device == d.device)
+                .map(|v| v.ooms.len() as u64)
+                .sum::<u64>();
         for s in &a.sites {
             // The most the site held at once: the pool (its regions, when
             // XLA maps it in pieces, or with small allocations beside it).
             let largest = s.max_live;
             let share = largest as f64 / d.total_memory as f64;
-            if share < PREALLOCATION_SHARE || !s.frames.iter().any(xla) {
+            if share < PREALLOCATION_SHARE || s.allocator.as_deref() != Some(crate::sites::XLA_BFC)
+            {
                 continue;
             }
             // JAX's own figures, when read: the pool exactly, and what its
@@ -301,12 +309,37 @@ fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
             let largest = jax.map_or(largest, |p| p.pool_peak);
             let share = largest as f64 / d.total_memory as f64;
             let arrays_peak_bytes = jax.map(|p| p.in_use_peak);
+            let jax_processes: Vec<_> = a
+                .processes
+                .iter()
+                .filter(|p| s.pids.contains(&p.pid))
+                .collect();
+            let others_of_run = a
+                .processes
+                .iter()
+                .filter(|p| !s.pids.contains(&p.pid) && p.devices.contains(&d.device))
+                .filter(|p| {
+                    jax_processes
+                        .iter()
+                        .any(|j| p.start_ns < j.end_ns && j.start_ns < p.end_ns)
+                })
+                .count() as u32;
+            let others_of_nvml = d
+                .device_view
+                .as_ref()
+                .map_or(0, |v| v.highest.other_processes.max(v.last.other_processes));
+            let other_processes = others_of_run + others_of_nvml;
+            if failed_allocations == 0 && other_processes == 0 {
+                continue;
+            }
             out.push(Remedy::JaxPreallocation {
                 pids: s.pids.clone(),
                 device: d.device,
                 preallocated_bytes: largest,
                 device_total_bytes: d.total_memory,
                 fraction: share,
+                failed_allocations,
+                other_processes,
                 arrays_peak_bytes,
                 change: "XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_MEM_FRACTION=…)"
                     .into(),

@@ -211,6 +211,25 @@ impl StreamDefs {
         })
     }
 
+    /// Whether a native frame of `stack` lies in a CUDA library's module
+    /// (`is_cuda_library_module`); known during the sweep, as
+    /// `stack_passes_through`.
+    pub fn stack_in_cuda_library(&self, stack: u32) -> bool {
+        let Some(s) = self.stacks.get(&stack) else {
+            return false;
+        };
+        let ranges: Vec<(u64, u64)> = self
+            .modules
+            .iter()
+            .filter(|m| is_cuda_library_module(&file_name(&m.path)))
+            .map(|m| (m.start, m.end))
+            .collect();
+        s.frames.iter().any(|f| match *f {
+            Frame::Native(pc) => ranges.iter().any(|&(a, b)| a <= pc && pc < b),
+            Frame::Python { .. } => false,
+        })
+    }
+
     /// Whether the process may run PyTorch with its cudaMallocAsync backend:
     /// the collector found PyTorch's allocator and could not attach to it
     /// (its `Allocator` record). The backend is known for sure by its
@@ -294,16 +313,35 @@ fn is_allocator_plumbing(f: &FrameText) -> bool {
 }
 
 /// Stack markers of caching allocators (PyTorch's native one, CuPy's pool,
-/// XLA's BFC): memory they hold at exit is cached, not leaked, and the trace
-/// sees their segments, not the tensors inside.
-const ALLOCATOR_CACHES: [&str; 5] = [
-    "CUDACachingAllocator::Native",
-    "DeviceCachingAllocator",
+/// XLA's BFC), with the allocator's name: memory they hold at exit is
+/// cached, not leaked, and the trace sees their segments, not the tensors
+/// inside.
+const ALLOCATOR_CACHES: [(&str, &str); 5] = [
+    ("CUDACachingAllocator::Native", TORCH_CACHE),
+    ("DeviceCachingAllocator", TORCH_CACHE),
     // PyTorch's pinned host memory cache (`pin_memory`, `.item()` copies).
-    "CachingHostAllocator",
-    "SingleDeviceMemoryPool",
-    "BFCAllocator",
+    ("CachingHostAllocator", "PyTorch's pinned host memory cache"),
+    ("SingleDeviceMemoryPool", "CuPy's memory pool"),
+    ("BFCAllocator", BFC),
 ];
+
+/// Names of caching allocators (`caching_allocator`).
+pub const TORCH_CACHE: &str = "PyTorch's caching allocator";
+pub const BFC: &str = "a BFC allocator";
+/// XLA's (JAX's) BFC allocator: `BFC` in a module of XLA.
+pub const XLA_BFC: &str = "XLA's BFC allocator";
+
+/// The caching allocator a stack allocated for, by name, when it went
+/// through one.
+pub fn caching_allocator(frames: &[FrameText]) -> Option<&'static str> {
+    let (_, name) = ALLOCATOR_CACHES
+        .iter()
+        .find(|(marker, _)| frames.iter().any(|f| f.function.contains(marker)))?;
+    if *name == BFC && frames.iter().any(|f| f.module.contains("xla")) {
+        return Some(XLA_BFC);
+    }
+    Some(name)
+}
 
 /// Stack marker of PyTorch's cudaMallocAsync backend: one CUDA allocation
 /// per tensor.
@@ -340,9 +378,14 @@ const LIBRARY_STATE: [&str; 6] = [
     "getCurrentCUDASolverDnHandle",
 ];
 
+/// Whether a module (its file name) is one of `CUDA_LIBRARIES`.
+pub fn is_cuda_library_module(file_name: &str) -> bool {
+    CUDA_LIBRARIES.iter().any(|l| file_name.starts_with(l))
+}
+
 /// Whether a frame runs inside one of `CUDA_LIBRARIES`, or in a
 /// framework's code that keeps their state (`LIBRARY_STATE`).
-fn is_cuda_library(f: &FrameText) -> bool {
+pub fn is_cuda_library(f: &FrameText) -> bool {
     CUDA_LIBRARIES.iter().any(|l| f.module.starts_with(l))
         || LIBRARY_STATE.iter().any(|m| f.function.contains(m))
 }
@@ -362,10 +405,7 @@ pub fn category(class: SiteClass, frames: &[FrameText]) -> Category {
         SiteClass::NoCall => return Category::Unknown,
         SiteClass::Call => {}
     }
-    let cache = ALLOCATOR_CACHES
-        .iter()
-        .any(|m| frames.iter().any(|f| f.function.contains(m)));
-    if cache {
+    if caching_allocator(frames).is_some() {
         Category::AllocatorCache
     } else if frames.iter().any(is_cuda_library) {
         Category::Library
@@ -406,6 +446,11 @@ impl CodeRules {
     /// The innermost Python frame of the program's own code; else the
     /// innermost Python frame; `None` for a stack with no Python frame.
     pub fn user_python_frame<'f>(&self, frames: &'f [FrameText]) -> Option<&'f FrameText> {
+        self.user_python_index(frames).map(|i| &frames[i])
+    }
+
+    /// Where `user_python_frame` is in `frames`.
+    pub fn user_python_index(&self, frames: &[FrameText]) -> Option<usize> {
         let file = |f: &FrameText| {
             f.location
                 .rsplit_once(':')
@@ -414,9 +459,8 @@ impl CodeRules {
         };
         frames
             .iter()
-            .filter(|f| f.python)
-            .find(|f| !self.is_library_file(&file(f)))
-            .or_else(|| frames.iter().find(|f| f.python))
+            .position(|f| f.python && !self.is_library_file(&file(f)))
+            .or_else(|| frames.iter().position(|f| f.python))
     }
 }
 
@@ -441,34 +485,163 @@ pub fn label(class: SiteClass, func_name: &str, frames: &[FrameText], rules: &Co
         SiteClass::NoCall => return "no allocation call seen".into(),
         _ => {}
     }
-    if let Some(f) = rules.user_python_frame(frames) {
-        return frame_label(f);
+    match labelled_frame(frames, rules) {
+        Some(Labelled::Frame(i)) => frame_label(&frames[i]),
+        Some(Labelled::Operator(op, _)) => op,
+        None => format!("{func_name} (no stack)"),
     }
-    if let Some(op) = torch_operator(frames) {
-        return op;
+}
+
+/// What a stack's label names.
+enum Labelled {
+    /// The frame at this index (innermost first).
+    Frame(usize),
+    /// PyTorch's operator or backward node, named from the frame at this
+    /// index (`torch_operator`).
+    Operator(String, usize),
+}
+
+/// The frame a stack's label names (`label`); `None` for an empty stack.
+fn labelled_frame(frames: &[FrameText], rules: &CodeRules) -> Option<Labelled> {
+    if let Some(i) = rules.user_python_index(frames) {
+        return Some(Labelled::Frame(i));
     }
-    let outside_cuda = frames.iter().position(|f| !is_cuda_plumbing(f));
-    let Some(first) = outside_cuda else {
-        return if frames.is_empty() {
-            format!("{func_name} (no stack)")
-        } else {
-            frame_label(&frames[0])
-        };
+    if let Some((op, i)) = torch_operator(frames) {
+        return Some(Labelled::Operator(op, i));
+    }
+    if frames.is_empty() {
+        return None;
+    }
+    let Some(first) = frames.iter().position(|f| !is_cuda_plumbing(f)) else {
+        return Some(Labelled::Frame(0));
     };
     let user = frames[first..]
         .iter()
-        .find(|f| !is_allocator_plumbing(f) && f.resolved)
-        .unwrap_or(&frames[first]);
-    frame_label(user)
+        .position(|f| !is_allocator_plumbing(f) && f.resolved)
+        .map_or(first, |i| first + i);
+    Some(Labelled::Frame(user))
+}
+
+/// The frames that called a stack's labelled frame, innermost first, as
+/// labels: what tells apart call paths that share a label. Only Python
+/// frames when the label is a Python frame (the native frames between
+/// them are the interpreter's and its extensions').
+fn callers(frames: &[FrameText], rules: &CodeRules) -> Vec<String> {
+    let at = match labelled_frame(frames, rules) {
+        Some(Labelled::Frame(i)) | Some(Labelled::Operator(_, i)) => i,
+        None => return Vec::new(),
+    };
+    let python = frames[at].python;
+    frames[at + 1..]
+        .iter()
+        .filter(|f| f.python || !python)
+        .map(frame_label)
+        .collect()
+}
+
+/// Gives the sites that share a label within one group (`groups[i]`, the
+/// site's category) the callers that tell them apart ("f at x.py:28,
+/// called from __init__ at x.py:36"); `frames[i]` are the site's frames.
+/// Sites whose callers are all the same (they differ inside the labelled
+/// frame, or in native frames between Python ones) are numbered.
+pub fn tell_apart(
+    labels: &mut [String],
+    groups: &[String],
+    frames: &[&[FrameText]],
+    rules: &CodeRules,
+) {
+    let mut by_label: BTreeMap<(&str, String), Vec<usize>> = BTreeMap::new();
+    for (i, l) in labels.iter().enumerate() {
+        by_label
+            .entry((groups[i].as_str(), l.clone()))
+            .or_default()
+            .push(i);
+    }
+    let mut suffix: Vec<Vec<String>> = vec![Vec::new(); labels.len()];
+    for (_, members) in by_label {
+        if members.len() < 2 {
+            continue;
+        }
+        let paths: Vec<Vec<String>> = members.iter().map(|&i| callers(frames[i], rules)).collect();
+        split_by_callers(&members, &paths, 0, &mut suffix);
+    }
+    for (i, s) in suffix.into_iter().enumerate() {
+        if !s.is_empty() {
+            labels[i] = format!("{}, {}", labels[i], s.join(", "));
+        }
+    }
+}
+
+/// Splits `members` (site indices; `paths[k]` the callers of
+/// `members[k]`) at the first caller depth from `depth` on where they
+/// differ, naming each part's caller, and again inside each part.
+fn split_by_callers(
+    members: &[usize],
+    paths: &[Vec<String>],
+    depth: usize,
+    suffix: &mut [Vec<String>],
+) {
+    if members.len() < 2 {
+        return;
+    }
+    let longest = paths.iter().map(Vec::len).max().unwrap_or(0);
+    let Some(d) = (depth..longest).find(|&d| paths.iter().any(|p| p.get(d) != paths[0].get(d)))
+    else {
+        for (n, &i) in members.iter().enumerate() {
+            suffix[i].push(format!("call path {} of {}", n + 1, members.len()));
+        }
+        return;
+    };
+    let mut parts: BTreeMap<Option<&String>, Vec<usize>> = BTreeMap::new();
+    for (k, p) in paths.iter().enumerate() {
+        parts.entry(p.get(d)).or_default().push(k);
+    }
+    for (caller, ks) in parts {
+        for &k in &ks {
+            suffix[members[k]].push(match caller {
+                Some(c) => format!("called from {c}"),
+                None => "called from nothing above it".into(),
+            });
+        }
+        let sub_members: Vec<usize> = ks.iter().map(|&k| members[k]).collect();
+        let sub_paths: Vec<Vec<String>> = ks.iter().map(|&k| paths[k].clone()).collect();
+        split_by_callers(&sub_members, &sub_paths, d + 1, suffix);
+    }
+}
+
+/// The frames two stacks of one site share, from the outermost inwards:
+/// a site keeps only those, so that no figure puts its bytes under a frame
+/// that some of them did not pass through.
+pub fn common_outer_frames(kept: &mut Vec<FrameText>, other: &[FrameText]) {
+    let shared = kept
+        .iter()
+        .rev()
+        .zip(other.iter().rev())
+        .take_while(|(a, b)| frame_key(a) == frame_key(b))
+        .count();
+    kept.drain(..kept.len() - shared);
+}
+
+/// What tells frames apart in a call path: a resolved frame by its text
+/// (the same line called from two places is one frame), an unresolved one
+/// by its address in its module.
+fn frame_key(f: &FrameText) -> (&str, &str, &str, u64) {
+    (
+        &f.function,
+        &f.location,
+        &f.module,
+        if f.resolved { 0 } else { f.offset },
+    )
 }
 
 /// For a stack inside PyTorch with no Python frame (its autograd threads
 /// run none): the backward node or the operator that allocated, which is
 /// what a person can find in the model ("AddmmBackward0 (autograd)",
 /// "aten::mm").
-fn torch_operator(frames: &[FrameText]) -> Option<String> {
-    if let Some(node) = frames.iter().find_map(autograd_node) {
-        return Some(format!("{node} (autograd)"));
+fn torch_operator(frames: &[FrameText]) -> Option<(String, usize)> {
+    if let Some(i) = frames.iter().position(|f| autograd_node(f).is_some()) {
+        let node = autograd_node(&frames[i]).unwrap_or_default();
+        return Some((format!("{node} (autograd)"), i));
     }
     let in_torch =
         |f: &FrameText| f.module.starts_with("libtorch") || f.module.starts_with("libc10");
@@ -481,17 +654,19 @@ fn torch_operator(frames: &[FrameText]) -> Option<String> {
         (!op.is_empty() && op.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
             .then(|| op.to_string())
     };
-    let node = frames
-        .iter()
-        .find_map(|f| between(&f.function, "torch::autograd::generated::", "::apply("));
+    let find = |start: &str, end: &str| {
+        frames
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| Some((between(&f.function, start, end)?, i)))
+    };
+    let node = find("torch::autograd::generated::", "::apply(");
     let backward = in_backward(frames);
-    let op = frames
-        .iter()
-        .find_map(|f| between(&f.function, "at::_ops::", "::call("));
+    let op = find("at::_ops::", "::call(");
     match (node, op) {
-        (Some(node), _) => Some(format!("{node} (autograd)")),
-        (None, Some(op)) if backward => Some(format!("aten::{op} (autograd)")),
-        (None, Some(op)) => Some(format!("aten::{op}")),
+        (Some((node, i)), _) => Some((format!("{node} (autograd)"), i)),
+        (None, Some((op, i))) if backward => Some((format!("aten::{op} (autograd)"), i)),
+        (None, Some((op, i))) => Some((format!("aten::{op}"), i)),
         (None, None) => None,
     }
 }
@@ -529,19 +704,27 @@ fn short_function(name: &str) -> &str {
 pub struct MergedSite {
     pub label: String,
     pub category: Category,
+    /// The caching allocator whose segments these are (`caching_allocator`).
+    pub allocator: Option<&'static str>,
+    /// `library_entry` of each of its stacks, whole, distinct and sorted
+    /// (none that its label names).
+    pub via: Vec<String>,
     pub frames: Vec<FrameText>,
     pub truncated: bool,
     pub pids: Vec<u32>,
     pub kinds: u8,
 }
 
-/// Groups raw sites by (class, category, frames). Returns the merged sites
-/// in a deterministic order and, per raw site, its merged index.
+/// Groups raw sites by (class, category, call path). Returns the merged
+/// sites in a deterministic order and, per raw site, its merged index.
 ///
-/// Stacks with Python frames are grouped by their label (the innermost
-/// frame of the program's own code): the native frames under one Python
-/// line differ with the operators it runs, and a person asks about the
-/// line. The frames kept are the first stack's.
+/// A stack with Python frames is grouped by its call path from the
+/// innermost frame of the program's own code outwards: the native frames
+/// under one Python line differ with the operators it runs, and a person
+/// asks about the line, but one line reached from two callers is two
+/// sites (a helper's bytes belong to whoever called it). Each merged site
+/// keeps the frames its stacks share from the outermost inwards, and sites
+/// that share a label are told apart by their callers (`tell_apart`).
 pub fn merge_sites(
     sites: &[SiteStats],
     defs: &[&StreamDefs],
@@ -562,12 +745,35 @@ pub fn merge_sites(
             s.class,
             if s.stack == 0 { func_name } else { "" }
         );
-        key.push_str(&frames_key(&frames, rules));
+        key.push_str(&call_path_key(&frames, rules));
         let pid = d.process.as_ref().map_or(0, |p| p.pid);
-        let entry = groups.entry(key).or_insert_with(|| {
-            (
+        // What the stack went through, unless it is the frame the label
+        // names (a program's own function).
+        let via = crate::model::library_entry(&frames).filter(|entry| {
+            let function = entry.split(' ').next().unwrap_or(entry);
+            !label(s.class, func_name, &frames, rules).starts_with(function)
+        });
+        let entry = match groups.entry(key) {
+            std::collections::btree_map::Entry::Occupied(e) => {
+                let e = e.into_mut();
+                common_outer_frames(&mut e.0.frames, &frames);
+                e.0.truncated |= truncated;
+                e
+            }
+            std::collections::btree_map::Entry::Vacant(e) => e.insert((
                 MergedSite {
-                    label: label(s.class, func_name, &frames, rules),
+                    label: match (cat, caching_allocator(&frames)) {
+                        // What the stack names is only the request that
+                        // made the allocator take the segment: the
+                        // segment holds whatever the allocator puts in it.
+                        (Category::AllocatorCache, Some(name)) => format!(
+                            "segments of {name} taken for {}",
+                            label(s.class, func_name, &frames, rules)
+                        ),
+                        _ => label(s.class, func_name, &frames, rules),
+                    },
+                    allocator: caching_allocator(&frames),
+                    via: Vec::new(),
                     category: cat,
                     frames,
                     truncated,
@@ -575,12 +781,17 @@ pub fn merge_sites(
                     kinds: 0,
                 },
                 Vec::new(),
-            )
-        });
+            )),
+        };
         if !entry.0.pids.contains(&pid) {
             entry.0.pids.push(pid);
         }
         entry.0.kinds |= s.kinds;
+        if let Some(v) = via {
+            if let Err(at) = entry.0.via.binary_search(&v) {
+                entry.0.via.insert(at, v);
+            }
+        }
         entry.1.push(i);
     }
     let mut merged = Vec::with_capacity(groups.len());
@@ -592,30 +803,36 @@ pub fn merge_sites(
         }
         merged.push(m);
     }
+    let mut labels: Vec<String> = merged.iter().map(|m| m.label.clone()).collect();
+    let categories: Vec<String> = merged.iter().map(|m| m.category.to_string()).collect();
+    let frames: Vec<&[FrameText]> = merged.iter().map(|m| m.frames.as_slice()).collect();
+    tell_apart(&mut labels, &categories, &frames, rules);
+    for (m, l) in merged.iter_mut().zip(labels) {
+        m.label = l;
+    }
     (merged, of_raw)
 }
 
-/// What a stack is grouped by: its innermost line of the program's own
-/// Python code when it has one; in PyTorch's backward pass (autograd's
-/// threads run no Python), the backward node or operator, as the label
-/// names it (the native frames under one node differ with the kernels it
-/// picks); otherwise every frame.
-fn frames_key(frames: &[FrameText], rules: &CodeRules) -> String {
-    if let Some(f) = rules.user_python_frame(frames) {
-        return format!("\npy|{}|{}", f.function, f.location);
-    }
-    if let Some(op) = torch_operator(frames).filter(|_| in_backward(frames)) {
-        return format!("\ntorch|{op}");
-    }
+/// What a stack is grouped by: its call path from the frame its label
+/// names outwards (`label`: the innermost frame of the program's own
+/// Python code, or the first native frame outside CUDA and the allocators
+/// between the program and CUDA). The frames inside that one differ with
+/// the operators a line runs and the paths CUDA takes, which is not where
+/// the memory went. In PyTorch's backward pass (autograd's threads run no
+/// Python), the backward node or operator, as the label names it (the
+/// native frames under one node differ with the kernels it picks).
+pub fn call_path_key(frames: &[FrameText], rules: &CodeRules) -> String {
+    let from = match labelled_frame(frames, rules) {
+        Some(Labelled::Operator(op, _)) if in_backward(frames) => {
+            return format!("\ntorch|{op}");
+        }
+        Some(Labelled::Frame(i)) | Some(Labelled::Operator(_, i)) => i,
+        None => 0,
+    };
     let mut key = String::new();
-    for f in frames {
-        key.push_str(&format!(
-            "\n{}|{}|{}|{}",
-            f.function,
-            f.location,
-            f.module,
-            if f.resolved { 0 } else { f.offset }
-        ));
+    for f in &frames[from..] {
+        let (function, location, module, offset) = frame_key(f);
+        key.push_str(&format!("\n{function}|{location}|{module}|{offset}"));
     }
     key
 }
@@ -839,9 +1056,9 @@ mod autograd_node_tests {
                 native("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "libtorch_cpu.so"),
             ]
         };
-        let a = frames_key(&stack("at::native::conv_a", "PowBackward0"), &rules);
-        let b = frames_key(&stack("at::native::conv_b", "PowBackward0"), &rules);
-        let c = frames_key(&stack("at::native::conv_a", "MulBackward0"), &rules);
+        let a = call_path_key(&stack("at::native::conv_a", "PowBackward0"), &rules);
+        let b = call_path_key(&stack("at::native::conv_b", "PowBackward0"), &rules);
+        let c = call_path_key(&stack("at::native::conv_a", "MulBackward0"), &rules);
         assert_eq!(a, b);
         assert_ne!(a, c);
         // In the forward pass seen without Python frames, every frame
@@ -856,13 +1073,13 @@ mod autograd_node_tests {
             ]
         };
         assert_ne!(
-            frames_key(&forward("a"), &rules),
-            frames_key(&forward("b"), &rules)
+            call_path_key(&forward("a"), &rules),
+            call_path_key(&forward("b"), &rules)
         );
         let plain = |f: &str| vec![native("cudaMalloc", "libcudart.so.13"), native(f, "app")];
         assert_ne!(
-            frames_key(&plain("a"), &rules),
-            frames_key(&plain("b"), &rules)
+            call_path_key(&plain("a"), &rules),
+            call_path_key(&plain("b"), &rules)
         );
     }
 }

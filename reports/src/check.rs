@@ -438,16 +438,39 @@ pub fn markdown(runs: &[Run], outcomes: &[Outcome]) -> String {
             "- out-of-memory failures: {} ({reached} reached the program)",
             a.ooms.len()
         );
-        if !a.sites.is_empty() {
-            out.push_str("\n| Site | Live at peak | Total | Leaked |\n|---|---|---|---|\n");
-            for s in a.sites.iter().take(5) {
+        // What was live at each device's peak, taken apart as far as the
+        // trace sees (inside framework allocators: tensors and free space,
+        // not the requests that first took their segments).
+        for d in &a.devices {
+            let parts = a.peak_parts(d);
+            if parts.is_empty() {
+                continue;
+            }
+            let _ = write!(
+                out,
+                "\n| Live at device {}'s peak | Bytes | Allocations |\n|---|---|---|\n",
+                d.device
+            );
+            for p in parts.iter().take(5) {
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} |",
+                    "| {} | {} | {} |",
+                    md(&a.peak_part_label(p)),
+                    bytes(p.bytes()),
+                    p.count()
+                );
+            }
+        }
+        let leaking = a.leaking_sites();
+        if !leaking.is_empty() {
+            out.push_str("\n| Leaked by | Bytes | Allocations |\n|---|---|---|\n");
+            for s in leaking.iter().take(5) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} |",
                     md(&s.label),
-                    bytes(s.live_at_peak),
-                    bytes(s.total_bytes),
-                    bytes(s.leaked_bytes)
+                    bytes(s.leaked_bytes),
+                    s.leaked_count
                 );
             }
         }

@@ -34,19 +34,30 @@ pub fn sentence(m: &SmiMoment) -> String {
     } else {
         String::new()
     };
+    let tracked = if m.pools_unused_bytes > 0 {
+        format!(
+            "{} in allocations the trace tracked, {} held by memory pools with no allocation \
+             in it",
+            bytes(m.tracked_bytes - m.pools_unused_bytes),
+            bytes(m.pools_unused_bytes)
+        )
+    } else {
+        format!(
+            "{} in allocations the trace tracked",
+            bytes(m.tracked_bytes)
+        )
+    };
     match (m.context_and_untracked_bytes, m.unattributed_bytes) {
         (Some(context), Some(unattributed)) => format!(
-            "{head}: {} in allocations the trace tracked, {} in this run's CUDA contexts and \
-             other memory no watched call allocated, {others}, {} charged to no process{reserved}",
-            bytes(m.tracked_bytes),
+            "{head}: {tracked}, {} in this run's CUDA contexts and other memory no watched call \
+             allocated, {others}, {} charged to no process{reserved}",
             bytes(context),
             bytes(unattributed)
         ),
         _ => format!(
-            "{head}: {} in allocations the trace tracked, {others}; NVML did not list this \
-             run's processes (in a container it may list the host's pids), so their CUDA \
-             contexts cannot be told apart{reserved}",
-            bytes(m.tracked_bytes)
+            "{head}: {tracked}, {others}; NVML did not list this run's processes (in a \
+             container it may list the host's pids), so their CUDA contexts cannot be told \
+             apart{reserved}"
         ),
     }
 }

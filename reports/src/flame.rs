@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, FrameworkView};
+use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, FrameworkView, PeakPart};
 
 use crate::charts::{framework_stem, Chart};
 use crate::format::{bytes, escape};
@@ -150,8 +150,32 @@ fn flame(name: String, title: String, sites: &[(u64, &[FrameText])]) -> Option<C
     Some(Chart { name, title, svg })
 }
 
-/// What was live on a device at its peak, by stack.
+/// What was live on a device at its peak, by stack: inside a framework
+/// allocator seen from the inside, its tensors by their stacks and its
+/// free space as one box.
 pub fn device(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
+    let free_boxes: Vec<(u64, [FrameText; 1])> = a
+        .peak_parts(d)
+        .into_iter()
+        .filter_map(|p| match p {
+            PeakPart::FreeInSegments {
+                pid,
+                allocator,
+                bytes,
+            } => Some((
+                bytes,
+                [FrameText {
+                    function: format!("free inside the segments of {allocator} (pid {pid})"),
+                    location: String::new(),
+                    module: String::new(),
+                    offset: 0,
+                    resolved: true,
+                    python: false,
+                }],
+            )),
+            _ => None,
+        })
+        .collect();
     let sites: Vec<(u64, &[FrameText])> = d
         .peak_sites
         .iter()
@@ -160,6 +184,14 @@ pub fn device(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
                 .get(s.site as usize)
                 .map(|site| (s.bytes, &site.frames[..]))
         })
+        .chain(d.frameworks_at_peak.iter().flat_map(|f| {
+            f.tensor_sites.iter().filter_map(|s| {
+                a.tensor_sites
+                    .get(s.site as usize)
+                    .map(|site| (s.bytes, &site.frames[..]))
+            })
+        }))
+        .chain(free_boxes.iter().map(|(b, f)| (*b, &f[..])))
         .collect();
     flame(
         format!("device{}-peak-flame.svg", d.device),

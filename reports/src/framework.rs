@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_analyzer::model::{
-    Analysis, FrameworkOom, FrameworkView, SiteBytes, ALLOCATOR_UNSEEN,
+    Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, SiteBytes,
+    ALLOCATOR_UNSEEN,
 };
 
 use crate::charts::{framework_stem, Chart};
@@ -22,6 +23,20 @@ fn tensor_link(a: &Analysis, id: u32) -> String {
     )
 }
 
+/// A framework allocator's segments at a device's peak, for the device's
+/// section: what they were and the tensors they held.
+pub fn at_device_peak_html(a: &Analysis, f: &FrameworkAtPeak, peak: u64) -> String {
+    let mut out = format!(
+        "<p><b>{}</b> ({}) in {}, and {} free in them (the allocator's cache):</p>",
+        bytes(f.segment_bytes),
+        crate::format::percent(f.segment_bytes, peak),
+        escape(&at_device_peak_words(f)),
+        bytes(f.segment_bytes.saturating_sub(f.tensor_bytes))
+    );
+    out.push_str(&tensor_table(a, &f.tensor_sites, peak, 10));
+    out
+}
+
 fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
     bytes_table(
         (
@@ -32,6 +47,37 @@ fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> S
         whole,
         limit,
         |id| tensor_link(a, id),
+    )
+}
+
+/// The CUDA libraries' workspaces among the blocks held at exit, in words
+/// (", and 65.0 MiB in 3 CUDA library workspaces (cuBLAS's, held for the
+/// process's life)"); empty when there are none.
+fn library_words(e: &FrameworkAtExit) -> String {
+    if e.library_tensors == 0 {
+        return String::new();
+    }
+    format!(
+        ", and {} in {} CUDA library workspace{} (cuBLAS's and the like, held for the process's life, not the program's tensors)",
+        bytes(e.library_bytes),
+        e.library_tensors,
+        if e.library_tensors == 1 { "" } else { "s" }
+    )
+}
+
+/// A framework allocator's segments at a device's peak, in words:
+/// "19 segments of PyTorch caching allocator (pid 528), whose tensors held
+/// at most 409 MiB while the device stood at this peak (at 5.045 s)".
+pub fn at_device_peak_words(f: &FrameworkAtPeak) -> String {
+    format!(
+        "{} segment{} of {} (pid {}), whose tensors held at most {} while the device stood at \
+         this peak (at {})",
+        f.segments,
+        if f.segments == 1 { "" } else { "s" },
+        f.allocator,
+        f.pid,
+        bytes(f.tensor_bytes),
+        time(f.tensor_time_ns)
     )
 }
 
@@ -223,9 +269,10 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
     let e = &v.at_exit;
     let _ = write!(
         out,
-        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below); {} held in {}, {} of it cached with no tensor in it.</p>",
+        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below){}; {} held in {}, {} of it cached with no tensor in it.</p>",
         bytes(e.live_tensor_bytes),
         e.live_tensors,
+        escape(&library_words(e)),
         bytes(e.reserved_bytes),
         reserve_words(v),
         bytes(e.cached_bytes)
@@ -417,6 +464,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         )?;
         peak_lines(
             w,
+            "",
             &v.peak_sites,
             v.allocated_peak,
             |s| a.tensor_site_label(s),
@@ -424,9 +472,10 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         )?;
         writeln!(
             w,
-            "  at exit: {} in {} live tensors, {} in {} ({} cached, no tensor)",
+            "  at exit: {} in {} live tensors{}, {} in {} ({} cached, no tensor)",
             bytes(v.at_exit.live_tensor_bytes),
             v.at_exit.live_tensors,
+            library_words(&v.at_exit),
             bytes(v.at_exit.reserved_bytes),
             reserve_words(v),
             bytes(v.at_exit.cached_bytes)

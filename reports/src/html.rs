@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_analyzer::model::{
-    Analysis, Category, DeviceReport, FrameText, Growth, Site, SiteBytes,
+    Analysis, Category, DeviceReport, FrameText, Growth, PeakPart, Site, SiteBytes,
 };
 
 use crate::charts::{self, Chart};
@@ -221,12 +221,22 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     for line in crate::pools::on_device(a, d.device) {
         let _ = write!(out, "<p>Inside it: {}.</p>", escape(&line));
     }
+    for f in &d.frameworks_at_peak {
+        out.push_str(&crate::framework::at_device_peak_html(a, f, d.peak_bytes));
+    }
+    if !d.frameworks_at_peak.is_empty() && !d.peak_sites.is_empty() {
+        out.push_str("<p>The rest of the peak, outside the framework allocators (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>");
+    }
     out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
     let flame = format!("device{}-peak-flame.svg", d.device);
     for c in charts.iter().filter(|c| c.name == flame) {
         out.push_str(&chart_html(c));
     }
-    if let Some(o) = &d.outside_frameworks {
+    if let Some(o) = d
+        .outside_frameworks
+        .as_ref()
+        .filter(|_| d.frameworks_at_peak.is_empty())
+    {
         let what = "library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees";
         // With no site, no table follows (bytes_table writes none).
         let (amount, end) = if o.sites.is_empty() {
@@ -247,7 +257,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
                 let via = a
                     .sites
                     .get(id as usize)
-                    .and_then(|s| crate::format::library_entry(&s.frames))
+                    .and_then(|s| crate::format::library_via("", &s.via))
                     .map_or_else(String::new, |v| {
                         format!(" <span class=\"cat\">via {}</span>", escape(&v))
                     });
@@ -453,10 +463,12 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         held_table(a, "Leaked, by site", "leaked", &rows, out);
     }
     out.push_str("<h3>Growth after the warm-up</h3>");
-    if a.growth.is_empty() {
+    if a.growth.is_empty() && !a.tensor_growth.is_empty() {
+        out.push_str("<p>No CUDA allocation site keeps growing beyond the <a href=\"#tensor-growth\">tensor sites that keep growing</a>.</p>");
+    } else if a.growth.is_empty() {
         let _ = write!(
             out,
-            "<p>No site keeps growing: none rose steadily by {} or more through the steady part of its process's run (from {}% to {}% of its allocations) as one allocation among its loop's others still rising in time until freed, or held such a rise until its process ended. Memory filled and then released is a peak, not growth (<code>check --help</code> gives the rule).</p>",
+            "<p>No site keeps growing: none rose steadily by {} or more through the judged part of its process's run (from {}% to {}% of the time from its first allocation to its end) as one allocation among its loop's others still rising until freed, or held such a rise until its process ended. Memory filled and then released is a peak, not growth (<code>check --help</code> gives the rule).</p>",
             bytes(gmem_prof_analyzer::GROWTH_MIN_BYTES),
             (gmem_prof_analyzer::WARM_UP * 100.0) as u32,
             (gmem_prof_analyzer::JUDGED_UNTIL * 100.0).round() as u32
@@ -468,6 +480,22 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         out.push_str(&growth_table(("site", "site"), &a.growth, |id| {
             site_link(a, id)
         }));
+    }
+}
+
+/// The summary's answer on growth: every growing site, CUDA allocations
+/// and tensors, said once.
+fn growth_answer(a: &Analysis) -> String {
+    let growing = a.growing();
+    match growing.first() {
+        None => "no site keeps growing".into(),
+        Some((g, label, tensors)) => format!(
+            "{} site(s) keep growing, most <b>{}{}</b>, +{} after the warm-up",
+            growing.len(),
+            if *tensors { "tensors at " } else { "" },
+            escape(label),
+            bytes(g.growth_bytes)
+        ),
     }
 }
 
@@ -623,13 +651,29 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     // The answers first.
     out.push_str("<ul class=\"answers\">");
     for d in &a.devices {
-        let top = d.peak_sites.first().map_or_else(String::new, |s| {
-            format!(
+        let top = match a.peak_parts(d).first() {
+            None => String::new(),
+            Some(PeakPart::Site(s)) => format!(
                 "; largest share {} from {}",
                 percent(s.bytes, d.peak_bytes),
                 site_link(a, s.site)
-            )
-        });
+            ),
+            Some(PeakPart::Tensors { pid, site }) => format!(
+                "; largest share {} in tensors from <a href=\"#tensor-site-{}\">{}</a> (pid {pid})",
+                percent(site.bytes, d.peak_bytes),
+                site.site,
+                escape(&a.tensor_site_label(site.site))
+            ),
+            Some(PeakPart::FreeInSegments {
+                pid,
+                allocator,
+                bytes: free,
+            }) => format!(
+                "; largest share {} free inside the segments of {} (pid {pid}): its cache",
+                percent(*free, d.peak_bytes),
+                escape(allocator)
+            ),
+        };
         let _ = write!(
             out,
             "<li><a href=\"#device-{}\">Device {}</a>: peak <b>{}</b> at {}{}.</li>",
@@ -662,27 +706,13 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         );
     }
     crate::pools::overview(a, &mut out);
-    if !a.frameworks.is_empty() {
-        let _ = write!(
-            out,
-            "<li><a href=\"#tensor-growth\">Tensor growth</a>: {}.</li>",
-            match a.tensor_growth.first() {
-                None => "no tensor site keeps growing".to_string(),
-                Some(g) => format!(
-                    "<b>{}</b> keeps growing, +{} after the warm-up",
-                    escape(&a.tensor_site_label(g.site)),
-                    bytes(g.growth_bytes)
-                ),
-            }
-        );
-    }
     let (leaked, cached) = (a.leaked_bytes(), a.cached_bytes());
     let _ = write!(
         out,
         "<li><a href=\"#leaks\">Leaks</a>: {}{}.</li><li><a href=\"#leaks\">Growth</a>: {}.</li><li><a href=\"#oom\">Out of memory</a>: {}.</li>",
         if leaked > 0 { format!("<b>{}</b> never freed", bytes(leaked)) } else { "none".into() },
         if cached > 0 { format!(" ({} cached by an allocator at exit, not leaked)", bytes(cached)) } else { String::new() },
-        if a.growth.is_empty() { "no site keeps growing".into() } else { format!("{} site(s) keep growing, most by {}", a.growth.len(), bytes(a.growth[0].growth_bytes)) },
+        growth_answer(a),
         if a.ooms.is_empty() && a.ooms_reached_program() == 0 { "never".into() } else { format!("{} failed allocation(s), {} error(s) reached the program", a.ooms.len(), a.ooms_reached_program()) }
     );
     out.push_str("</ul>");

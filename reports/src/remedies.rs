@@ -181,23 +181,44 @@ pub fn advice(r: &Remedy) -> Advice {
             preallocated_bytes,
             device_total_bytes,
             fraction,
+            failed_allocations,
+            other_processes,
             arrays_peak_bytes,
             change,
-        } => Advice {
-            change: format!("stop JAX from taking most of the GPU at start: {change}"),
-            because: format!(
-                "XLA's allocator took {} ({} of {}) on device {device} for its own pool as pid{} {} started; nvidia-smi shows all of it as used, {}",
-                bytes(*preallocated_bytes),
-                percent(*fraction),
-                bytes(*device_total_bytes),
-                if pids.len() == 1 { "" } else { "s" },
-                pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
-                match arrays_peak_bytes {
-                    Some(b) => format!("while JAX's arrays used at most {} of it (JAX's own count)", bytes(*b)),
-                    None => "whatever JAX's arrays need".into(),
-                }
-            ),
-        },
+        } => {
+            let short = match (failed_allocations, other_processes) {
+                (0, n) => format!("{n} other process{} used the device meanwhile", plural_es(*n)),
+                (f, 0) => format!("{f} allocation{} failed on it", if *f == 1 { "" } else { "s" }),
+                (f, n) => format!(
+                    "{f} allocation{} failed on it and {n} other process{} used it meanwhile",
+                    if *f == 1 { "" } else { "s" },
+                    plural_es(*n)
+                ),
+            };
+            Advice {
+                change: format!("stop JAX from taking most of the GPU at start: {change}"),
+                because: format!(
+                    "XLA's allocator took {} ({} of {}) on device {device} for its own pool as pid{} {} started, {}, and {short}",
+                    bytes(*preallocated_bytes),
+                    percent(*fraction),
+                    bytes(*device_total_bytes),
+                    if pids.len() == 1 { "" } else { "s" },
+                    pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
+                    match arrays_peak_bytes {
+                        Some(b) => format!("while JAX's arrays used at most {} of it (JAX's own count)", bytes(*b)),
+                        None => "whatever JAX's arrays needed".into(),
+                    }
+                ),
+            }
+        }
+    }
+}
+
+fn plural_es(n: u32) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "es"
     }
 }
 

@@ -2,39 +2,19 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{
-    Analysis, Category, FrameText, Growth, OomOutcome, Site, SiteBytes,
-};
+use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome, Site, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
 /// How many sites each list shows.
 const TOP: usize = 5;
 
-fn growth_lines<'a>(
-    w: &mut dyn Write,
-    growth: impl IntoIterator<Item = &'a Growth>,
-    label: impl Fn(u32) -> String,
-) -> io::Result<()> {
-    for g in growth.into_iter().take(TOP) {
-        writeln!(
-            w,
-            "  +{:>9} ({} → {}) pid {}: {}",
-            bytes(g.growth_bytes),
-            bytes(g.from_bytes),
-            bytes(g.to_bytes),
-            g.pid,
-            label(g.site)
-        )?;
-    }
-    Ok(())
-}
-
 /// What was live at a peak, by site: the largest `TOP` and how many more.
 /// `details` gives what tells apart the rows shown whose labels are alike
 /// (`alike_details`), one per row.
 pub(crate) fn peak_lines(
     w: &mut dyn Write,
+    indent: &str,
     rows: &[SiteBytes],
     whole: u64,
     label: impl Fn(u32) -> String,
@@ -47,7 +27,7 @@ pub(crate) fn peak_lines(
         let l = label(s.site);
         writeln!(
             w,
-            "  {:>6} {:>10} in {:>5} × {l}{}",
+            "{indent}  {:>6} {:>10} in {:>5} × {l}{}",
             percent(s.bytes, whole),
             bytes(s.bytes),
             s.count,
@@ -55,7 +35,7 @@ pub(crate) fn peak_lines(
         )?;
     }
     if rows.len() > TOP {
-        writeln!(w, "  … and {} more sites", rows.len() - TOP)?;
+        writeln!(w, "{indent}  … and {} more sites", rows.len() - TOP)?;
     }
     Ok(())
 }
@@ -111,17 +91,19 @@ fn told_apart(a: &Analysis, sites: &[&Site]) -> Vec<String> {
 /// How a site's memory was allocated (`path_words`).
 fn site_path(a: &Analysis, site: u32) -> Option<String> {
     let s = a.sites.get(site as usize)?;
-    path_words(s.category.as_str(), &s.label, &s.frames)
+    path_words(s.category.as_str(), &s.label, &s.via)
 }
 
 /// How the memory of a site of `category` (`Category::as_str`) was
 /// allocated: a caching allocator's segments, or the library its stack
 /// went through (unless its label names it).
-pub(crate) fn path_words(category: &str, label: &str, frames: &[FrameText]) -> Option<String> {
+pub(crate) fn path_words(category: &str, label: &str, via: &[String]) -> Option<String> {
     if category == Category::AllocatorCache.as_str() {
-        return Some("segments of a caching allocator".into());
+        // The label says it already ("segments of … taken for …").
+        return (!label.starts_with("segments of "))
+            .then(|| "segments of a caching allocator".into());
     }
-    crate::format::library_via(label, frames).map(|entry| format!("via {entry}"))
+    crate::format::library_via(label, via).map(|entry| format!("via {entry}"))
 }
 
 /// A site's named frames (function, module, location), innermost first.
@@ -238,14 +220,78 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 writeln!(w, "  last, {}", crate::device_view::sentence(&v.last))?;
             }
         }
-        peak_lines(
-            w,
-            &d.peak_sites,
-            d.peak_bytes,
-            |s| a.site_label(s),
-            |ids| alike_details(a, ids),
-        )?;
-        if let Some(o) = &d.outside_frameworks {
+        for f in &d.frameworks_at_peak {
+            writeln!(
+                w,
+                "  {:>6} {:>10} in {}:",
+                percent(f.segment_bytes, d.peak_bytes),
+                bytes(f.segment_bytes),
+                crate::framework::at_device_peak_words(f)
+            )?;
+            let free = f.segment_bytes.saturating_sub(f.tensor_bytes);
+            let shown = &f.tensor_sites[..f.tensor_sites.len().min(TOP)];
+            for s in shown {
+                writeln!(
+                    w,
+                    "    {:>6} {:>10} in {:>5} × {}",
+                    percent(s.bytes, d.peak_bytes),
+                    bytes(s.bytes),
+                    s.count,
+                    a.tensor_site_label(s.site)
+                )?;
+            }
+            if f.tensor_sites.len() > TOP {
+                let rest: u64 = f.tensor_sites[TOP..].iter().map(|s| s.bytes).sum();
+                writeln!(
+                    w,
+                    "    {:>6} {:>10} in tensors of {} more sites",
+                    percent(rest, d.peak_bytes),
+                    bytes(rest),
+                    f.tensor_sites.len() - TOP
+                )?;
+            }
+            if free > 0 {
+                writeln!(
+                    w,
+                    "    {:>6} {:>10} free in the segments (the allocator's cache)",
+                    percent(free, d.peak_bytes),
+                    bytes(free)
+                )?;
+            }
+        }
+        if d.frameworks_at_peak.is_empty() {
+            peak_lines(
+                w,
+                "",
+                &d.peak_sites,
+                d.peak_bytes,
+                |s| a.site_label(s),
+                |ids| alike_details(a, ids),
+            )?;
+        } else if !d.peak_sites.is_empty() {
+            let outside: u64 = d.peak_sites.iter().map(|s| s.bytes).sum();
+            writeln!(
+                w,
+                "  {:>6} {:>10} outside the framework allocators:",
+                percent(outside, d.peak_bytes),
+                bytes(outside)
+            )?;
+            peak_lines(
+                w,
+                "  ",
+                &d.peak_sites,
+                d.peak_bytes,
+                |s| a.site_label(s),
+                |ids| ids.iter().map(|&id| site_path(a, id)).collect(),
+            )?;
+        }
+        // Where the peak list already is what lies outside (the
+        // allocators' segments were taken apart above), it is not said twice.
+        if let Some(o) = d
+            .outside_frameworks
+            .as_ref()
+            .filter(|_| d.frameworks_at_peak.is_empty())
+        {
             let top: Vec<String> = o
                 .sites
                 .iter()
@@ -254,7 +300,7 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                     let via = a
                         .sites
                         .get(s.site as usize)
-                        .and_then(|site| crate::format::library_entry(&site.frames))
+                        .and_then(|site| crate::format::library_via("", &site.via))
                         .map_or_else(String::new, |v| format!(" via {v}"));
                     format!("{} {}{via}", bytes(s.bytes), a.site_label(s.site))
                 })
@@ -378,23 +424,22 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             p.pid
         )?;
     }
-    if !a.tensor_growth.is_empty() {
-        writeln!(w, "tensor growth after the warm-up:")?;
-        growth_lines(w, &a.tensor_growth, |s| a.tensor_site_label(s))?;
-    }
-    let growth = a.growth_beyond_tensors();
-    if growth.is_empty() && a.tensor_growth.is_empty() {
+    let growing = a.growing();
+    if growing.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
-    } else if a.growth.is_empty() {
-        writeln!(w, "growth of CUDA allocations: none after the warm-up")?;
-    } else if growth.is_empty() {
-        writeln!(
-            w,
-            "growth of CUDA allocations: the tensors above (each tensor is one)"
-        )?;
     } else {
         writeln!(w, "growth after the warm-up:")?;
-        growth_lines(w, growth, |s| a.site_label(s))?;
+        for (g, label, tensors) in growing.iter().take(TOP) {
+            writeln!(
+                w,
+                "  +{:>9} ({} → {}) pid {}: {}{label}",
+                bytes(g.growth_bytes),
+                bytes(g.from_bytes),
+                bytes(g.to_bytes),
+                g.pid,
+                if *tensors { "tensors at " } else { "" }
+            )?;
+        }
     }
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {

@@ -221,16 +221,34 @@ fn python_frames_name_the_marked_lines_on_every_interpreter() {
         assert!(out.status.success(), "{}", stderr(&out));
         let a: Value =
             serde_json::from_slice(&std::fs::read(dir.join("r/t.json")).unwrap()).unwrap();
-        let labels: Vec<&str> = a["sites"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["label"].as_str().unwrap())
-            .collect();
-        assert!(
-            labels.contains(&format!("allocate at fake_app.py:{}", lines["allocate"]).as_str()),
-            "{version}: {labels:?}"
-        );
+        // `allocate` has two callers: each call path is a site of its own,
+        // with its own bytes, labelled by the helper's line and its caller.
+        let by_label = |label: String| {
+            a["sites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["label"] == label.as_str())
+                .unwrap_or_else(|| panic!("{version}: no {label} in {}", a["sites"]))
+                .clone()
+        };
+        let helper = format!("allocate at fake_app.py:{}", lines["allocate"]);
+        let from_layer = by_label(format!(
+            "{helper}, called from {layer} at fake_app.py:{}",
+            lines["layer"]
+        ));
+        assert_eq!(from_layer["total_bytes"], 1 << 20, "{version}");
+        // 3.10 has no qualified names.
+        let lambda = if version == "3.10" {
+            "<lambda>"
+        } else {
+            "main.<locals>.<lambda>"
+        };
+        let thread = by_label(format!(
+            "{helper}, called from {lambda} at fake_app.py:{}",
+            lines["thread"]
+        ));
+        assert_eq!(thread["total_bytes"], 4096, "{version}");
     }
 }
 
@@ -639,10 +657,38 @@ fn records_and_analyzes_the_caching_allocator_of_the_stand_in() {
         label(&oom["site"]),
         format!("torch at fake_app.py:{}", lines["oom"]).as_str()
     );
-    assert_eq!(
-        label(&v["peak_sites"][0]["site"]),
-        format!("torch.<locals>.tensor at fake_app.py:{}", lines["tensor"]).as_str()
+    // The helper `tensor` has two callers: its bytes go to each call path
+    // (3 × 4 MiB kept from one line, 1 MiB freed from the other), each
+    // labelled by the helper's line and its caller.
+    let helper = format!("torch.<locals>.tensor at fake_app.py:{}", lines["tensor"]);
+    let peak = &v["peak_sites"][0];
+    let kept = label(&peak["site"]);
+    let kept = kept.as_str().unwrap();
+    assert!(
+        kept.starts_with(&format!("{helper}, called from ")),
+        "{kept}"
     );
+    assert!(
+        kept.ends_with(&format!("fake_app.py:{}", lines["kept"])),
+        "{kept}"
+    );
+    assert_eq!(peak["bytes"], 12 * MIB);
+    let temporary = a["tensor_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"].as_str().unwrap().starts_with(&helper) && s["label"] != kept)
+        .unwrap();
+    assert_eq!(
+        temporary["label"],
+        format!(
+            "{helper}, called from torch at fake_app.py:{}",
+            lines["temporary"]
+        )
+        .as_str()
+    );
+    assert_eq!(temporary["total_bytes"], MIB);
+    assert_eq!(temporary["count"], 1);
     // empty_cache gave the segment back (with the tensors still in it: the
     // stand-in does not check).
     assert_eq!(v["segments_freed"], 1);

@@ -127,25 +127,28 @@ fn a_leaking_line_is_named_with_what_it_held() {
     assert!(r[0]["growth_bytes"].as_u64().unwrap() >= kept / 2, "{r:?}");
 }
 
+/// jax_train.py with JAX's defaults: XLA's pool is 75% of the GPU
+/// (jax.stats.json: pool_bytes), but nothing ran short: no allocation
+/// failed and no other process used the device. That is no remedy (there
+/// is nothing to change), and the report says it as a fact, with what
+/// JAX's arrays used of the pool by JAX's own count.
 #[test]
-fn jax_preallocation_is_named_with_its_share() {
-    // jax_train.py with JAX's defaults: XLA's pool is 75% of the GPU
-    // (jax.stats.json: pool_bytes).
+fn jax_preallocation_that_hurt_nothing_is_a_fact_not_a_remedy() {
     let a = analysis(&sample("jax.bin"), "jax");
     let r = remedies(&a);
-    assert_eq!(r.len(), 1, "{r:?}");
-    assert_eq!(r[0]["kind"], "jax_preallocation");
+    assert!(r.is_empty(), "{r:?}");
     let stats: Value =
         serde_json::from_slice(&std::fs::read(sample("jax.stats.json")).unwrap()).unwrap();
-    assert_eq!(r[0]["preallocated_bytes"], stats["pool_bytes"]);
-    assert!((r[0]["fraction"].as_f64().unwrap() - 0.75).abs() < 0.001);
-    assert!(r[0]["change"]
-        .as_str()
-        .unwrap()
-        .contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"));
-    // What JAX's arrays used of it, by JAX's own count (read in the
-    // program): its peak_bytes_in_use, exactly.
-    assert_eq!(r[0]["arrays_peak_bytes"], stats["peak_bytes_in_use"]);
+    let pool = &a["framework_pools"][0];
+    assert_eq!(pool["pool_peak"], stats["pool_bytes"]);
+    assert_eq!(pool["in_use_peak"], stats["peak_bytes_in_use"]);
+    let dir = scratch("jax-fact");
+    let text = report_summary(&sample("jax.bin"), &dir);
+    assert!(!text.contains("WHAT TO CHANGE"), "{text}");
+    assert!(
+        text.contains("inside it: JAX (XLA's BFC allocator) of pid 558 holds 105 GiB as its pool"),
+        "{text}"
+    );
 }
 
 /// torch_cache.py: sixteen 64 MiB tensors freed (their segments cached),

@@ -1,8 +1,9 @@
 //! Patterns whose answers are known exactly.
 
+use gmem_prof_analyzer::model::Remedy;
 use gmem_prof_traces::record::{
-    ApiCall, ApiFunc, Bytes, Frame, KernelLaunch, Nanos, ProcessEnd, StackDef, StackId, StringDef,
-    StringId,
+    ApiCall, ApiFunc, Bytes, Frame, KernelLaunch, ModuleInfo, Nanos, ProcessEnd, StackDef, StackId,
+    StringDef, StringId, SymbolFrame, SymbolInfo,
 };
 use gmem_prof_traces::Record;
 
@@ -374,4 +375,108 @@ fn kernels_traced_as_launches_are_named_around_the_peak_by_launch_order() {
     );
     assert_eq!(next.start_ns, next.end_ns);
     assert_eq!(a.input.kernels, 5);
+}
+
+/// A process whose XLA BFC allocator takes 75% of an 80 GiB device at
+/// start (a stack through `tsl::BFCAllocator` in XLA's plugin), and, with
+/// `fails`, a later allocation of 30 GiB that fails on the same device.
+fn jax_trace(fails: bool) -> Vec<u8> {
+    const PLUGIN: u64 = 0x40_0000;
+    let mut records = vec![
+        Record::Module(ModuleInfo {
+            id: 1,
+            path: "/venv/lib/python3.12/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so"
+                .into(),
+            bias: 0,
+            start: PLUGIN,
+            end: PLUGIN + 0x10_0000,
+            build_id: Vec::new(),
+        }),
+        Record::Symbol(SymbolInfo {
+            address: PLUGIN + 0x1000,
+            module: 1,
+            module_offset: 0x1000,
+            frames: vec![SymbolFrame {
+                function: "tsl::BFCAllocator::Extend(unsigned long, unsigned long)".into(),
+                ..Default::default()
+            }],
+        }),
+        Record::Stack(StackDef {
+            id: StackId(1),
+            frames: vec![Frame::Native(PLUGIN + 0x1000)],
+            truncated: false,
+        }),
+    ];
+    let pool = 60u64 << 30;
+    records.push(Record::Api(ApiCall {
+        time: Nanos(1_000),
+        duration: Nanos(500),
+        tid: 7,
+        func: ApiFunc::MEM_ALLOC,
+        correlation: 1,
+        bytes: Bytes(pool),
+        address: BASE,
+        stack: StackId(1),
+        ..Default::default()
+    }));
+    let mut m = mem(1_100, true, BASE, pool, None);
+    if let Record::Memory(e) = &mut m {
+        e.correlation = 1;
+    }
+    records.push(m);
+    if fails {
+        records.push(Record::Api(ApiCall {
+            time: Nanos(5_000),
+            duration: Nanos(500),
+            tid: 7,
+            func: ApiFunc::MEM_ALLOC,
+            correlation: 2,
+            result: 2,
+            bytes: Bytes(30 << 30),
+            stack: StackId(1),
+            ..Default::default()
+        }));
+    }
+    records.push(Record::ProcessEnd(ProcessEnd {
+        time: Nanos(10_000),
+    }));
+    trace(&records)
+}
+
+/// JAX's preallocation is something to change only where the device ran
+/// short: with an allocation failing on it, the remedy names the pool and
+/// the failure; alone on the device with nothing failing, there is none.
+#[test]
+fn jax_preallocation_is_a_remedy_only_where_the_device_ran_short() {
+    let a = analyze_bytes(&jax_trace(true));
+    let site = &a.sites[0];
+    assert_eq!(site.allocator.as_deref(), Some("XLA's BFC allocator"));
+    let r: Vec<_> = a
+        .remedies
+        .iter()
+        .filter_map(|r| match r {
+            Remedy::JaxPreallocation {
+                preallocated_bytes,
+                fraction,
+                failed_allocations,
+                other_processes,
+                ..
+            } => Some((
+                *preallocated_bytes,
+                *fraction,
+                *failed_allocations,
+                *other_processes,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(r, [(60 << 30, 0.75, 1, 0)]);
+    let a = analyze_bytes(&jax_trace(false));
+    assert!(
+        !a.remedies
+            .iter()
+            .any(|r| matches!(r, Remedy::JaxPreallocation { .. })),
+        "{:?}",
+        a.remedies
+    );
 }

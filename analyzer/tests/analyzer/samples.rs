@@ -281,17 +281,28 @@ fn torch_growth_names_the_leaking_site_and_the_steady_run_has_none() {
     let leak = sample("torch_growth_leak.bin");
     let s = stats("torch_growth_leak.stats.json");
     let kept = s["kept_bytes"].as_u64().unwrap();
-    assert_eq!(leak.growth.len(), 1, "{:?}", leak.growth);
-    let g = &leak.growth[0];
-    let site = &leak.sites[g.site as usize];
+    // One verdict for the line: its tensors grow (under the
+    // cudaMallocAsync backend each is also a CUDA allocation of the same
+    // line, judged over the same time, and not said a second time).
+    let growing = leak.growing();
+    assert_eq!(growing.len(), 1, "{growing:?}");
+    let (g, label, tensors) = &growing[0];
+    assert!(*tensors, "{label}");
+    assert!(leak.growth.is_empty(), "{:?}", leak.growth);
+    let site = leak.sites.iter().find(|s| s.label == *label).unwrap();
     assert!(
         site.frames.iter().any(|f| f.function.contains("randn")),
         "{:?}",
         site.label
     );
     assert_eq!(site.max_live, kept, "the list kept every 1 MiB tensor");
-    assert!(g.growth_bytes >= kept / 2, "{g:?}");
-    assert!(sample("torch_growth.bin").growth.is_empty());
+    // Judged after the warm-up and before the last 5% of the time the
+    // process spent allocating: most, not all, of what it kept.
+    assert!(
+        g.growth_bytes >= kept * 3 / 4 && g.growth_bytes <= kept,
+        "{g:?}"
+    );
+    assert!(sample("torch_growth.bin").growing().is_empty());
 }
 
 #[test]
@@ -313,7 +324,7 @@ fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
     let bfc: Vec<&Site> = a
         .sites
         .iter()
-        .filter(|s| s.frames.iter().any(|f| f.function.contains("BFCAllocator")))
+        .filter(|s| s.allocator.as_deref() == Some("XLA's BFC allocator"))
         .filter(|s| s.kinds.iter().any(|k| k == "device"))
         .collect();
     assert_eq!(
