@@ -237,7 +237,12 @@ impl CodeArgs {
     dist-packages or the standard library (lib/pythonX.Y); for tensors made on threads that \
     run no Python (PyTorch's autograd), the backward node or operator; otherwise the first \
     native frame outside CUDA and the allocators. --user-code and --library-code change \
-    which files count as the program's.")]
+    which files count as the program's. A site is one call path: that frame and its callers. \
+    A line reached from two callers (a helper) is two sites, each with its own bytes, \
+    labelled \"helper at f.py:28, called from CALLER at f.py:36\". A caching allocator's \
+    segment is labelled by the request that made it take the segment (\"segments of \
+    PyTorch's caching allocator taken for …\"): what it held later is in the allocator's \
+    own view.")]
 pub struct ReportArgs {
     /// Traces, one per run: a trace file, or a directory of the per-process
     /// files of one run. With several, each run gets its own report and
@@ -256,7 +261,7 @@ pub struct ReportArgs {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
-    gmem-prof check trace.bin --max-peak 8GiB --max-leaked 0\n  \
+    gmem-prof check trace.bin --max-peak 8GiB --max-leaked 0 --max-growth 0\n  \
     gmem-prof check trace.bin --max-fragmentation 0.3 --max-growth 64MiB --max-ooms 0\n  \
     gmem-prof check trace.bin --budget gmem-budget.toml --markdown summary.md --junit junit.xml\n\n\
     A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
@@ -326,15 +331,17 @@ pub struct CheckArgs {
     pub max_module_globals: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Growth allowed for any one site (CUDA allocation sites and tensor
     /// sites). A site grows when its live bytes keep rising through the
-    /// steady part of its process's run (from 20% to 95% of its
-    /// allocations: the lowest level of each quarter and the level at 95%
-    /// never fall and end at least 1 MiB higher) and are still held when
-    /// the process ends, or rise as one allocation among its loop's others
-    /// and keep rising in time until they are freed (a Python program
-    /// frees its objects at shutdown, after the run). Memory filled and
-    /// then released is a peak, not growth; so is a sawtooth, and so is
-    /// memory filled during set-up and held flat while the work runs. The
-    /// figure is the rise from 20% to 95%.
+    /// judged part of its process's run (of the time buckets in which the
+    /// process allocated, from 20% to 95%: the lowest level of each
+    /// quarter and the level at its end never fall and end at least 1 MiB
+    /// higher) and are still held when the process ends, or rise as one
+    /// allocation among its loop's others and keep rising until they are
+    /// freed (a Python program frees its objects at shutdown, after the
+    /// run). Memory filled and then released is a peak, not growth; so is a
+    /// sawtooth, and so is memory filled during set-up and held flat while
+    /// the work runs. The figure is the rise over the judged part
+    /// (docs/ci.md gives the rule whole). `--max-growth 0` fails on any
+    /// growing site: the budget that catches a Python program's leak.
     #[arg(long, value_name = "SIZE")]
     pub max_growth: Option<gmem_prof_analyzer::budgets::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,

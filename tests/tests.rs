@@ -26,6 +26,8 @@
 //! - `mangled`: the real samples with records lost, repeated, moved, spliced
 //!   from another run or with a field changed: every command gives a result
 //!   or a clear error, never a panic.
+//! - `docs`: the repository stands alone (no file cites a document outside
+//!   it).
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -67,3 +69,6 @@ mod pools;
 
 #[path = "e2e/mangled.rs"]
 mod mangled;
+
+#[path = "e2e/docs.rs"]
+mod docs;

@@ -104,7 +104,7 @@ pub struct Limits {
     pub max_growth: Option<ByteSize>,
     pub max_fragmentation: Option<f64>,
     pub max_ooms: Option<u64>,
-    /// Memory held at exit in its other three kinds (DESIGN.md): cached by
+    /// Memory held at exit in its other three kinds (docs/design.md): cached by
     /// an allocator, held by CUDA libraries, module globals.
     pub max_cached_at_exit: Option<ByteSize>,
     pub max_library_held: Option<ByteSize>,
@@ -688,7 +688,7 @@ pub fn evaluate(
 }
 
 /// A device's fragmentation: its worst pool's, whether a framework's pool
-/// or a driver pool or VMM region (DESIGN.md).
+/// or a driver pool or VMM region (docs/design.md).
 fn fragmentation(run: &str, a: &Analysis, d: &crate::model::DeviceReport, max: f64) -> Outcome {
     let target = Target::Device(d.device);
     let pool = a

@@ -572,10 +572,32 @@ pub fn build(
         .iter_mut()
         .map(|st| judged_buckets(st, &axis, buckets))
         .collect();
+    let framework_pools = framework_pools::pools(&engine, &axis, buckets, start);
+    // A caching allocator's segments that keep growing are its cache
+    // growing, unless the framework's own count says its arrays grew with
+    // them: CuPy's pool, whose in-use readings the trace holds. Its chunks
+    // then grow with the lines that needed them.
+    let arrays_grew: Vec<bool> = engine
+        .streams
+        .iter()
+        .zip(&judged)
+        .map(|(st, judged)| {
+            framework_pools
+                .iter()
+                .filter(|p| p.pid == st.pid() && p.framework == sites::CUPY_POOL)
+                .any(|p| {
+                    let in_use: Vec<u64> = p.in_use.iter().map(|x| x.last).collect();
+                    steady_rise(&in_use, judged).is_some()
+                })
+        })
+        .collect();
     let mut candidates: std::collections::BTreeMap<(u32, u32), GrowthCandidate> =
         Default::default();
     for (i, s) in engine.sites.iter_mut().enumerate() {
-        if s.class != SiteClass::Call || categories[i] == Category::AllocatorCache {
+        let cupy_chunks =
+            merged[of_raw[i]].allocator == Some(sites::CUPY_POOL) && arrays_grew[s.stream as usize];
+        if s.class != SiteClass::Call || (categories[i] == Category::AllocatorCache && !cupy_chunks)
+        {
             continue;
         }
         candidates
@@ -639,6 +661,7 @@ pub fn build(
         tensor_sites,
         tensor_growth,
         at_device_peak,
+        site_ids: tensor_site_ids,
     } = framework_view::views(&mut engine, &axis, buckets, &opts.code, &mut ooms);
     // The device peak list without the segments of the allocators seen
     // from the inside, which are given apart with what they held.
@@ -689,7 +712,6 @@ pub fn build(
             report.peak_sites = by_site(&rest);
         }
     }
-    let framework_pools = framework_pools::pools(&engine, &axis, buckets, start);
     // One verdict per line: a CUDA site growing in a process where a
     // tensor site of the same label grows too is that tensor site seen
     // from the driver (PyTorch's cudaMallocAsync backend: each tensor is a
@@ -739,7 +761,10 @@ pub fn build(
             "{unknown} records of a newer format version were skipped: use a newer gmem-prof to see them"
         ));
     }
-    let site_ids = SiteIds((0..engine.sites.len() as u32).map(site_id).collect());
+    let site_ids = SiteIds {
+        sites: (0..engine.sites.len() as u32).map(site_id).collect(),
+        tensors: tensor_site_ids,
+    };
     let analysis = Analysis {
         schema_version: SCHEMA_VERSION,
         input: summary,

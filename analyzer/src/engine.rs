@@ -790,6 +790,41 @@ impl Engine {
         rows.push(r);
     }
 
+    /// A row for a tensor a framework view allocated or freed, when rows
+    /// are wanted.
+    fn tensor_row(
+        &mut self,
+        t: u64,
+        stream: u32,
+        device: u32,
+        address: u64,
+        change: Option<crate::framework::TensorChange>,
+    ) {
+        let Some(c) = change.filter(|_| self.rows.is_some()) else {
+            return;
+        };
+        self.row(
+            t,
+            stream,
+            EventRow {
+                address,
+                bytes: c.bytes,
+                tensor_site: Some((stream, c.site)),
+                allocated: Some(c.allocated),
+                reserved: Some(c.reserved),
+                ..EventRow::new(
+                    if c.alloc {
+                        EventKind::TensorAlloc
+                    } else {
+                        EventKind::TensorFree
+                    },
+                    t,
+                    device,
+                )
+            },
+        );
+    }
+
     fn memory_row(what: EventKind, t: u64, m: &MemoryEv, site: Option<u32>) -> EventRow {
         EventRow {
             kind: m.kind,
@@ -1071,13 +1106,14 @@ impl Engine {
                 .library_allocations
                 .iter()
                 .any(|&(tid, at)| tid == a.tid && t >= at && t - at <= LIBRARY_WORKSPACE_NS);
-        fw.apply(t, axis, a, library, &driver);
+        let change = fw.apply(t, axis, a, library, &driver);
         // A view made after its device reached its peak (the first
         // segment's driver allocation comes before the allocator's record
         // of it) joins that peak.
         if self.devices.get(a.device()).is_some_and(|d| d.peak_dirty) {
             fw.device_peak_joined(a.device(), t);
         }
+        self.tensor_row(t, stream, a.device(), a.address, change);
     }
 
     fn pool_id(&mut self, stream: u32, device: u32, address: u64) -> PoolId {
@@ -1285,7 +1321,8 @@ impl Engine {
             stream,
         };
         let ev = torch_async_event(AllocatorAction::ALLOC, m.device, stack, m.address, m.bytes);
-        fw.apply(t, axis, &ev, false, &driver);
+        let change = fw.apply(t, axis, &ev, false, &driver);
+        self.tensor_row(t, stream, m.device, m.address, change);
     }
 
     /// The backend's side of a free (`torch_async_alloc`), or of a change
@@ -1311,12 +1348,13 @@ impl Engine {
             live: &self.live,
             stream,
         };
-        if let Some(address) = freed {
+        let change = freed.and_then(|address| {
             let ev = torch_async_event(AllocatorAction::FREE, device, 0, address, 0);
-            fw.apply(t, axis, &ev, false, &driver);
-        }
+            fw.apply(t, axis, &ev, false, &driver)
+        });
         let reserved = self.regions.pools_size(&st.torch_pools, device);
         fw.set_reserved(t, axis, device, TORCH_ASYNC, reserved);
+        self.tensor_row(t, stream, device, freed.unwrap_or(0), change);
     }
 
     /// Takes CUPTI's record of a mapping of another process's memory

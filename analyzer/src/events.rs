@@ -22,6 +22,11 @@ pub enum EventKind {
     Exit,
     /// A kernel; `end_ns` is its end, `name` its name.
     Kernel,
+    /// A tensor (block) a framework allocator seen from the inside handed
+    /// out (`tensor_site`, `allocated`, `reserved` set).
+    TensorAlloc,
+    /// A tensor the program freed.
+    TensorFree,
 }
 
 impl EventKind {
@@ -32,6 +37,8 @@ impl EventKind {
             EventKind::Failed => "failed",
             EventKind::Exit => "exit",
             EventKind::Kernel => "kernel",
+            EventKind::TensorAlloc => "tensor alloc",
+            EventKind::TensorFree => "tensor free",
         }
     }
 }
@@ -63,6 +70,12 @@ pub struct EventRow {
     /// The device's live and reserved bytes just after the event.
     pub device_live: u64,
     pub device_reserved: u64,
+    /// Tensor events: the raw tensor site (the process's stream, its site;
+    /// map it with `SiteIds::tensor`), and the framework view's allocated
+    /// and reserved bytes (its process on its device) just after.
+    pub tensor_site: Option<(u32, u32)>,
+    pub allocated: Option<u64>,
+    pub reserved: Option<u64>,
 }
 
 impl EventRow {
@@ -84,17 +97,33 @@ impl EventRow {
             name: None,
             device_live: 0,
             device_reserved: 0,
+            tensor_site: None,
+            allocated: None,
+            reserved: None,
         }
     }
 }
 
-/// Maps the raw site ids of `EventRow` to `Analysis.sites` ids.
+/// Maps the raw site ids of `EventRow` to `Analysis.sites` ids, and its
+/// raw tensor sites to `Analysis.tensor_sites` ids.
 #[derive(Clone, Debug, Default)]
-pub struct SiteIds(pub(crate) Vec<u32>);
+pub struct SiteIds {
+    pub(crate) sites: Vec<u32>,
+    /// Per stream, per raw tensor site.
+    pub(crate) tensors: Vec<Vec<u32>>,
+}
 
 impl SiteIds {
     pub fn get(&self, raw: u32) -> Option<u32> {
-        self.0.get(raw as usize).copied()
+        self.sites.get(raw as usize).copied()
+    }
+
+    /// A tensor site's id from `EventRow::tensor_site`.
+    pub fn tensor(&self, (stream, raw): (u32, u32)) -> Option<u32> {
+        self.tensors
+            .get(stream as usize)?
+            .get(raw as usize)
+            .copied()
     }
 }
 

@@ -312,6 +312,18 @@ pub struct DeviceView {
 /// Snapshots whose pools are kept, at most.
 const MAX_SNAPSHOTS: usize = 64;
 
+/// A tensor allocated or freed by `FrameworkState::apply`: its site (raw,
+/// `FrameworkState::sites`), its bytes as the allocator counts them, and
+/// the view's allocated and reserved bytes just after.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorChange {
+    pub alloc: bool,
+    pub site: u32,
+    pub bytes: u64,
+    pub allocated: u64,
+    pub reserved: u64,
+}
+
 /// What a view's tensors held while the device stood at its peak. The
 /// device's live set stays at a peak from the allocation that reached it
 /// to the next free on the device (the segments do not change in between,
@@ -603,9 +615,9 @@ impl FrameworkState {
         i
     }
 
-    /// Applies one event at time `t`.
-    /// `library`: the block an `ALLOC` hands out is a CUDA library's
-    /// workspace (`Block::library`).
+    /// Applies one event at time `t`; returns the tensor it allocated or
+    /// freed, if it did. `library`: the block an `ALLOC` hands out is a
+    /// CUDA library's workspace (`Block::library`).
     pub fn apply(
         &mut self,
         t: u64,
@@ -613,16 +625,31 @@ impl FrameworkState {
         ev: &AllocatorEv,
         library: bool,
         driver: &dyn DriverMemory,
-    ) {
+    ) -> Option<TensorChange> {
         if ev.action == AllocatorAction::FREE {
-            for action in [
-                AllocatorAction::FREE_REQUESTED,
-                AllocatorAction::FREE_COMPLETED,
-            ] {
-                self.apply(t, axis, &AllocatorEv { action, ..*ev }, false, driver);
-            }
-            return;
+            let freed = self.apply(
+                t,
+                axis,
+                &AllocatorEv {
+                    action: AllocatorAction::FREE_REQUESTED,
+                    ..*ev
+                },
+                false,
+                driver,
+            );
+            let completed = self.apply(
+                t,
+                axis,
+                &AllocatorEv {
+                    action: AllocatorAction::FREE_COMPLETED,
+                    ..*ev
+                },
+                false,
+                driver,
+            );
+            return freed.or(completed);
         }
+        let mut change = None;
         let site = match ev.action {
             AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device())),
             _ => None,
@@ -685,6 +712,13 @@ impl FrameworkState {
                     dev.peak_dirty = true;
                 }
                 dev.at_device_peak.allocated(t, dev.allocated);
+                change = Some(TensorChange {
+                    alloc: true,
+                    site,
+                    bytes: size,
+                    allocated: dev.allocated,
+                    reserved: dev.reserved,
+                });
             }
             AllocatorAction::FREE_REQUESTED => {
                 // Leaving a peak: what was live at it is settled now.
@@ -702,6 +736,13 @@ impl FrameworkState {
                         if self.last_alloc == Some((ev.address, ev.device(), seq)) {
                             s.temporaries += 1;
                         }
+                        change = Some(TensorChange {
+                            alloc: false,
+                            site,
+                            bytes: size,
+                            allocated: dev.allocated,
+                            reserved: dev.reserved,
+                        });
                     }
                     Some(_) => {}
                     None => dev.unknown_frees += 1,
@@ -717,6 +758,13 @@ impl FrameworkState {
                         dev.allocated = dev.allocated.saturating_sub(b.size);
                         dev.allocated_curve.set(axis, dev.allocated);
                         self.sites[b.site as usize].held.release(b.size, axis);
+                        change = Some(TensorChange {
+                            alloc: false,
+                            site: b.site,
+                            bytes: b.size,
+                            allocated: dev.allocated,
+                            reserved: dev.reserved,
+                        });
                     }
                     dev.frag_dirty = true;
                 }
@@ -875,6 +923,7 @@ impl FrameworkState {
             }
             _ => {}
         }
+        change
     }
 
     /// The memory an allocator with no segments of its own holds from CUDA

@@ -53,7 +53,7 @@ fn pool(
     FrameworkPool {
         framework: match framework {
             pool_usage::JAX => "JAX (XLA's BFC allocator)".into(),
-            pool_usage::CUPY => "CuPy's memory pool".into(),
+            pool_usage::CUPY => crate::sites::CUPY_POOL.into(),
             other => format!("framework {other}"),
         },
         pid,

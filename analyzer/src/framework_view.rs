@@ -22,6 +22,8 @@ pub struct Views {
     /// backend's): its tensors at the device's peak (`FrameworkAtPeak`
     /// with the segments left for the caller, who knows the driver's side).
     pub at_device_peak: Vec<(usize, u32, FrameworkAtPeak)>,
+    /// Per stream, per raw tensor site: its id in `tensor_sites`.
+    pub site_ids: Vec<Vec<u32>>,
 }
 
 /// A tensor site before ranking: its figures summed over the raw sites
@@ -463,6 +465,7 @@ pub fn views(
         tensor_sites,
         tensor_growth,
         at_device_peak,
+        site_ids,
     }
 }
 

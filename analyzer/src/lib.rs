@@ -10,7 +10,7 @@
 //!   `Analysis.input.warnings`; only a file that is not a trace at all is an
 //!   error.
 //! - The definitions (live set, reserved, fragmentation, leaks, growth,
-//!   temporaries, OOM outcomes) are those of DESIGN.md and are documented on
+//!   temporaries, OOM outcomes) are those of docs/design.md and are documented on
 //!   the model's fields.
 //!
 //! # Example

@@ -682,7 +682,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// Who holds memory from a site when nothing frees it: memory still live
-/// at exit is split by this into its four kinds (DESIGN.md), each with its
+/// at exit is split by this into its four kinds (docs/design.md), each with its
 /// own figure and budget. Serialized as the strings the JSON always had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Category {
@@ -735,7 +735,7 @@ impl std::fmt::Display for Category {
     }
 }
 
-/// Memory still live when a process ended, in the four kinds of DESIGN.md
+/// Memory still live when a process ended, in the four kinds of docs/design.md
 /// (plus the profiler's own).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AtExit {

@@ -321,12 +321,14 @@ const ALLOCATOR_CACHES: [(&str, &str); 5] = [
     ("DeviceCachingAllocator", TORCH_CACHE),
     // PyTorch's pinned host memory cache (`pin_memory`, `.item()` copies).
     ("CachingHostAllocator", "PyTorch's pinned host memory cache"),
-    ("SingleDeviceMemoryPool", "CuPy's memory pool"),
+    ("SingleDeviceMemoryPool", CUPY_POOL),
     ("BFCAllocator", BFC),
 ];
 
 /// Names of caching allocators (`caching_allocator`).
 pub const TORCH_CACHE: &str = "PyTorch's caching allocator";
+/// Also `FrameworkPool::framework` of its readings.
+pub const CUPY_POOL: &str = "CuPy's memory pool";
 pub const BFC: &str = "a BFC allocator";
 /// XLA's (JAX's) BFC allocator: `BFC` in a module of XLA.
 pub const XLA_BFC: &str = "XLA's BFC allocator";

@@ -4,11 +4,16 @@
 //!
 //! Columns (documented for users in docs/formats.md):
 //! time_ns, end_ns (u64, since the trace's first event), event (alloc, free,
-//! failed, exit, kernel), pid, device (u32), kind (memory kind; null for
-//! kernels and failures), address, bytes (u64), site (u32: index into the
-//! report's sites; null when unknown), site_label (text), correlation,
-//! cuda_stream (u32), name (kernel name or failed function), device_live,
-//! device_reserved (u64: the device's totals just after the event).
+//! failed, exit, kernel, tensor alloc, tensor free), pid, device (u32),
+//! kind (memory kind; null for kernels, failures and tensors), address,
+//! bytes (u64), site (u32: index into the report's sites; null when
+//! unknown and for tensors), site_label (text: the site's, or the tensor
+//! site's), correlation, cuda_stream (u32), name (kernel name or failed
+//! function), device_live, device_reserved (u64: the device's totals just
+//! after the event), tensor_site (u32: index into the report's tensor
+//! sites; null but for tensors), allocated, reserved (u64: the framework
+//! allocator's figures for the process on the device just after a tensor
+//! event; null otherwise).
 
 use std::io::Write;
 
@@ -38,6 +43,9 @@ struct Columns {
     name: Vec<Option<String>>,
     device_live: Vec<u64>,
     device_reserved: Vec<u64>,
+    tensor_site: Vec<Option<u32>>,
+    allocated: Vec<Option<u64>>,
+    reserved: Vec<Option<u64>>,
 }
 
 impl Columns {
@@ -51,9 +59,11 @@ impl Columns {
         let labels: Vec<Option<&str>> = c
             .site
             .iter()
-            .map(|s| {
-                s.and_then(|s| a.sites.get(s as usize))
-                    .map(|s| s.label.as_str())
+            .zip(&c.tensor_site)
+            .map(|(s, t)| match (s, t) {
+                (Some(s), _) => a.sites.get(*s as usize).map(|s| s.label.as_str()),
+                (None, Some(t)) => a.tensor_sites.get(*t as usize).map(|s| s.label.as_str()),
+                (None, None) => None,
             })
             .collect();
         DataFrame::new(
@@ -74,6 +84,9 @@ impl Columns {
                 Column::new("name".into(), c.name),
                 Column::new("device_live".into(), c.device_live),
                 Column::new("device_reserved".into(), c.device_reserved),
+                Column::new("tensor_site".into(), c.tensor_site),
+                Column::new("allocated".into(), c.allocated),
+                Column::new("reserved".into(), c.reserved),
             ],
         )
     }
@@ -111,7 +124,10 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
             c.pid.push(r.pid);
             c.device.push(r.device);
             c.kind.push(match r.what {
-                EventKind::Kernel | EventKind::Failed => None,
+                EventKind::Kernel
+                | EventKind::Failed
+                | EventKind::TensorAlloc
+                | EventKind::TensorFree => None,
                 _ => Some(kind_name(r.kind)),
             });
             c.address.push(r.address);
@@ -122,6 +138,10 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
             c.name.push(r.name.clone());
             c.device_live.push(r.device_live);
             c.device_reserved.push(r.device_reserved);
+            c.tensor_site
+                .push(r.tensor_site.and_then(|t| self.sites.tensor(t)));
+            c.allocated.push(r.allocated);
+            c.reserved.push(r.reserved);
             if c.len() >= ROWS_PER_GROUP {
                 self.flush()?;
             }

@@ -6,8 +6,14 @@
 //! - a counter "memory" with two series, `live` and `reserved` bytes, updated
 //!   at every allocation, free and process exit;
 //! - one thread per CUDA stream with the kernels as slices;
+//! - a counter "tensors of pid N" per process whose framework allocator the
+//!   trace sees from the inside (PyTorch's), with two series, `allocated`
+//!   (its tensors: `memory_allocated`) and `reserved` (its segments or
+//!   pool: `memory_reserved`), updated at every tensor allocated and freed;
 //! - an instant per failed allocation ("OOM …"), with its outcome and site,
-//!   and one at each device's peak.
+//!   one per out-of-memory error a framework allocator raised ("OOM raised
+//!   by …", with its limit, site and figures), and one at each device's
+//!   peak.
 //!
 //! Times are microseconds (the format's unit) with nanosecond decimals,
 //! since the first event of the trace.
@@ -26,6 +32,8 @@ pub struct PerfettoWriter<W: Write> {
     /// Last (live, reserved) written per device: unchanged values are not
     /// repeated.
     counters: BTreeMap<u32, (u64, u64)>,
+    /// The same per (device, pid) for tensors (allocated, reserved).
+    tensor_counters: BTreeMap<(u32, u32), (u64, u64)>,
     streams: BTreeSet<(u32, u32)>,
     pub events_written: u64,
 }
@@ -56,6 +64,7 @@ impl<W: Write> PerfettoWriter<W> {
             out,
             first: true,
             counters: BTreeMap::new(),
+            tensor_counters: BTreeMap::new(),
             streams: BTreeSet::new(),
             events_written: 0,
         })
@@ -126,6 +135,22 @@ impl<W: Write> PerfettoWriter<W> {
                         r.device_reserved
                     )?;
                 }
+                EventKind::TensorAlloc | EventKind::TensorFree => {
+                    let now = (r.allocated.unwrap_or(0), r.reserved.unwrap_or(0));
+                    if self.tensor_counters.insert((r.device, r.pid), now) == Some(now) {
+                        continue;
+                    }
+                    self.separator()?;
+                    write!(
+                        self.out,
+                        "{{\"name\":\"tensors of pid {}\",\"ph\":\"C\",\"ts\":{},\"pid\":{},\"args\":{{\"allocated\":{},\"reserved\":{}}}}}",
+                        r.pid,
+                        Micros(r.time_ns),
+                        track(r.device),
+                        now.0,
+                        now.1
+                    )?;
+                }
                 // Written by `finish`, which knows each failure's outcome.
                 EventKind::Failed => {}
             }
@@ -185,6 +210,33 @@ impl<W: Write> PerfettoWriter<W> {
                 o.device_live_bytes
             );
             self.event(&line)?;
+        }
+        for v in &a.frameworks {
+            for o in &v.ooms {
+                let title = format!(
+                    "OOM raised by {}: {} B ({})",
+                    v.allocator, o.requested_bytes, o.limit
+                );
+                let site = o
+                    .site
+                    .map_or_else(|| "unknown".to_string(), |s| a.tensor_site_label(s));
+                let line = format!(
+                    "{{\"name\":{},\"cat\":\"oom\",\"ph\":\"i\",\"s\":\"p\",\"ts\":{},\"pid\":{},\"tid\":0,\"args\":{{\"requested_bytes\":{},\"request_seen\":{},\"limit\":{},\"limit_bytes\":{},\"site\":{},\"process\":{},\"allocated_bytes\":{},\"reserved_bytes\":{},\"largest_free_block\":{}}}}}",
+                    json_str(&title),
+                    Micros(o.time_ns),
+                    track(o.device),
+                    o.requested_bytes,
+                    o.request_seen,
+                    json_str(&o.limit),
+                    o.limit_bytes.map_or_else(|| "null".to_string(), |b| b.to_string()),
+                    json_str(&site),
+                    o.pid,
+                    o.allocated_bytes,
+                    o.reserved_bytes,
+                    o.largest_free_block
+                );
+                self.event(&line)?;
+            }
         }
         self.out.write_all(b"\n]}\n")?;
         self.out.flush()?;

@@ -453,3 +453,61 @@ fn the_budget_of_docs_ci_md_passes_healthy_runs_and_fails_leaking_ones() {
     }
     assert_eq!(code("killed.bin").0, Some(2), "cut short: not profiled");
 }
+
+/// The README's first CI example, as written there, catches the Python
+/// leaks of the samples (a line keeping its tensors, under both of
+/// PyTorch's allocators: freed only at the interpreter's shutdown, so no
+/// leak budget sees them) and passes the same programs without the leak.
+#[test]
+fn the_readmes_ci_example_catches_a_python_leak() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let example = readme
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("gmem-prof check run.bin "))
+        .expect("the README has a `check run.bin` example");
+    let args: Vec<&str> = example
+        .split('#')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(!args.is_empty(), "{example}");
+    for (name, leaks) in [
+        ("torch_leak.bin", true),
+        ("torch_leak_async.bin", true),
+        ("torch_growth_leak.bin", true),
+        ("torch_native.bin", false),
+        ("torch_async.bin", false),
+        ("torch_growth.bin", false),
+    ] {
+        let o = check(name, &args);
+        assert_eq!(
+            o.status.code(),
+            Some(if leaks { 1 } else { 0 }),
+            "{name} with {args:?}: {}",
+            out(&o)
+        );
+    }
+}
+
+/// PyTorch allocates cuBLAS's workspaces through its own allocator, as
+/// blocks kept for the process's life: held by a library, not tensors the
+/// program left live. The clean samples pass `--max-tensors-at-exit 0`
+/// (each held 65 MiB of such workspaces at exit, which failed it), and
+/// the workspaces are counted as the library's.
+#[test]
+fn library_workspaces_are_not_tensors_at_exit() {
+    for name in [
+        "torch_native.bin",
+        "torch_async.bin",
+        "torch_growth.bin",
+        "torch_leak.bin",
+    ] {
+        let o = check(name, &["--max-tensors-at-exit", "0"]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", out(&o));
+        let a = export_json(&sample(name), &scratch("workspaces"));
+        let e = &a["frameworks"][0]["at_exit"];
+        assert_eq!(e["live_tensors"], 0, "{name}: {e}");
+        assert!(e["library_tensors"].as_u64().unwrap() > 0, "{name}: {e}");
+    }
+}

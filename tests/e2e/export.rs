@@ -270,3 +270,96 @@ fn export_of_bad_input_exits_2_and_leaves_no_file() {
         "only bad.bin remains"
     );
 }
+
+/// torch_fraction_oom.py: PyTorch refused a 256 MiB tensor against its
+/// memory fraction, with no CUDA call failing. Perfetto shows the error
+/// the program saw, with the request and the limit of its message
+/// (torch_fraction_oom.truth.json), and the process's allocated and
+/// reserved bytes as counters, whose highest are torch's own peaks.
+#[test]
+fn perfetto_shows_the_framework_view_and_its_errors() {
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_fraction_oom.truth.json")).unwrap())
+            .unwrap();
+    let events = perfetto("torch_fraction_oom.bin");
+    let raised: Vec<&Value> = phase(&events, "i")
+        .into_iter()
+        .filter(|e| {
+            e["cat"] == "oom"
+                && e["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("OOM raised by PyTorch")
+        })
+        .collect();
+    assert_eq!(raised.len(), 1, "{events:?}");
+    let args = &raised[0]["args"];
+    assert_eq!(args["requested_bytes"], truth["request"]);
+    assert_eq!(args["limit_bytes"], truth["limit"]);
+    assert_eq!(args["limit"], "memory fraction");
+    assert!(args["site"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("torch_fraction_oom.py:{}", truth["lines"]["oom"])));
+    let tensors: Vec<&Value> = phase(&events, "C")
+        .into_iter()
+        .filter(|e| e["name"].as_str().unwrap().starts_with("tensors of pid"))
+        .collect();
+    let most = |series: &str| {
+        tensors
+            .iter()
+            .map(|e| e["args"][series].as_u64().unwrap())
+            .max()
+    };
+    assert_eq!(
+        most("allocated"),
+        truth["torch"]["allocated_bytes.all.peak"].as_u64()
+    );
+    assert_eq!(
+        most("reserved"),
+        truth["torch"]["reserved_bytes.all.peak"].as_u64()
+    );
+}
+
+/// torch_leak.py: its tensors are rows of their own in the Parquet, each
+/// with its tensor site and the allocator's figures after it: as many as
+/// the allocator handed out and the program freed, the leaking line's 40
+/// tensors of 4 MiB (torch_leak.truth.json), and the highest allocated
+/// figure torch's own peak.
+#[test]
+fn parquet_has_the_tensors_of_the_framework_view() {
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_leak.truth.json")).unwrap()).unwrap();
+    let a = export_json(&sample("torch_leak.bin"), &scratch("export-tensors-json"));
+    let view = &a["frameworks"][0];
+    let df = parquet("tensors", "torch_leak.bin");
+    let allocs = column_u64(&df, "tensor alloc", "bytes");
+    let frees = column_u64(&df, "tensor free", "bytes");
+    assert_eq!(
+        Some(allocs.len() as u64),
+        view["tensors_allocated"].as_u64()
+    );
+    assert_eq!(Some(frees.len() as u64), view["tensors_freed"].as_u64());
+    let events = df.column("event").unwrap().str().unwrap();
+    let labels = df.column("site_label").unwrap().str().unwrap();
+    let sites = df.column("tensor_site").unwrap().u32().unwrap();
+    let bytes = df.column("bytes").unwrap().u64().unwrap();
+    let leak_line = format!("main at torch_leak.py:{}", truth["lines"]["leak"]);
+    let (mut kept, mut kept_bytes) = (0u64, 0u64);
+    for i in 0..df.height() {
+        if events.get(i) == Some("tensor alloc") {
+            assert!(sites.get(i).is_some(), "row {i} has no tensor site");
+            if labels.get(i) == Some(leak_line.as_str()) {
+                kept += 1;
+                kept_bytes += bytes.get(i).unwrap();
+            }
+        }
+    }
+    assert_eq!(Some(kept), truth["kept"].as_u64());
+    assert_eq!(Some(kept_bytes), truth["kept_bytes"].as_u64());
+    let allocated = df.column("allocated").unwrap().u64().unwrap();
+    assert_eq!(
+        allocated.max(),
+        truth["torch"]["allocated_bytes.all.peak"].as_u64()
+    );
+}

@@ -192,3 +192,59 @@ fn cupy_sample_readings_follow_the_programs_own() {
         "free_all_blocks() gave everything back"
     );
 }
+
+/// CuPy's pool takes a 1 MiB chunk from CUDA at each step of a loop
+/// (fake_app.py `cupy_kept`, `cupy_freed`). Where the loop keeps its
+/// arrays, CuPy's own count of arrays in use rises with the chunks: the
+/// line keeps growing, by most of its 60 MiB. Where it frees them at once,
+/// only the pool's cache grows, which is no growth of the program's.
+#[test]
+fn cupy_pool_growth_is_judged_on_its_own_readings() {
+    let line = marked_lines(&repo().join("tests/fake_cupti/fake_app.py"))["cupy_step"];
+    for (scenario, grows) in [("cupy_kept", true), ("cupy_freed", false)] {
+        let dir = scratch(scenario);
+        let mut cmd = record_python(
+            &dir,
+            "t.bin",
+            &[],
+            Path::new("python3"),
+            &[OsStr::new(scenario)],
+        );
+        cmd.env("GMEM_PROF_POOL_MS", "10");
+        let out = run(&mut cmd);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let out = run(std::process::Command::new(gmem())
+            .args(["export", "-q", "--format", "json", "-o"])
+            .arg(dir.join("a.json"))
+            .arg(dir.join("t.bin")));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let a: Value = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
+        let growth = a["growth"].as_array().unwrap();
+        if !grows {
+            assert!(growth.is_empty(), "{scenario}: {growth:?}");
+            continue;
+        }
+        assert_eq!(growth.len(), 1, "{scenario}: {growth:?}");
+        let site = &a["sites"][growth[0]["site"].as_u64().unwrap() as usize];
+        assert_eq!(site["allocator"], "CuPy's memory pool");
+        assert!(
+            site["label"]
+                .as_str()
+                .unwrap()
+                .starts_with("segments of CuPy's memory pool taken for "),
+            "{site}"
+        );
+        let step = format!("fake_app.py:{line}");
+        assert!(
+            site["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["location"].as_str().unwrap().ends_with(&step)),
+            "{site}"
+        );
+        let g = growth[0]["growth_bytes"].as_u64().unwrap();
+        // The judged part is 75% of the time the loop allocated.
+        assert!((40 * MIB..=60 * MIB).contains(&g), "{g}");
+    }
+}

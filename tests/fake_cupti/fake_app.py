@@ -14,8 +14,10 @@ the segment but in pieces), `torch_async_fraction_oom` (the
 cudaMallocAsync backend refusing a tensor against the memory fraction), `shapes`
 (allocations from generators, coroutines, deep recursion and other shapes of
 code), `os_exit` (allocations, then os._exit), `fork_workers` (multiprocessing
-workers started by fork that use CUDA) or `pools` (JAX's and CuPy's pools, from the
-stand-ins in stand_ins/, through the bootstrap `record` puts on the path)."""
+workers started by fork that use CUDA), `pools` (JAX's and CuPy's pools, from the
+stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
+`cupy_kept` / `cupy_freed` (CuPy's pool growing with arrays kept, or with its
+cache alone)."""
 
 import asyncio
 import contextlib
@@ -158,6 +160,20 @@ def pools():
         sys.exit("JAX's backend was started by the bootstrap")
 
 
+def cupy_loop(keep):
+    """CuPy's pool taking a 1 MiB chunk from CUDA at each of 60 steps, for
+    an array the loop keeps (`keep`: CuPy's own count of arrays in use
+    grows with the chunks) or frees at once (only the pool's cache grows).
+    Each step is held for two of the pool's readings."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    for _ in range(60):
+        pool.malloc(1 << 20, allocate, keep)  # line:cupy_step
+        time.sleep(0.02)
+
+
 def paused(library):
     """Recording paused and resumed by the program (the hook benchmarks use
     to alternate recorded and unrecorded steps): a driver allocation and a
@@ -280,6 +296,10 @@ def fork_workers():
 
 if sys.argv[2:3] == ["pools"]:
     pools()
+elif sys.argv[2:3] == ["cupy_kept"]:
+    cupy_loop(keep=True)
+elif sys.argv[2:3] == ["cupy_freed"]:
+    cupy_loop(keep=False)
 elif sys.argv[2:3] == ["torch"]:
     torch(sys.argv[3])
 elif sys.argv[2:3] == ["torch_threads"]:
