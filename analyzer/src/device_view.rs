@@ -19,6 +19,7 @@ struct Sample<'a> {
     m: &'a DeviceMemory,
     tracked: u64,
     pools_unused: u64,
+    framework_free: u64,
 }
 
 /// Every sample of the run, gathered once.
@@ -32,23 +33,29 @@ pub struct Samples<'a> {
 
 impl<'a> Samples<'a> {
     pub fn new(engine: &'a Engine, start: u64) -> Samples<'a> {
-        let tracked: HashMap<(u32, u64, u32), (u64, u64)> = engine
+        let tracked: HashMap<(u32, u64, u32), (u64, u64, u64)> = engine
             .device_views
             .iter()
-            .map(|t| ((t.stream, t.time, t.device), (t.tracked, t.pools_unused)))
+            .map(|t| {
+                (
+                    (t.stream, t.time, t.device),
+                    (t.tracked, t.pools_unused, t.framework_free),
+                )
+            })
             .collect();
         let mut by_device: HashMap<u32, Vec<Sample>> = HashMap::new();
         for (i, st) in engine.streams.iter().enumerate() {
             for m in &st.defs.device_memory {
-                let (tracked, pools_unused) = tracked
+                let (tracked, pools_unused, framework_free) = tracked
                     .get(&(i as u32, m.time.0, m.device))
                     .copied()
-                    .unwrap_or((0, 0));
+                    .unwrap_or((0, 0, 0));
                 by_device.entry(m.device).or_default().push(Sample {
                     pid: st.pid(),
                     m,
                     tracked,
                     pools_unused,
+                    framework_free,
                 });
             }
         }
@@ -99,6 +106,7 @@ impl<'a> Samples<'a> {
             driver_reserved_bytes: m.reserved.0,
             tracked_bytes: tracked,
             pools_unused_bytes: s.pools_unused,
+            framework_free_bytes: s.framework_free,
             run_processes_bytes: run_bytes,
             context_and_untracked_bytes: run_bytes.map(|r| r.saturating_sub(tracked)),
             other_processes_bytes: other_bytes,

@@ -430,6 +430,9 @@ pub struct TrackedAt {
     /// What stream-ordered pools on the device held beyond their live
     /// allocations then.
     pub pools_unused: u64,
+    /// What framework allocators seen from the inside held in their
+    /// segments with no tensor in it then (their cache; part of `tracked`).
+    pub framework_free: u64,
 }
 
 /// Device states by id. The sweep looks one up for almost every event, and
@@ -1050,12 +1053,21 @@ impl Engine {
             &Event::DeviceView { device, used } => {
                 let tracked = self.device(device).on_device;
                 let pools_unused = self.regions.pools_unused(device);
+                let framework_free = self
+                    .streams
+                    .iter()
+                    .filter_map(|s| s.framework.as_deref())
+                    .filter_map(|f| f.devices.get(&device))
+                    .filter(|v| v.allocator != crate::framework::TORCH_ASYNC)
+                    .map(|v| v.reserved.saturating_sub(v.allocated))
+                    .sum();
                 self.device_views.push(TrackedAt {
                     stream,
                     time: e.time,
                     device,
                     tracked,
                     pools_unused,
+                    framework_free,
                 });
                 if let Some(axis) = &self.axis {
                     let dev = self.devices.get_or_insert(device);

@@ -957,6 +957,11 @@ pub struct SmiMoment {
     /// PyTorch's or CuPy's, are allocations the trace sees whole, so their
     /// cache is among the live allocations.)
     pub pools_unused_bytes: u64,
+    /// Of `tracked_bytes`, what framework allocators seen from the inside
+    /// (PyTorch's caching allocator) held in their segments with no tensor
+    /// in it: their cache, which `memory_allocated` leaves out and
+    /// nvidia-smi counts as used.
+    pub framework_free_bytes: u64,
     /// What NVML charged to the run's processes; `None` when it listed none
     /// of them (in a container NVML may list the host's pids).
     pub run_processes_bytes: Option<u64>,

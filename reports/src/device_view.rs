@@ -34,19 +34,20 @@ pub fn sentence(m: &SmiMoment) -> String {
     } else {
         String::new()
     };
-    let tracked = if m.pools_unused_bytes > 0 {
-        format!(
-            "{} in allocations the trace tracked, {} held by memory pools with no allocation \
-             in it",
-            bytes(m.tracked_bytes - m.pools_unused_bytes),
+    let allocations = m.tracked_bytes - m.pools_unused_bytes;
+    let mut tracked = format!("{} in allocations the trace tracked", bytes(allocations));
+    if m.framework_free_bytes > 0 {
+        tracked.push_str(&format!(
+            " ({} of it free inside the framework allocators' segments: their cache)",
+            bytes(m.framework_free_bytes)
+        ));
+    }
+    if m.pools_unused_bytes > 0 {
+        tracked.push_str(&format!(
+            ", {} held by memory pools with no allocation in it",
             bytes(m.pools_unused_bytes)
-        )
-    } else {
-        format!(
-            "{} in allocations the trace tracked",
-            bytes(m.tracked_bytes)
-        )
-    };
+        ));
+    }
     match (m.context_and_untracked_bytes, m.unattributed_bytes) {
         (Some(context), Some(unattributed)) => format!(
             "{head}: {tracked}, {} in this run's CUDA contexts and other memory no watched call \

@@ -207,7 +207,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         }
         let _ = write!(
             out,
-            "<p class=\"meta\">{} samples of NVML (the library nvidia-smi reads), taken at the collector's flush ticks, right after failed allocations and at exit; \"tracked\" is device memory the trace saw allocated and not yet freed at that moment.</p>",
+            "<p class=\"meta\">{} samples of NVML (the library nvidia-smi reads), taken at the collector's flush ticks, right after failed allocations and at exit; \"tracked\" is device memory the trace saw allocated and not yet freed at that moment, and what stream-ordered pools held beyond it.</p>",
             v.samples
         );
     }

@@ -164,6 +164,14 @@ fn filled_in_a_set_up_phase_then_freed_is_not_growth() {
 fn growth_budget_catches_the_leaking_loop_only() {
     let o = check("torch_growth_leak.bin", &["--max-growth", "64MiB"]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    // One line keeps its tensors (under the cudaMallocAsync backend each
+    // is a CUDA allocation too): one site grows, said once (it counted 2,
+    // with +150 MiB as tensors and +186 MiB as CUDA allocations).
+    assert!(
+        out(&o).contains("1 site(s) grew by more than 64.0 MiB"),
+        "{}",
+        out(&o)
+    );
     assert_eq!(
         check("torch_growth.bin", &["--max-growth", "64MiB"])
             .status

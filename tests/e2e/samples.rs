@@ -482,6 +482,18 @@ fn nvidia_smi_figure_counts_a_stream_ordered_pool_as_the_pools() {
         native["devices"][0]["device_view"]["last"]["pools_unused_bytes"],
         0
     );
+    // With the default allocator, what its segments held free is among the
+    // tracked allocations, said apart: at exit, torch's memory_reserved
+    // (torch_native.stats.json) less the blocks still in them.
+    let stats: Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_native.stats.json")).unwrap()).unwrap();
+    let e = &native["frameworks"][0]["at_exit"];
+    let in_segments =
+        e["live_tensor_bytes"].as_u64().unwrap() + e["library_bytes"].as_u64().unwrap();
+    assert_eq!(
+        native["devices"][0]["device_view"]["last"]["framework_free_bytes"].as_u64(),
+        Some(stats["reserved_bytes.all.current"].as_u64().unwrap() - in_segments)
+    );
 }
 
 /// jax_train.py: XLA maps its 105 GiB pool into a VMM reservation, places
