@@ -131,6 +131,27 @@ fn site_bytes_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) 
     })
 }
 
+/// A table of sites, each with what its memory came through (a library's
+/// entry point, `Site::via`).
+fn via_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
+    bytes_table(
+        ("site (library entry)", "allocations"),
+        rows,
+        whole,
+        limit,
+        |id| {
+            let via = a
+                .sites
+                .get(id as usize)
+                .and_then(|s| crate::format::library_via(&s.label, &s.via))
+                .map_or_else(String::new, |v| {
+                    format!(" <span class=\"cat\">via {}</span>", escape(&v))
+                });
+            format!("{}{via}", site_link(a, id))
+        },
+    )
+}
+
 /// A table of (site, bytes, count) rows: `columns` names the site and
 /// count columns, `link` renders a site.
 pub(crate) fn bytes_table(
@@ -224,10 +245,14 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     for f in &d.frameworks_at_peak {
         out.push_str(&crate::framework::at_device_peak_html(a, f, d.peak_bytes));
     }
-    if !d.frameworks_at_peak.is_empty() && !d.peak_sites.is_empty() {
+    if d.frameworks_at_peak.is_empty() {
+        out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
+    } else if !d.peak_sites.is_empty() {
+        // The rest is what lies outside the allocators: each row says what
+        // its memory came through (a library's entry point).
         out.push_str("<p>The rest of the peak, outside the framework allocators (library workspaces, CUDA graphs, other allocators, module globals; the CUDA context itself is not an allocation the trace sees):</p>");
+        out.push_str(&via_table(a, &d.peak_sites, d.peak_bytes, 20));
     }
-    out.push_str(&site_bytes_table(a, &d.peak_sites, d.peak_bytes, 20));
     let flame = format!("device{}-peak-flame.svg", d.device);
     for c in charts.iter().filter(|c| c.name == flame) {
         out.push_str(&chart_html(c));
@@ -248,22 +273,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
             out,
             "<p>Outside the framework allocators at the peak: {amount} ({what}){end}</p>"
         );
-        out.push_str(&bytes_table(
-            ("site (library entry)", "allocations"),
-            &o.sites,
-            d.peak_bytes,
-            10,
-            |id| {
-                let via = a
-                    .sites
-                    .get(id as usize)
-                    .and_then(|s| crate::format::library_via("", &s.via))
-                    .map_or_else(String::new, |v| {
-                        format!(" <span class=\"cat\">via {}</span>", escape(&v))
-                    });
-                format!("{}{via}", site_link(a, id))
-            },
-        ));
+        out.push_str(&via_table(a, &o.sites, d.peak_bytes, 10));
     }
     for (title, kernels) in [
         ("Kernels running at the peak:", &d.kernels_at_peak),
