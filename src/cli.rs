@@ -174,8 +174,10 @@ pub struct RecordArgs {
     /// engine's frames down to the operator).
     #[arg(long, value_enum, value_name = "WHICH", default_value_t = TensorStacks::Auto)]
     pub tensor_stacks: TensorStacks,
-    /// The libcupti.so.13 to load (default: the CUDA toolkit's, from CUDA_HOME,
-    /// /usr/local/cuda or the linker path, else pip's nvidia wheels).
+    /// The libcupti to load, of CUDA 12.0 to 13.5 (default: one the program
+    /// already loaded, as PyTorch does; else libcupti.so.13, or .so.12 with
+    /// a driver older than CUDA 13, from CUDA_HOME, /usr/local/cuda, the
+    /// linker path or pip's nvidia wheels; docs/compatibility.md).
     #[arg(long, value_name = "PATH", env = "GMEM_PROF_CUPTI")]
     pub cupti: Option<PathBuf>,
     /// The collector library (default: libgmem_prof_collector.so next to this

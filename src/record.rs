@@ -103,9 +103,9 @@ pub fn run(a: RecordArgs) -> Result<i32> {
 
     let Some(cupti) = cupti else {
         eprintln!(
-            "gmem-prof: libcupti.so.13 (CUDA 13) not found in CUDA_HOME, /usr/local/cuda, the \
-             linker cache or pip's nvidia wheels; running the program without profiling. \
-             Name it with --cupti PATH."
+            "gmem-prof: libcupti (libcupti.so.13 or .so.12, of CUDA 13 or 12) not found in \
+             CUDA_HOME, /usr/local/cuda, the linker cache or pip's nvidia wheels; running the \
+             program without profiling. Name it with --cupti PATH."
         );
         return run_program(cmd, program);
     };

@@ -7,16 +7,15 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
-use std::mem::offset_of;
 use std::sync::Mutex;
 
-use cudarc::cupti::sys as cs;
 use gmem_prof_traces::record::{
     Bytes, DeviceInfo, KernelEvent, MemoryEvent, Nanos, PoolEvent, StringDef, StringId,
 };
 use gmem_prof_traces::Record;
 
 use crate::cupti::{field, KIND_CONCURRENT_KERNEL, KIND_DEVICE, KIND_MEMORY2, KIND_MEMORY_POOL};
+use crate::layouts::{DeviceLayout, KernelLayout, MemoryLayout, PoolLayout};
 use crate::session::{no_unwind, Collector};
 
 /// Size of each activity buffer handed to CUPTI.
@@ -121,21 +120,24 @@ impl Collector {
         let Ok(mut names) = self.kernel_names.lock() else {
             return;
         };
+        // Only a CUPTI whose release is known is ever enabled.
+        let Some(l) = self.layout else {
+            return;
+        };
         // SAFETY: the buffer is CUPTI's completed buffer; each record pointer
         // it yields points to a whole record of the kind it states, laid out
-        // as cudarc's bindings for CUPTI 13.0 say (MEMORY2 = Memory4, kernel
-        // = Kernel10, device = Device5, pool = MemoryPool2).
+        // as the loaded release's headers say (`layouts`).
         unsafe {
             self.cupti
                 .for_each_record(buffer, valid, |r, kind| match kind {
-                    KIND_MEMORY2 => out.push(Record::Memory(memory_record(r))),
-                    KIND_MEMORY_POOL => out.push(Record::Pool(pool_record(r))),
+                    KIND_MEMORY2 => out.push(Record::Memory(memory_record(r, &l.memory))),
+                    KIND_MEMORY_POOL => out.push(Record::Pool(pool_record(r, &l.pool))),
                     KIND_CONCURRENT_KERNEL => {
-                        let k = kernel_record(r, &mut names, &mut out);
+                        let k = kernel_record(r, &l.kernel, &mut names, &mut out);
                         out.push(Record::Kernel(k));
                     }
                     KIND_DEVICE => {
-                        let d = device_record(r);
+                        let d = device_record(r, &l.device);
                         devices.push((d.device, d.uuid));
                         out.push(Record::Device(d));
                     }
@@ -152,104 +154,95 @@ impl Collector {
 }
 
 /// # Safety
-/// `r` points to a CUpti_ActivityMemory4.
-unsafe fn memory_record(r: *const u8) -> MemoryEvent {
-    type M = cs::CUpti_ActivityMemory4;
-    type P = cs::CUpti_ActivityMemory4__bindgen_ty_1;
-    let pool = offset_of!(M, memoryPoolConfig);
-    // SAFETY: offsets inside the record; all read as integers.
+/// `r` points to a whole memory record laid out as `l` says.
+unsafe fn memory_record(r: *const u8, l: &MemoryLayout) -> MemoryEvent {
+    // SAFETY: offsets inside the record (layouts.rs checks each against
+    // the record's size in every release); all read as integers.
     unsafe {
         MemoryEvent {
-            time: Nanos(field(r, offset_of!(M, timestamp))),
-            alloc: field::<u32>(r, offset_of!(M, memoryOperationType)) == 1,
-            kind: field::<u32>(r, offset_of!(M, memoryKind)) as u8,
-            address: field(r, offset_of!(M, address)),
-            bytes: Bytes(field(r, offset_of!(M, bytes))),
-            device: field(r, offset_of!(M, deviceId)),
-            context: field(r, offset_of!(M, contextId)),
-            stream: field(r, offset_of!(M, streamId)),
-            correlation: field(r, offset_of!(M, correlationId)),
-            pc: field(r, offset_of!(M, PC)),
-            is_async: field::<u32>(r, offset_of!(M, isAsync)) != 0,
-            pool_type: field::<u32>(r, pool + offset_of!(P, memoryPoolType)) as u8,
-            pool_address: field(r, pool + offset_of!(P, address)),
-            pool_release_threshold: field(r, pool + offset_of!(P, releaseThreshold)),
-            pool_size: field(r, pool + offset_of!(P, pool)),
-            pool_utilized: field(r, pool + offset_of!(P, utilizedSize)),
+            time: Nanos(field(r, l.timestamp)),
+            alloc: field::<u32>(r, l.memory_operation_type) == 1,
+            kind: field::<u32>(r, l.memory_kind) as u8,
+            address: field(r, l.address),
+            bytes: Bytes(field(r, l.bytes)),
+            device: field(r, l.device_id),
+            context: field(r, l.context_id),
+            stream: field(r, l.stream_id),
+            correlation: field(r, l.correlation_id),
+            pc: field(r, l.pc),
+            is_async: field::<u32>(r, l.is_async) != 0,
+            pool_type: field::<u32>(r, l.pool_memory_pool_type) as u8,
+            pool_address: field(r, l.pool_address),
+            pool_release_threshold: field(r, l.pool_release_threshold),
+            pool_size: field(r, l.pool_size),
+            pool_utilized: field(r, l.pool_utilized_size),
         }
     }
 }
 
 /// # Safety
-/// `r` points to a CUpti_ActivityMemoryPool2.
-unsafe fn pool_record(r: *const u8) -> PoolEvent {
-    type M = cs::CUpti_ActivityMemoryPool2;
+/// `r` points to a whole memory pool record laid out as `l` says.
+unsafe fn pool_record(r: *const u8, l: &PoolLayout) -> PoolEvent {
     // SAFETY: offsets inside the record; all read as integers.
     unsafe {
         PoolEvent {
-            time: Nanos(field(r, offset_of!(M, timestamp))),
-            op: field::<u32>(r, offset_of!(M, memoryPoolOperationType)) as u8,
-            pool_type: field::<u32>(r, offset_of!(M, memoryPoolType)) as u8,
-            address: field(r, offset_of!(M, address)),
-            size: Bytes(field(r, offset_of!(M, size))),
-            release_threshold: field(r, offset_of!(M, releaseThreshold)),
-            min_bytes_to_keep: field::<usize>(r, offset_of!(M, minBytesToKeep)) as u64,
-            utilized: Bytes(field(r, offset_of!(M, utilizedSize))),
-            device: field(r, offset_of!(M, deviceId)),
-            correlation: field(r, offset_of!(M, correlationId)),
+            time: Nanos(field(r, l.timestamp)),
+            op: field::<u32>(r, l.memory_pool_operation_type) as u8,
+            pool_type: field::<u32>(r, l.memory_pool_type) as u8,
+            address: field(r, l.address),
+            size: Bytes(field(r, l.size_field)),
+            release_threshold: field(r, l.release_threshold),
+            min_bytes_to_keep: field::<usize>(r, l.min_bytes_to_keep) as u64,
+            utilized: Bytes(field(r, l.utilized_size)),
+            device: field(r, l.device_id),
+            correlation: field(r, l.correlation_id),
         }
     }
 }
 
 /// # Safety
-/// `r` points to a CUpti_ActivityKernel10 (or a later version sharing its
-/// leading fields).
-unsafe fn kernel_record(r: *const u8, names: &mut Names, out: &mut Vec<Record>) -> KernelEvent {
-    type K = cs::CUpti_ActivityKernel10;
+/// `r` points to a whole kernel record laid out as `l` says.
+unsafe fn kernel_record(
+    r: *const u8,
+    l: &KernelLayout,
+    names: &mut Names,
+    out: &mut Vec<Record>,
+) -> KernelEvent {
     // SAFETY: offsets inside the record; the name pointer is CUPTI's
     // NUL-terminated string, valid while the buffer is being processed.
     unsafe {
-        let name = c_str(field::<*const c_char>(r, offset_of!(K, name)));
+        let name = c_str(field::<*const c_char>(r, l.name));
         let dim = |o: usize| field::<i32>(r, o).max(0) as u32;
         KernelEvent {
-            start: Nanos(field(r, offset_of!(K, start))),
-            end: Nanos(field(r, offset_of!(K, end))),
+            start: Nanos(field(r, l.start)),
+            end: Nanos(field(r, l.end)),
             name: names.intern(&name, out),
-            device: field(r, offset_of!(K, deviceId)),
-            context: field(r, offset_of!(K, contextId)),
-            stream: field(r, offset_of!(K, streamId)),
-            correlation: field(r, offset_of!(K, correlationId)),
-            grid: [
-                dim(offset_of!(K, gridX)),
-                dim(offset_of!(K, gridY)),
-                dim(offset_of!(K, gridZ)),
-            ],
-            block: [
-                dim(offset_of!(K, blockX)),
-                dim(offset_of!(K, blockY)),
-                dim(offset_of!(K, blockZ)),
-            ],
-            static_shared: dim(offset_of!(K, staticSharedMemory)),
-            dynamic_shared: dim(offset_of!(K, dynamicSharedMemory)),
-            registers: u32::from(field::<u16>(r, offset_of!(K, registersPerThread))),
+            device: field(r, l.device_id),
+            context: field(r, l.context_id),
+            stream: field(r, l.stream_id),
+            correlation: field(r, l.correlation_id),
+            grid: [dim(l.grid_x), dim(l.grid_y), dim(l.grid_z)],
+            block: [dim(l.block_x), dim(l.block_y), dim(l.block_z)],
+            static_shared: dim(l.static_shared_memory),
+            dynamic_shared: dim(l.dynamic_shared_memory),
+            registers: u32::from(field::<u16>(r, l.registers_per_thread)),
         }
     }
 }
 
 /// # Safety
-/// `r` points to a CUpti_ActivityDevice5.
-unsafe fn device_record(r: *const u8) -> DeviceInfo {
-    type D = cs::CUpti_ActivityDevice5;
+/// `r` points to a whole device record laid out as `l` says.
+unsafe fn device_record(r: *const u8, l: &DeviceLayout) -> DeviceInfo {
     // SAFETY: offsets inside the record; the name pointer is CUPTI's string.
     unsafe {
         DeviceInfo {
-            device: field(r, offset_of!(D, id)),
-            name: c_str(field::<*const c_char>(r, offset_of!(D, name))).into_owned(),
-            total_memory: Bytes(field(r, offset_of!(D, globalMemorySize))),
-            uuid: field::<[u8; 16]>(r, offset_of!(D, uuid)),
-            compute_major: field(r, offset_of!(D, computeCapabilityMajor)),
-            compute_minor: field(r, offset_of!(D, computeCapabilityMinor)),
-            multiprocessors: field(r, offset_of!(D, numMultiprocessors)),
+            device: field(r, l.id),
+            name: c_str(field::<*const c_char>(r, l.name)).into_owned(),
+            total_memory: Bytes(field(r, l.global_memory_size)),
+            uuid: field::<[u8; 16]>(r, l.uuid),
+            compute_major: field(r, l.compute_capability_major),
+            compute_minor: field(r, l.compute_capability_minor),
+            multiprocessors: field(r, l.num_multiprocessors),
         }
     }
 }

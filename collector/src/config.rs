@@ -156,9 +156,23 @@ impl Config {
     }
 }
 
+/// libcupti's sonames in the order to look for them: the driver's CUDA
+/// major first (`driver_cuda`: 12040 for 12.4, 13000 for 13.0; a CUPTI
+/// newer than the driver is refused by it, one of an older major works),
+/// then the other.
+pub fn cupti_sonames(driver_cuda: Option<u32>) -> [&'static str; 2] {
+    match driver_cuda {
+        Some(v) if v < 13_000 => ["libcupti.so.12", "libcupti.so.13"],
+        _ => ["libcupti.so.13", "libcupti.so.12"],
+    }
+}
+
 /// The libcupti to load when none was named and the process has none yet:
-/// the CUDA toolkit's copies, then the linker's search path.
-pub fn find_cupti() -> Option<String> {
+/// for each soname (`cupti_sonames`), the CUDA toolkit's copies, pip's
+/// nvidia wheel in the program's own Python environment (`site_packages`:
+/// the folders of the Python packages it has loaded), then the linker's
+/// search path.
+pub fn find_cupti(driver_cuda: Option<u32>, site_packages: &[String]) -> Option<String> {
     let mut roots: Vec<String> = Vec::new();
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Ok(v) = std::env::var(var) {
@@ -168,14 +182,28 @@ pub fn find_cupti() -> Option<String> {
         }
     }
     roots.push("/usr/local/cuda".into());
-    for root in roots {
-        for sub in ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "lib64"] {
-            let p = format!("{root}/{sub}/libcupti.so.13");
-            if std::path::Path::new(&p).exists() {
+    let exists = |p: &str| std::path::Path::new(p).exists();
+    for soname in cupti_sonames(driver_cuda) {
+        for root in &roots {
+            for sub in ["extras/CUPTI/lib64", "targets/x86_64-linux/lib", "lib64"] {
+                let p = format!("{root}/{sub}/{soname}");
+                if exists(&p) {
+                    return Some(p);
+                }
+            }
+        }
+        let wheel = if soname.ends_with(".12") {
+            "nvidia/cuda_cupti/lib"
+        } else {
+            "nvidia/cu13/lib"
+        };
+        for dir in site_packages {
+            let p = format!("{dir}/{wheel}/{soname}");
+            if exists(&p) {
                 return Some(p);
             }
         }
     }
     // Let the dynamic linker search its usual path for the versioned name.
-    Some("libcupti.so.13".into())
+    Some(cupti_sonames(driver_cuda)[0].into())
 }

@@ -4,8 +4,9 @@
 //! functions we use, instead of going through cudarc's loader: cudarc tries
 //! several library names (which could load a second, different copy) and
 //! panics when a library or symbol is missing, and a panic has no place in
-//! someone else's process. cudarc still gives us the record and parameter
-//! layouts (bindgen-generated from CUPTI 13.0's headers).
+//! someone else's process. Record layouts come per CUPTI release from
+//! `layouts`; cudarc gives the callback parameters' layouts (bindgen on
+//! CUPTI 13.0's headers; the same in every release, `layouts` checks).
 //!
 //! CUPTI's enums are C enums; Rust enums must never hold an undeclared value,
 //! so every enum-typed value crossing this boundary is read as a `u32`.
@@ -35,10 +36,15 @@ pub const ATTR_DEVICE_BUFFER_PRE_ALLOCATE_VALUE: u32 = 6;
 
 pub const FLUSH_FORCED: u32 = 1;
 
-/// The CUPTI API version our record layouts come from (cudarc `cuda-13000`).
-pub const BINDINGS_API_VERSION: u32 = 130001;
-
 pub type Subscriber = *mut c_void;
+
+/// Why `Cupti::subscribe` failed.
+pub struct SubscribeError {
+    pub code: u32,
+    pub text: String,
+    /// The client holding CUPTI, as CUPTI names it (`cuptiSubscribe_v2`).
+    pub holder: Option<String>,
+}
 pub type ApiCallback = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 pub type BufferRequested = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type BufferCompleted = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
@@ -48,6 +54,8 @@ pub type BufferCompleted = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize
 type GetVersion = unsafe extern "C" fn(*mut u32) -> u32;
 type GetResultString = unsafe extern "C" fn(u32, *mut *const c_char) -> u32;
 type Subscribe = unsafe extern "C" fn(*mut Subscriber, Option<ApiCallback>, *mut c_void) -> u32;
+type SubscribeV2 =
+    unsafe extern "C" fn(*mut Subscriber, Option<ApiCallback>, *mut c_void, *mut u8) -> u32;
 type EnableCallback = unsafe extern "C" fn(u32, Subscriber, u32, u32) -> u32;
 type ActivityEnable = unsafe extern "C" fn(u32) -> u32;
 type RegisterCallbacks =
@@ -66,6 +74,8 @@ pub struct Cupti {
     get_version: GetVersion,
     get_result_string: GetResultString,
     subscribe: Subscribe,
+    /// `cuptiSubscribe_v2` (CUDA 13 and later), optional.
+    subscribe_v2: Option<SubscribeV2>,
     enable_callback: EnableCallback,
     activity_enable: ActivityEnable,
     activity_register_callbacks: RegisterCallbacks,
@@ -124,6 +134,7 @@ impl Cupti {
             get_version: sym!("cuptiGetVersion", GetVersion),
             get_result_string: sym!("cuptiGetResultString", GetResultString),
             subscribe: sym!("cuptiSubscribe", Subscribe),
+            subscribe_v2: optional_sym!("cuptiSubscribe_v2", SubscribeV2),
             enable_callback: sym!("cuptiEnableCallback", EnableCallback),
             activity_enable: sym!("cuptiActivityEnable", ActivityEnable),
             activity_register_callbacks: sym!("cuptiActivityRegisterCallbacks", RegisterCallbacks),
@@ -163,17 +174,64 @@ impl Cupti {
         }
     }
 
-    /// Subscribes `callback`; Err carries CUPTI's code so the caller can
-    /// recognise "another client holds the subscriber slot".
-    pub fn subscribe(&self, callback: ApiCallback) -> Result<Subscriber, (u32, String)> {
+    /// Subscribes `callback`. With `cuptiSubscribe_v2` and its parameters'
+    /// layout (`v2`: the release has it), asks to share CUPTI with other
+    /// subscribers where the release allows it, and names gmem-prof.
+    /// `Err` carries CUPTI's code, so the caller can recognise "another
+    /// client holds the subscriber slot", its text, and the name CUPTI gave
+    /// of that client, when it gave one.
+    pub fn subscribe(
+        &self,
+        callback: ApiCallback,
+        v2: Option<&crate::layouts::SubscribeLayout>,
+    ) -> Result<Subscriber, SubscribeError> {
         let mut sub: Subscriber = ptr::null_mut();
-        // SAFETY: sub is a valid out pointer; callback is an extern "C" fn
-        // with CUpti_CallbackFunc's signature and lives forever.
-        let rc = unsafe { (self.subscribe)(&mut sub, Some(callback), ptr::null_mut()) };
+        let (rc, holder) = match (self.subscribe_v2, v2) {
+            (Some(f), Some(l)) => {
+                // CUpti_SubscriberParams, laid out as the release's header
+                // says (8-aligned: it starts with a size_t).
+                let mut params = [0u64; 16];
+                let mut holder = [0u8; 256];
+                let name = c"gmem-prof";
+                let size = l.size.min(std::mem::size_of_val(&params));
+                let base = params.as_mut_ptr().cast::<u8>();
+                // SAFETY: every offset written lies inside `params` (the
+                // header's layout, smaller than it), and the pointers
+                // written outlive the call.
+                unsafe {
+                    ptr::write_unaligned(base.cast::<usize>(), size);
+                    ptr::write_unaligned(base.add(l.subscriber_name).cast(), name.as_ptr());
+                    ptr::write_unaligned(
+                        base.add(l.old_subscriber_name).cast(),
+                        holder.as_mut_ptr(),
+                    );
+                    ptr::write_unaligned(base.add(l.old_subscriber_size).cast(), holder.len());
+                    if let Some(at) = l.allow_multiple_subscribers {
+                        *base.add(at) = 1;
+                    }
+                }
+                // SAFETY: sub is a valid out pointer; callback lives forever;
+                // params is a CUpti_SubscriberParams of `size` bytes.
+                let rc = unsafe { f(&mut sub, Some(callback), ptr::null_mut(), base) };
+                let end = holder.iter().position(|&b| b == 0).unwrap_or(0);
+                let holder = String::from_utf8_lossy(&holder[..end]).trim().to_string();
+                (rc, (!holder.is_empty()).then_some(holder))
+            }
+            // SAFETY: sub is a valid out pointer; callback is an extern "C"
+            // fn with CUpti_CallbackFunc's signature and lives forever.
+            _ => (
+                unsafe { (self.subscribe)(&mut sub, Some(callback), ptr::null_mut()) },
+                None,
+            ),
+        };
         if rc == CUPTI_SUCCESS {
             Ok(sub)
         } else {
-            Err((rc, self.result_string(rc)))
+            Err(SubscribeError {
+                code: rc,
+                text: self.result_string(rc),
+                holder,
+            })
         }
     }
 
@@ -313,6 +371,24 @@ fn dlerror() -> String {
         // SAFETY: non-null, NUL-terminated.
         unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
     }
+}
+
+/// The CUDA version the driver in this process supports (12040 for
+/// 12.4), from `cuDriverGetVersion`, which needs no initialization;
+/// `None` when the driver does not answer. libcuda is loaded: it is what
+/// loaded the collector.
+pub fn driver_cuda_version() -> Option<u32> {
+    // SAFETY: a NUL-terminated symbol name looked up in the process's
+    // global scope.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"cuDriverGetVersion".as_ptr()) };
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: the driver's cuDriverGetVersion is `CUresult (int *)`.
+    let f: unsafe extern "C" fn(*mut i32) -> i32 = unsafe { std::mem::transmute(f) };
+    let mut v = 0i32;
+    // SAFETY: v is a valid out pointer.
+    (unsafe { f(&mut v) } == 0 && v > 0).then_some(v as u32)
 }
 
 /// Is a library with this soname already loaded in the process?

@@ -176,6 +176,41 @@ pub fn list_modules() -> Vec<FoundModule> {
     v
 }
 
+/// The site-packages (or dist-packages) folders that loaded modules live
+/// in: the program's Python environments, where pip's nvidia wheels put
+/// libcupti. Empty for a program that is not Python.
+pub fn site_packages() -> Vec<String> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader passes a valid info for this call (its name NULL
+        // or NUL-terminated); data is our &mut Vec.
+        unsafe {
+            let dirs = &mut *(data as *mut Vec<String>);
+            let name = (*info).dlpi_name;
+            if name.is_null() {
+                return 0;
+            }
+            let path = std::ffi::CStr::from_ptr(name).to_string_lossy();
+            for marker in ["/site-packages/", "/dist-packages/"] {
+                if let Some(at) = path.find(marker) {
+                    let dir = path[..at + marker.len() - 1].to_string();
+                    if !dirs.contains(&dir) {
+                        dirs.push(dir);
+                    }
+                }
+            }
+        }
+        0
+    }
+    let mut dirs: Vec<String> = Vec::new();
+    // SAFETY: as in loader_changes.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut dirs as *mut Vec<String>).cast()) };
+    dirs
+}
+
 /// A loaded module found by name.
 pub struct Loaded {
     pub path: String,

@@ -27,6 +27,10 @@ use crate::unwind::Stacks;
 pub struct Collector {
     pub config: Config,
     pub cupti: Cupti,
+    /// Where the loaded CUPTI puts the fields of its records
+    /// (`layouts::for_api_version`); `None` when its release is not known,
+    /// and then nothing is profiled.
+    pub layout: Option<&'static crate::layouts::CuptiLayout>,
     /// Timestamps on CUPTI's clock, cheaply.
     pub clock: Clock,
     pub sink: Sink,
@@ -163,14 +167,16 @@ fn start_with(config: Config) -> Result<(), String> {
     // One libcupti per process: if the program already loaded one (PyTorch
     // links its own copy and loads it at import, before CUDA starts), use
     // that one rather than mapping a second copy beside it.
-    let already = cupti::loaded_path_of("libcupti.so.13");
+    let driver_cuda = cupti::driver_cuda_version();
+    let sonames = config::cupti_sonames(driver_cuda);
+    let already = sonames.iter().find_map(|s| cupti::loaded_path_of(s));
     let path = already
         .clone()
         .or_else(|| config.cupti.clone())
-        .or_else(config::find_cupti)
+        .or_else(|| config::find_cupti(driver_cuda, &crate::modules::site_packages()))
         .ok_or("libcupti not found; set GMEM_PROF_CUPTI to its path")?;
     let cupti = Cupti::load(&path).map_err(|e| {
-        format!("{e} (set GMEM_PROF_CUPTI, or pass --cupti to gmem-prof record, to name the libcupti.so.13 of your CUDA 13 toolkit)")
+        format!("{e} (set GMEM_PROF_CUPTI, or pass --cupti to gmem-prof record, to name the libcupti.so.13 or .so.12 of your CUDA toolkit, or pip install nvidia-cuda-cupti)")
     })?;
     let version = cupti.version()?;
     let file = open_trace_file(&config.dir)?;
@@ -184,9 +190,11 @@ fn start_with(config: Config) -> Result<(), String> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let clock = Clock::calibrate(&cupti);
+    let layout = crate::layouts::for_api_version(version, config.allow_any_cupti);
     let collector = Collector {
         config,
         cupti,
+        layout: layout.as_ref().ok().copied(),
         clock,
         sink: Sink::new(),
         stacks,
@@ -233,21 +241,18 @@ fn start_with(config: Config) -> Result<(), String> {
         c.report(1, problem);
     }
     // From here on a failure is reported in the trace and the app goes on.
-    let api_ok = version / 100 == cupti::BINDINGS_API_VERSION / 100 || c.config.allow_any_cupti;
-    if !api_ok {
+    if let Err(why) = &layout {
         c.report(
             2,
             format!(
-                "{} has CUPTI API version {version}; this gmem-prof reads the records of \
-                 CUDA 13.0 (API version {}): not profiling. Point GMEM_PROF_CUPTI (or \
-                 --cupti) at a CUDA 13.0 libcupti.so.13, or set GMEM_PROF_ALLOW_ANY_CUPTI=1 \
-                 to try anyway.",
-                c.cupti.path,
-                cupti::BINDINGS_API_VERSION
+                "{}: {why}; not profiling. Point GMEM_PROF_CUPTI (or --cupti) at a CUPTI of \
+                 one of those releases, or set GMEM_PROF_ALLOW_ANY_CUPTI=1 to read it with \
+                 the newest known layout of its CUDA version.",
+                c.cupti.path
             ),
         );
     } else if let Err(e) = c.enable_cupti() {
-        c.report(2, e);
+        c.report(2, format!("{e}{}", c.newer_than_driver()));
     } else {
         c.enabled.store(true, Ordering::SeqCst);
     }
@@ -375,15 +380,57 @@ impl WriterEnv for Env<'_> {
 }
 
 impl Collector {
+    /// When the loaded CUPTI is of a newer CUDA than the driver supports:
+    /// the words that say so, to follow a failure to start it.
+    fn newer_than_driver(&self) -> String {
+        let (Some(l), Some(driver)) = (self.layout, cupti::driver_cuda_version()) else {
+            return String::new();
+        };
+        let mut parts = l.cupti.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if major * 1000 + minor * 10 <= driver {
+            return String::new();
+        }
+        format!(
+            ". This CUPTI is CUDA {major}.{minor}'s and the driver supports CUDA {}.{}: a \
+             driver refuses a CUPTI of a newer CUDA than its own. Use the CUPTI of CUDA {}.{} or \
+             older (--cupti, GMEM_PROF_CUPTI, or pip install \"nvidia-cuda-cupti{}=={}.{}.*\"), \
+             or update the driver",
+            driver / 1000,
+            driver % 1000 / 10,
+            driver / 1000,
+            driver % 1000 / 10,
+            if driver / 1000 == 12 { "-cu12" } else { "" },
+            driver / 1000,
+            driver % 1000 / 10,
+        )
+    }
+
     fn enable_cupti(&self) -> Result<(), String> {
-        let sub = self.cupti.subscribe(on_api).map_err(|(code, text)| {
-            if code == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-                "another CUPTI client (Nsight Systems, Nsight Compute, compute-sanitizer, \
-                 torch.profiler/Kineto, …) already holds CUPTI in this process; CUDA 13.0 \
-                 allows only one, so gmem-prof is not profiling it. The program runs on."
-                    .to_string()
+        let v2 = self.layout.and_then(|l| l.subscribe_v2.as_ref());
+        let sub = self.cupti.subscribe(on_api, v2).map_err(|e| {
+            if e.code == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+                let who = match &e.holder {
+                    Some(h) => format!("another CUPTI client ({h})"),
+                    None => "another CUPTI client (Nsight Systems, Nsight Compute, \
+                             compute-sanitizer, torch.profiler/Kineto, …)"
+                        .to_string(),
+                };
+                let shared = if v2.is_some_and(|l| l.allow_multiple_subscribers.is_some()) {
+                    "and does not share it"
+                } else {
+                    "and this CUPTI allows only one (CUPTI 13.2 and later can share it with \
+                     a client that allows it)"
+                };
+                format!(
+                    "{who} already holds CUPTI in this process {shared}, so gmem-prof is \
+                     not profiling it. The program runs on."
+                )
             } else {
-                format!("cuptiSubscribe failed: {text} ({code}); not profiling")
+                format!(
+                    "cuptiSubscribe failed: {} ({}); not profiling",
+                    e.text, e.code
+                )
             }
         })?;
         let _ = self.subscriber.set(SubscriberHandle(sub));

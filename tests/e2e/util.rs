@@ -269,7 +269,9 @@ fn record_base(dir: &Path, output: &str, flags: &[&str]) -> Command {
         .arg("--")
         .env_remove("GMEM_PROF_DISABLE")
         .env_remove("FAKE_CUPTI_TAKEN")
-        .env_remove("FAKE_CUPTI_VERSION");
+        .env_remove("FAKE_CUPTI_VERSION")
+        .env_remove("FAKE_CUPTI_SHARES")
+        .env_remove("FAKE_DRIVER_CUDA");
     cmd
 }
 

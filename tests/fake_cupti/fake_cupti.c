@@ -8,9 +8,18 @@
  * files, merging, exit codes, signals, fork, threads); it is not evidence of
  * what real CUDA does: the GPU tests under tests/gpu are.
  *
- * Knobs: FAKE_CUPTI_VERSION (API version to report, default 130001),
- * FAKE_CUPTI_TAKEN=1 (cuptiSubscribe fails: another client holds CUPTI),
- * FAKE_CUPTI_DROPPED=N (CUPTI reports N activity records dropped).
+ * The record layouts it writes are those of every CUPTI 12.0 to 13.5 for
+ * the fields the collector reads (the same offsets in all of them:
+ * collector/layouts/cupti.json), so one stand-in serves every release:
+ *
+ * Knobs: FAKE_CUPTI_VERSION (API version to report, default 130001: 22 is
+ * CUPTI 12.4, 28 12.9, 130401 13.4), FAKE_CUPTI_TAKEN=1 (another client,
+ * "Nsight Systems", holds CUPTI: subscribing fails), FAKE_CUPTI_SHARES=1
+ * (that client lets others subscribe: cuptiSubscribe_v2 succeeds when
+ * asked to share), FAKE_CUPTI_DROPPED=N (CUPTI reports N activity records
+ * dropped), FAKE_DRIVER_CUDA (the CUDA version cuDriverGetVersion reports,
+ * default 13000: a CUPTI of a newer CUDA than the driver's is refused, as a
+ * real driver refuses it).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -102,9 +111,50 @@ uint32_t cuptiGetVersion(uint32_t *v) {
     return 0;
 }
 uint32_t cuptiGetResultString(uint32_t r, const char **s) { *s = r == 39 ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : "fake CUPTI error"; return 0; }
-uint32_t cuptiSubscribe(void **sub, api_cb cb, void *ud) {
-    const char *t = getenv("FAKE_CUPTI_TAKEN");
-    if (t && *t == '1') return 39;
+static int knob(const char *name) {
+    const char *v = getenv(name);
+    return v && *v == '1';
+}
+/* The driver's CUDA version, which needs no initialization. */
+int cuDriverGetVersion(int *v) {
+    const char *e = getenv("FAKE_DRIVER_CUDA");
+    *v = e ? atoi(e) : 13000;
+    return 0;
+}
+static uint32_t subscribe(void **sub, api_cb cb, void *ud, int share);
+uint32_t cuptiSubscribe(void **sub, api_cb cb, void *ud) { return subscribe(sub, cb, ud, 0); }
+/* CUpti_SubscriberParams: structSize, subscriberName, oldSubscriberName,
+ * oldSubscriberSize, then (CUPTI 13.2 and later) allowMultipleSubscribers. */
+typedef struct {
+    size_t structSize;
+    const char *subscriberName;
+    char *oldSubscriberName;
+    size_t oldSubscriberSize;
+    uint8_t allowMultipleSubscribers;
+} SubscriberParams;
+uint32_t cuptiSubscribe_v2(void **sub, api_cb cb, void *ud, SubscriberParams *p) {
+    int share = p && p->structSize >= sizeof(SubscriberParams) && p->allowMultipleSubscribers;
+    if (p && p->oldSubscriberName && p->oldSubscriberSize > 0 && knob("FAKE_CUPTI_TAKEN"))
+        snprintf(p->oldSubscriberName, p->oldSubscriberSize, "Nsight Systems");
+    return subscribe(sub, cb, ud, share);
+}
+/* The CUDA version of the CUPTI release this stand-in plays (12040 for API
+ * version 22, 13040 for 130401). */
+static int release_cuda(void) {
+    uint32_t api;
+    cuptiGetVersion(&api);
+    if (api >= 10000) return (int)(api / 10000 * 1000 + api / 100 % 100 * 10);
+    static const int cu12[][2] = {{18, 12000}, {20, 12020}, {21, 12030}, {22, 12040},
+                                  {23, 12050}, {24, 12060}, {26, 12080}, {28, 12090}};
+    for (size_t i = 0; i < sizeof cu12 / sizeof cu12[0]; i++)
+        if (cu12[i][0] == (int)api) return cu12[i][1];
+    return 12000;
+}
+static uint32_t subscribe(void **sub, api_cb cb, void *ud, int share) {
+    int driver;
+    cuDriverGetVersion(&driver);
+    if (release_cuda() > driver) return 999; /* what a driver older than CUPTI does */
+    if (knob("FAKE_CUPTI_TAKEN") && !(share && knob("FAKE_CUPTI_SHARES"))) return 39;
     /* As a real CUPTI does when its buffers fill under load. */
     const char *d = getenv("FAKE_CUPTI_DROPPED");
     if (d) dropped = (uint64_t)atoll(d);
