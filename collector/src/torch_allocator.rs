@@ -175,6 +175,23 @@ unsafe extern "C" fn manager(dest: *mut [usize; 2], src: *const [usize; 2], op: 
     false
 }
 
+/// Where each field of torch's `TraceEntry` the tracker reads lies (every
+/// release from 2.4 to 2.15 has them there: collector/layouts/torch.json,
+/// from each release's own headers).
+const ENTRY_ACTION: usize = 0;
+const ENTRY_DEVICE: usize = 4;
+const ENTRY_ADDRESS: usize = 8;
+const ENTRY_STREAM: usize = 32;
+const ENTRY_SIZE: usize = 40;
+/// `mempool_`, a pair of ids, where the release has it.
+const ENTRY_POOL: usize = 48;
+
+/// Whether torch `major.minor`'s `TraceEntry` carries the memory pool's
+/// ids (`mempool_`: 2.8 and later, torch.json).
+fn trace_entry_has_pool_ids(major: u32, minor: u32) -> bool {
+    (major, minor) >= (2, 8)
+}
+
 /// Invoker of the trace tracker: `void(const TraceEntry&)`.
 unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u8) {
     session::guarded((), || {
@@ -183,9 +200,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             return;
         }
         // SAFETY: torch passes its TraceEntry; these leading fields sit at
-        // the same offsets in every version we attach to (see the module
-        // docs): action (int) at 0, device (int8 or int) at 4, address at 8,
-        // stream at 32, size at 40, and (2.11) the pool id pair at 48:
+        // the same offsets in every version we attach to (`ENTRY_*`, from
+        // each release's headers): action (int), device (int8), address,
+        // stream, size, and (2.8 and later) the pool id pair:
         // `MempoolId_t` is {graph's pool id, user pool id}, one of them 0
         // (a pool a CUDA graph made for itself counts the first,
         // `torch.cuda.MemPool` and `graph_pool_handle()` the second, each
@@ -193,13 +210,13 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         let (action, device, address, stream, size, pool) = unsafe {
             let field = |off: usize| std::ptr::read_unaligned(entry.add(off) as *const u64);
             (
-                std::ptr::read_unaligned(entry as *const i32),
-                std::ptr::read(entry.add(4) as *const i8),
-                field(8),
-                field(32),
-                field(40),
+                std::ptr::read_unaligned(entry.add(ENTRY_ACTION) as *const i32),
+                std::ptr::read(entry.add(ENTRY_DEVICE) as *const i8),
+                field(ENTRY_ADDRESS),
+                field(ENTRY_STREAM),
+                field(ENTRY_SIZE),
                 if c.torch_pool_ids() {
-                    (field(48) & 0xffff_ffff) | (field(56) << 32)
+                    (field(ENTRY_POOL) & 0xffff_ffff) | (field(ENTRY_POOL + 8) << 32)
                 } else {
                     0
                 },
@@ -555,7 +572,7 @@ fn attach(library: &str, bias: u64) -> Attempt {
     }
     let pool_ids = version
         .as_ref()
-        .is_some_and(|(major, minor, _)| (*major, *minor) >= (2, 11));
+        .is_some_and(|(major, minor, _)| trace_entry_has_pool_ids(*major, *minor));
     if let Some((_, _, v)) = version {
         detail.push_str(&format!(" attached to PyTorch {v}"));
     }
@@ -667,5 +684,82 @@ mod tests {
         );
         assert_eq!(torch_version("/nowhere/lib/libc10_cuda.so"), None);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The hook against every PyTorch release from 2.4 to 2.15, offline: the
+/// names of each release's libc10_cuda.so symbol table and the layout of
+/// its `TraceEntry` from its own headers (collector/layouts/torch.py).
+#[cfg(test)]
+mod releases {
+    use super::*;
+
+    #[test]
+    fn every_release_has_the_symbols_and_the_layout_the_hook_reads() {
+        let json: serde_json::Value =
+            serde_json::from_str(include_str!("../layouts/torch.json")).unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("layouts/torch");
+        let releases = json.as_array().unwrap();
+        assert!(releases.len() >= 12);
+        for r in releases {
+            let version = r["torch"].as_str().unwrap();
+            let names = std::fs::read_to_string(dir.join(format!("{version}.symbols"))).unwrap();
+            let mut found = [false; SYMBOLS];
+            for name in names.split_whitespace() {
+                if let Some(slot) = pick(name.as_bytes()) {
+                    found[slot] = true;
+                }
+            }
+            // What attaching needs (the allocator object, its class's
+            // vtable, the tracker), the OOM observer, and the cudaMallocAsync
+            // backend's vtable (to tell it apart).
+            for (slot, what) in [
+                (SYM_ALLOCATOR, "allocator"),
+                (SYM_VTABLE, "vtable"),
+                (SYM_TRACKER, "attachAllocatorTraceTracker"),
+                (SYM_OOM, "attachOutOfMemoryObserver"),
+                (SYM_ASYNC_VTABLE, "CudaMallocAsyncAllocator's vtable"),
+            ] {
+                assert!(found[slot], "torch {version}: no {what}");
+            }
+            let o = &r["trace_entry"]["offsets"];
+            let at = |k: &str| o[k].as_u64().map(|v| v as usize);
+            assert_eq!(at("action"), Some(ENTRY_ACTION), "torch {version}");
+            assert_eq!(at("device"), Some(ENTRY_DEVICE), "torch {version}");
+            assert_eq!(
+                at("device_bytes"),
+                Some(1),
+                "torch {version}: device is an i8"
+            );
+            assert_eq!(at("address"), Some(ENTRY_ADDRESS), "torch {version}");
+            assert_eq!(at("stream"), Some(ENTRY_STREAM), "torch {version}");
+            assert_eq!(at("size"), Some(ENTRY_SIZE), "torch {version}");
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+            let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+            if trace_entry_has_pool_ids(major, minor) {
+                assert_eq!(at("mempool"), Some(ENTRY_POOL), "torch {version}");
+                assert_eq!(at("mempool_bytes"), Some(16), "torch {version}");
+            } else {
+                assert_eq!(at("mempool"), None, "torch {version}: no pool ids");
+            }
+            // The actions, in the order the tracker maps them.
+            let actions = &r["trace_entry"]["actions"];
+            for (i, a) in [
+                "ALLOC",
+                "FREE_REQUESTED",
+                "FREE_COMPLETED",
+                "SEGMENT_ALLOC",
+                "SEGMENT_FREE",
+                "SEGMENT_MAP",
+                "SEGMENT_UNMAP",
+                "SNAPSHOT",
+                "OOM",
+            ]
+            .iter()
+            .enumerate()
+            {
+                assert_eq!(actions[a], i as u64, "torch {version}: {a}");
+            }
+        }
     }
 }

@@ -31,20 +31,22 @@ fn no_file_cites_a_document_outside_the_repository() {
     assert!(repo().join("docs/design.md").is_file());
 }
 
-/// The CUPTI table of docs/compatibility.md and the collector's layouts
-/// (collector/src/cupti_layouts.rs) are what the headers' extract
-/// (collector/layouts/cupti.json) gives: the script's offline check, with
-/// no download.
+/// The CUPTI and PyTorch tables of docs/compatibility.md and the
+/// collector's layouts (collector/src/cupti_layouts.rs) are what the
+/// releases' extracts (collector/layouts/cupti.json, torch.json) give: the
+/// scripts' offline checks, with no download.
 #[test]
 fn the_compatibility_table_and_the_layouts_are_the_extracts() {
-    let out = std::process::Command::new("python3")
-        .arg(repo().join("collector/layouts/extract.py"))
-        .arg("--check")
-        .output()
-        .expect("python3 runs the layouts' check");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for script in ["extract.py", "torch.py"] {
+        let out = std::process::Command::new("python3")
+            .arg(repo().join("collector/layouts").join(script))
+            .arg("--check")
+            .output()
+            .expect("python3 runs the layouts' check");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

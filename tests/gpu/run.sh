@@ -6,6 +6,7 @@
 #                                   deviceview ums pools remedies
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
+#                                   cupti (the programs through every CUPTI at hand)
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -256,6 +257,58 @@ private_pools_phase() {
     "$GMEM" dump "$WORK/traces/torch_private_pools.bin" | grep " allocator_event " | awk '{for(i=1;i<=NF;i++) if ($i ~ /^pool=/) print $i}' | sort | uniq -c | sed 's/^/    /'
 }
 
+# The libcupti copies at hand: the toolkit's, Triton's (CUDA 12), and
+# those the run carries, xz-compressed, in .gpu-extra/cupti/VERSION/
+# (unpacked from the registry's nvidia-cuda-cupti(-cu12) wheels).
+cupti_copies() {
+    ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null
+    find / -path /proc -prune -o -name 'libcupti.so.12' -path '*triton*' -print 2>/dev/null | head -1
+    for xz in "$ROOT"/.gpu-extra/cupti/*/libcupti.so.*.xz; do
+        [ -f "$xz" ] || continue
+        local v=$(basename "$(dirname "$xz")")
+        mkdir -p "$WORK/cupti/$v"
+        local so="$WORK/cupti/$v/$(basename "$xz" .xz)"
+        [ -f "$so" ] || xz -dc "$xz" >"$so"
+        echo "$so"
+    done
+}
+
+# Issue 36, first run: the same programs through each CUPTI, each trace
+# checked against its program's `expect:` lines, and what each recorded
+# (API version, allocations, frees, failures, launches) in one table.
+cupti_phase() {
+    note "the programs through every CUPTI at hand"
+    build
+    local table="$OUT/cupti-table.txt"
+    printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' cupti api program allocs frees failed launches check >"$table"
+    for lib in $(cupti_copies); do
+        for name in kinds oom threads children; do
+            local tag
+            tag=$(echo "$lib" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|')
+            RECORD_FLAGS="--cupti $lib" record "cupti-$tag-$name" "bin/$name"
+            local trace="$WORK/traces/cupti-$tag-$name.bin"
+            local ok=pass
+            python3 "$ROOT/tests/gpu/check.py" "$GMEM" "$trace" "$ROOT/tests/programs/$name.cu" "$CODE" >"$WORK/logs/cupti-$tag-$name.check" 2>&1 || { ok=FAIL; FAILED=1; }
+            "$GMEM" dump --json "$trace" 2>/dev/null | python3 -c '
+import json, sys
+n = {"alloc": 0, "free": 0, "failed": 0, "launch": 0}
+api = "-"
+for line in sys.stdin:
+    r = json.loads(line)
+    t = r["type"]
+    if t == "Process": api = r["cupti_api_version"]
+    elif t == "Memory": n["alloc" if r["alloc"] else "free"] += 1
+    elif t == "Api" and r["result"] != 0: n["failed"] += 1
+    elif t == "KernelLaunch": n["launch"] += 1
+print(api, n["alloc"], n["free"], n["failed"], n["launch"])
+' | { read -r api a f x l; printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' "$tag" "$api" "$name" "$a" "$f" "$x" "$l" "$ok" >>"$table"; }
+            grep -h "not profiling\|refused\|CUPTI" "$WORK/logs/cupti-$tag-$name.out" | head -2 | sed 's/^/    | /'
+        done
+    done
+    cat "$table"
+    cp "$WORK"/traces/cupti-*-kinds.bin "$WORK"/logs/cupti-*.check "$OUT/" 2>/dev/null
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
@@ -270,6 +323,7 @@ for phase in $PHASES; do
         ipc) ipc_phase ;;
         privatepools) private_pools_phase ;;
         multigpu) multigpu_phase ;;
+        cupti) cupti_phase ;;
         remedies) remedies_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
         events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
