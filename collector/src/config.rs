@@ -207,3 +207,39 @@ pub fn find_cupti(driver_cuda: Option<u32>, site_packages: &[String]) -> Option<
     // Let the dynamic linker search its usual path for the versioned name.
     Some(cupti_sonames(driver_cuda)[0].into())
 }
+
+#[cfg(test)]
+mod cupti_search {
+    use super::*;
+
+    #[test]
+    fn the_drivers_cuda_major_comes_first() {
+        assert_eq!(cupti_sonames(Some(12040))[0], "libcupti.so.12");
+        assert_eq!(cupti_sonames(Some(13000))[0], "libcupti.so.13");
+        assert_eq!(cupti_sonames(None)[0], "libcupti.so.13");
+    }
+
+    /// pip's wheels in the program's environment: CUDA 13's under
+    /// nvidia/cu13/lib, CUDA 12's under nvidia/cuda_cupti/lib; with a CUDA
+    /// 12 driver the .so.12 is taken though a .so.13 is there too.
+    #[test]
+    fn the_programs_own_wheels_are_found() {
+        let site = std::env::temp_dir().join(format!("gmem-prof-site-{}", std::process::id()));
+        for (sub, name) in [
+            ("nvidia/cu13/lib", "libcupti.so.13"),
+            ("nvidia/cuda_cupti/lib", "libcupti.so.12"),
+        ] {
+            std::fs::create_dir_all(site.join(sub)).unwrap();
+            std::fs::write(site.join(sub).join(name), b"").unwrap();
+        }
+        let dirs = [site.to_string_lossy().into_owned()];
+        // No toolkit in the way.
+        if std::path::Path::new("/usr/local/cuda").exists() {
+            return;
+        }
+        let found = |driver| find_cupti(Some(driver), &dirs).unwrap();
+        assert!(found(12040).ends_with("nvidia/cuda_cupti/lib/libcupti.so.12"));
+        assert!(found(13000).ends_with("nvidia/cu13/lib/libcupti.so.13"));
+        let _ = std::fs::remove_dir_all(&site);
+    }
+}
