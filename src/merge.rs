@@ -377,6 +377,17 @@ pub fn print_summary(output: &Path, s: &MergeSummary) {
         gmem_prof_reports::format::bytes(s.bytes_written),
         s.bytes_written as f64 / events as f64
     );
+    // Which CUPTI the processes recorded through (users of several CUDA
+    // versions need to know which one was met).
+    let mut cuptis: Vec<(&str, u32)> = Vec::new();
+    for i in s.processes.iter().filter_map(|p| p.info.as_ref()) {
+        if !i.cupti_path.is_empty() && !cuptis.contains(&(&i.cupti_path, i.cupti_api_version)) {
+            cuptis.push((&i.cupti_path, i.cupti_api_version));
+        }
+    }
+    for (path, api) in cuptis {
+        eprintln!("gmem-prof: CUPTI {path} (API version {api})");
+    }
     for p in &s.processes {
         let who = match &p.info {
             Some(i) => format!("pid {} ({})", i.pid, i.cmdline.join(" ")),

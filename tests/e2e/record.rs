@@ -497,6 +497,12 @@ fn every_known_cupti_release_gives_the_same_analysis() {
             .env("FAKE_CUPTI_VERSION", version)
             .env("FAKE_DRIVER_CUDA", "13050"));
         assert!(out.status.success(), "{release}: {}", stderr(&out));
+        // `record` says which CUPTI it met.
+        assert!(
+            stderr(&out).contains(&format!("(API version {version})")),
+            "{release}: {}",
+            stderr(&out)
+        );
         let recs = dump_json(&dir.join("t.bin"));
         let process = &of_type(&recs, "Process")[0];
         assert_eq!(
