@@ -259,7 +259,7 @@ private_pools_phase() {
 
 # The libcupti copies at hand: the toolkit's, Triton's (CUDA 12), and
 # those the run carries, xz-compressed, in .gpu-extra/cupti/VERSION/
-# (unpacked from the registry's nvidia-cuda-cupti(-cu12) wheels).
+# (tests/gpu/stage_cupti.sh unpacks them from the registry's wheels).
 cupti_copies() {
     ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null
     find / -path /proc -prune -o -name 'libcupti.so.12' -path '*triton*' -print 2>/dev/null | head -1
