@@ -73,6 +73,10 @@
 # everything it enabled off and on: CUPTI's own cost, measured the same
 # way) or torchhistory (PyTorch's recorder turned off and on).
 #
+# Variant cupti-V records through CUPTI release V (`record --cupti`): V is
+# a release tests/gpu/stage_cupti.sh staged (12.8.90, ...) or `toolkit`,
+# the machine's own CUDA 13.0 one (what `full` finds by itself).
+#
 # Variant with-NAME records with another collector build,
 # $GMEM_BIN/alt/NAME.so (`record --collector`): builds compared in the same
 # runs, by step time and by the collector's own figures of each.
@@ -84,6 +88,20 @@ ROUNDS=${ROUNDS:-5}
 BENCHES=${*:-events resnet alloc}
 mkdir -p "$WORK/overhead"
 RES="$WORK/overhead/results.jsonl"
+
+# The libcupti of release V (`cupti-V` variants): the toolkit's for
+# `toolkit`, else the copy tests/gpu/stage_cupti.sh put in .gpu-extra/.
+cupti_lib() {  # cupti_lib V
+    if [ "$1" = toolkit ]; then
+        echo /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13
+        return
+    fi
+    local xz so
+    xz=$(ls "$ROOT"/.gpu-extra/cupti/"$1"/libcupti.so.*.xz)
+    so="$WORK/cupti/$1/$(basename "$xz" .xz)"
+    [ -f "$so" ] || { mkdir -p "$WORK/cupti/$1" && xz -dc "$xz" >"$so"; }
+    echo "$so"
+}
 
 one() {  # one BENCH VARIANT ROUND COMMAND...
     local bench=$1 variant=$2 round=$3 line flags=()
@@ -110,6 +128,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
         pythonstacks) flags=(--tensor-stacks python) ;;
         depth*) flags=(--stack-depth "${what#depth}") ;;
         with-*) flags=(--collector "$BIN/alt/${what#with-}.so") ;;
+        cupti-*) flags=(--cupti "$(cupti_lib "${what#cupti-}")") ;;
         ""|full|plain|torchhistory|torchtrace|torchtrace1|bare*) ;;
         *)  # a typo would otherwise run the full collector under its name
             echo "  $bench $variant: unknown variant" >&2

@@ -20,7 +20,7 @@ GMEM=$BIN/gmem-prof
 WORK=${WORK:-/tmp/gmem-gpu}
 OUT=${OUT:-$WORK/out}
 PHASES=${*:-programs killed torch framework}
-mkdir -p "$WORK/bin" "$WORK/traces" "$WORK/logs" "$OUT"
+mkdir -p "$WORK/bin" "$WORK/traces" "$WORK/logs" "$WORK/reports" "$OUT"
 export PYTHONUNBUFFERED=1
 FAILED=0
 note() { echo "### $*"; }
@@ -262,7 +262,9 @@ private_pools_phase() {
 # (tests/gpu/stage_cupti.sh unpacks them from the registry's wheels).
 cupti_copies() {
     ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null
-    find / -path /proc -prune -o -name 'libcupti.so.12' -path '*triton*' -print 2>/dev/null | head -1
+    local triton
+    triton=$(python3 -c 'import os, triton; print(os.path.dirname(triton.__file__))' 2>/dev/null) \
+        && find "$triton" -name 'libcupti.so.12' 2>/dev/null | head -1
     for xz in "$ROOT"/.gpu-extra/cupti/*/libcupti.so.*.xz; do
         [ -f "$xz" ] || continue
         local v=$(basename "$(dirname "$xz")")
@@ -279,9 +281,10 @@ cupti_copies() {
 cupti_phase() {
     note "the programs through every CUPTI at hand"
     build
-    local table="$OUT/cupti-table.txt"
+    local table="$OUT/cupti-table.txt" libs
+    libs=$(cupti_copies)
     printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' cupti api program allocs frees failed launches check >"$table"
-    for lib in $(cupti_copies); do
+    for lib in $libs; do
         for name in kinds oom threads children; do
             local tag
             tag=$(echo "$lib" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|')
@@ -304,6 +307,32 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
 ' | { read -r api a f x l; printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' "$tag" "$api" "$name" "$a" "$f" "$x" "$l" "$ok" >>"$table"; }
             grep -h "not profiling\|refused\|CUPTI" "$WORK/logs/cupti-$tag-$name.out" | head -2 | sed 's/^/    | /'
         done
+    done
+    # A PyTorch training loop (default caching allocator) checked against
+    # its own memory_stats, and torch.profiler with profile_memory=True
+    # beside the collector (what each of the two saw), through each CUPTI.
+    for lib in $libs; do
+        local tag
+        tag=$(echo "$lib" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|')
+        RECORD_FLAGS="--cupti $lib" record "cupti-$tag-torch" python3 "$ROOT/tests/gpu/torch_train.py" "$WORK/cupti-$tag-torch.json" 20
+        (cd "$ROOT/tests/gpu" && python3 torch_check.py "$GMEM" "$WORK/traces/cupti-$tag-torch.bin" "$WORK/cupti-$tag-torch.json") >"$WORK/logs/cupti-$tag-torch.check" 2>&1 \
+            && echo "    torch_check: pass" || { echo "    torch_check: FAIL"; tail -5 "$WORK/logs/cupti-$tag-torch.check"; FAILED=1; }
+        RECORD_FLAGS="--cupti $lib" record "cupti-$tag-profiler" python3 "$ROOT/tests/gpu/torch_profiler.py"
+        grep -h '"torch_profiler"' "$WORK/logs/cupti-$tag-profiler.out" | sed 's/^/    profiler saw: /'
+        "$GMEM" dump "$WORK/traces/cupti-$tag-profiler.bin" | grep -E " message " | cut -c1-300 | sed 's/^/    /'
+        "$GMEM" report -q -o "$WORK/reports/cupti-$tag-profiler" "$WORK/traces/cupti-$tag-profiler.bin" \
+            && grep -o 'CUPTI[^<]*' "$WORK/reports/cupti-$tag-profiler/cupti-$tag-profiler.html" | sort -u | head -4 | sed 's/^/    report: /'
+    done
+    # compute-sanitizer's leak report of the same programs, against ours
+    # from each CUPTI's trace.
+    for name in kinds threads; do
+        (cd "$WORK" && compute-sanitizer --leak-check full "bin/$name" >"logs/sanitizer-$name.txt" 2>&1)
+        grep -h "LEAK SUMMARY\|ERROR SUMMARY" "$WORK/logs/sanitizer-$name.txt" | sed 's/^/    /'
+        local args=()
+        for t in "$WORK"/traces/cupti-*-"$name".bin; do
+            args+=("$(basename "$t" "-$name.bin" | sed 's/^cupti-//')=$t")
+        done
+        python3 "$ROOT/tests/gpu/sanitizer_compare.py" "$GMEM" "$WORK/logs/sanitizer-$name.txt" "${args[@]}" | tee -a "$OUT/sanitizer-table.txt" || FAILED=1
     done
     cat "$table"
     cp "$WORK"/traces/cupti-*-kinds.bin "$WORK"/logs/cupti-*.check "$OUT/" 2>/dev/null
