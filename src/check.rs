@@ -3,8 +3,8 @@
 //! the sites responsible), 2 when part of the run was not profiled or on bad
 //! input.
 //!
-//! The budgets are applied in the analyzer (`gmem_prof_analyzer::budgets`,
-//! where the TOML form is documented) and put in words by the reports crate
+//! The budgets are applied in the analyzer (`gmem_prof_analyzer::budgets`;
+//! the TOML form is documented in `gmem_prof_model::budgets`) and put in words by the reports crate
 //! (`gmem_prof_reports::check`); this module reads the flags and the budget
 //! file, writes the files CI asked for, and picks the exit code.
 
@@ -12,7 +12,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use gmem_prof_analyzer::budgets::{evaluate, Budget, Budgets, Limits};
+use gmem_prof_analyzer::budgets::evaluate;
+use gmem_prof_model::budgets::{Budget, Budgets, Limits};
 use gmem_prof_reports::check::{self, Run};
 
 use crate::cli::CheckArgs;
@@ -122,7 +123,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gmem_prof_analyzer::budgets::ByteSize;
+    use gmem_prof_model::budgets::ByteSize;
 
     #[test]
     fn budget_file() {

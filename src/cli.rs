@@ -178,11 +178,11 @@ pub struct RecordArgs {
     /// already loaded, as PyTorch does; else libcupti.so.13, or .so.12 with
     /// a driver older than CUDA 13, from CUDA_HOME, /usr/local/cuda, the
     /// linker path or pip's nvidia wheels; docs/compatibility.md).
-    #[arg(long, value_name = "PATH", env = "GMEM_PROF_CUPTI")]
+    #[arg(long, value_name = "PATH", env = gmem_prof_traces::env::CUPTI)]
     pub cupti: Option<PathBuf>,
     /// The collector library (default: libgmem_prof_collector.so next to this
     /// executable).
-    #[arg(long, value_name = "PATH", env = "GMEM_PROF_COLLECTOR")]
+    #[arg(long, value_name = "PATH", env = gmem_prof_traces::env::COLLECTOR)]
     pub collector: Option<PathBuf>,
     /// How often each process hands its data to the file, in milliseconds
     /// (bounds what a SIGKILL can lose).
@@ -297,40 +297,40 @@ pub struct CheckArgs {
     /// managed memory in full (CUDA does not say where its pages are).
     /// Pinned host memory is host RAM: --max-pinned budgets it.
     #[arg(long, value_name = "SIZE")]
-    pub max_peak: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_peak: Option<gmem_prof_model::budgets::ByteSize>,
     /// Highest pinned host memory (cudaHostAlloc, cudaMallocHost,
     /// PyTorch's pin_memory) live at once, per device's contexts.
     #[arg(long, value_name = "SIZE")]
-    pub max_pinned: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_pinned: Option<gmem_prof_model::budgets::ByteSize>,
     /// Highest bytes of tensors a framework allocator (PyTorch's) may have
     /// allocated at once on any device (its `max_memory_allocated`).
     #[arg(long, value_name = "SIZE")]
-    pub max_allocated: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_allocated: Option<gmem_prof_model::budgets::ByteSize>,
     /// Bytes of tensors allowed to stay allocated when a process ends (a
     /// framework's live objects at exit; what its allocator caches is not
     /// counted).
     #[arg(long, value_name = "SIZE")]
-    pub max_tensors_at_exit: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_tensors_at_exit: Option<gmem_prof_model::budgets::ByteSize>,
     /// Bytes the program leaked: allocated by its own code (or a framework
     /// on its behalf) and still allocated when it ended. Memory held at
     /// exit of the other three kinds is not counted, and has its own
     /// budget: --max-cached-at-exit, --max-library-held,
     /// --max-module-globals.
     #[arg(long, value_name = "SIZE")]
-    pub max_leaked: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_leaked: Option<gmem_prof_model::budgets::ByteSize>,
     /// Bytes a caching allocator (PyTorch's, CuPy's, XLA's) still held at
     /// exit: freed by the program, kept for reuse.
     #[arg(long, value_name = "SIZE")]
-    pub max_cached_at_exit: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_cached_at_exit: Option<gmem_prof_model::budgets::ByteSize>,
     /// Bytes CUDA libraries held at exit for the process's life: memory
     /// allocated inside cuBLAS, cuDNN, NCCL, cuFFT, … (their frames are on
     /// the stack) or by a framework for their handles and workspaces, and
     /// CUDA graph pools. A library that keeps allocating shows as growth.
     #[arg(long, value_name = "SIZE")]
-    pub max_library_held: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_library_held: Option<gmem_prof_model::budgets::ByteSize>,
     /// Bytes of module globals (__device__ / __managed__ variables).
     #[arg(long, value_name = "SIZE")]
-    pub max_module_globals: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_module_globals: Option<gmem_prof_model::budgets::ByteSize>,
     /// Growth allowed for any one site (CUDA allocation sites and tensor
     /// sites). A site grows when its live bytes keep rising through the
     /// judged part of its process's run (of the time buckets in which the
@@ -345,7 +345,7 @@ pub struct CheckArgs {
     /// (docs/ci.md gives the rule whole). `--max-growth 0` fails on any
     /// growing site: the budget that catches a Python program's leak.
     #[arg(long, value_name = "SIZE")]
-    pub max_growth: Option<gmem_prof_analyzer::budgets::ByteSize>,
+    pub max_growth: Option<gmem_prof_model::budgets::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,
     /// VMM reservations and the pools of a framework allocator (0 to 1).
     #[arg(long, value_name = "F")]
@@ -440,7 +440,7 @@ pub struct DiffArgs {
         value_delimiter = ',',
         requires = "fail_above"
     )]
-    pub fail_on: Vec<gmem_prof_analyzer::diff::Judged>,
+    pub fail_on: Vec<gmem_prof_model::diff::Judged>,
     /// Judge the figures even when part of a run was not profiled. By
     /// default --fail-above then exits 2: a run that shows less than it used
     /// (a process another CUPTI client kept from the collector, records

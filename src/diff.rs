@@ -6,8 +6,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use gmem_prof_analyzer::diff::{diff, judge, Judged};
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_analyzer::diff::{diff, judge};
+use gmem_prof_model::diff::Judged;
+use gmem_prof_model::Analysis;
 use gmem_prof_reports::format::bytes;
 
 use crate::cli::DiffArgs;

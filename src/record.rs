@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context, Result};
+use gmem_prof_traces::env;
 
 use crate::cli::RecordArgs;
 use crate::{locate, merge, signals};
@@ -117,34 +118,25 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         eprintln!("gmem-prof: warning: replacing CUDA_INJECTION64_PATH set by another tool");
     }
     cmd.env("CUDA_INJECTION64_PATH", &collector)
-        .env("GMEM_PROF_DIR", &parts)
-        .env("GMEM_PROF_CUPTI", &cupti)
+        .env(env::DIR, &parts)
+        .env(env::CUPTI, &cupti)
         .env(
-            "GMEM_PROF_KERNELS",
+            env::KERNELS,
             if a.no_kernels {
                 "off"
             } else {
                 a.kernels.env_value()
             },
         )
-        .env("GMEM_PROF_STACK_DEPTH", a.stack_depth.to_string())
-        .env(
-            "GMEM_PROF_FREE_STACKS",
-            if a.free_stacks { "1" } else { "0" },
-        )
-        .env(
-            "GMEM_PROF_FRAMEWORKS",
-            if a.no_frameworks { "0" } else { "1" },
-        )
-        .env("GMEM_PROF_PYTHON", if a.no_python { "0" } else { "1" })
-        .env(
-            "GMEM_PROF_DEVICE_VIEW",
-            if a.no_device_view { "0" } else { "1" },
-        )
-        .env("GMEM_PROF_TENSOR_STACKS", a.tensor_stacks.env_value())
-        .env("GMEM_PROF_FLUSH_MS", a.flush_ms.to_string())
-        .env("GMEM_PROF_UNDER_CLI", "1")
-        .env_remove("GMEM_PROF_DISABLE");
+        .env(env::STACK_DEPTH, a.stack_depth.to_string())
+        .env(env::FREE_STACKS, if a.free_stacks { "1" } else { "0" })
+        .env(env::FRAMEWORKS, if a.no_frameworks { "0" } else { "1" })
+        .env(env::PYTHON, if a.no_python { "0" } else { "1" })
+        .env(env::DEVICE_VIEW, if a.no_device_view { "0" } else { "1" })
+        .env(env::TENSOR_STACKS, a.tensor_stacks.env_value())
+        .env(env::FLUSH_MS, a.flush_ms.to_string())
+        .env(env::UNDER_CLI, "1")
+        .env_remove(env::DISABLE);
     put_python_bootstrap(&mut cmd, &parts)?;
 
     let code = match run_program(cmd, program) {

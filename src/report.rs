@@ -7,8 +7,8 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use gmem_prof_analyzer::model::Analysis;
 use gmem_prof_analyzer::{analyze_files, Options};
+use gmem_prof_model::Analysis;
 
 use crate::cli::ReportArgs;
 use crate::progress::{run_label, ProgressLine};

@@ -2,20 +2,20 @@
 //! site and per device, plus bounded curves. Memory is bounded by live
 //! allocations, sites and processes, never by trace length.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use gmem_prof_traces::record::{memory_kind, AllocatorAction, ApiFunc};
 use gmem_prof_traces::Record;
 
 use crate::events::{EventKind, EventRow};
-use crate::framework::{AllocConfig, DriverMemory, FrameworkState, TORCH_ASYNC};
-use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent};
+use crate::fast_map::FastMap;
+use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
+use crate::holding::{sites_holding, Holding, SiteClass, SiteStats};
+use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC};
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::StreamDefs;
 use crate::timeline::{Axis, Counts, Curve, Samples};
-
-pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// Memory kinds by CUPTI's numbering (0..=7).
 pub const KINDS: usize = 8;
@@ -106,21 +106,6 @@ impl DriverMemory for LiveMemory<'_> {
     }
 }
 
-/// Why memory has no ordinary allocation call behind it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SiteClass {
-    /// An allocation call of the program (its stack is the site).
-    Call,
-    /// `__device__`/`__managed__` globals of loaded modules.
-    Static,
-    /// The backing of CUDA graph memory nodes.
-    GraphPool,
-    /// No allocation call was seen for it.
-    NoCall,
-    /// Allocated by CUPTI or the collector on their own threads.
-    Profiler,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct SiteKey {
     stream: u32,
@@ -129,65 +114,6 @@ struct SiteKey {
     class: SiteClass,
     /// The API function, so that sites without stacks still differ by call.
     func: u16,
-}
-
-/// What one site allocated and holds, over time: the bookkeeping that
-/// CUDA allocation sites (`SiteStats`) and tensor sites
-/// (`framework::TensorSiteStats`) share.
-#[derive(Clone, Debug, Default)]
-pub struct Holding {
-    pub count: u64,
-    pub total_bytes: u64,
-    pub live: u64,
-    pub live_count: u64,
-    pub max_live: u64,
-    /// Freed before the process allocated anything else (memray's
-    /// meaning).
-    pub temporaries: u64,
-    /// What it held at its device's peak.
-    pub at_peak: u64,
-    pub at_peak_count: u64,
-    /// What it still held when its process ended (or the trace did).
-    pub at_exit: u64,
-    pub at_exit_count: u64,
-    pub curve: Curve,
-}
-
-impl Holding {
-    /// One allocation of `bytes`, at the current bucket of `axis`.
-    #[inline]
-    pub fn alloc(&mut self, bytes: u64, axis: &Axis) {
-        self.count += 1;
-        self.total_bytes += bytes;
-        self.live += bytes;
-        self.live_count += 1;
-        self.max_live = self.max_live.max(self.live);
-        self.curve.set(axis, self.live);
-    }
-
-    /// One of its allocations, of `bytes`, freed.
-    #[inline]
-    pub fn release(&mut self, bytes: u64, axis: &Axis) {
-        self.live = self.live.saturating_sub(bytes);
-        self.live_count = self.live_count.saturating_sub(1);
-        self.curve.set(axis, self.live);
-    }
-}
-
-/// Figures of one raw site: one stack of one process on one device.
-#[derive(Clone, Debug)]
-pub struct SiteStats {
-    pub stream: u32,
-    pub stack: u32,
-    pub device: u32,
-    pub class: SiteClass,
-    pub func: ApiFunc,
-    pub kinds: u8,
-    pub failed: u64,
-    pub held: Holding,
-    /// Its allocations are a framework allocator's tensors too (PyTorch's
-    /// cudaMallocAsync backend), counted in its view.
-    pub framework_tensors: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -520,33 +446,6 @@ fn close_failures(
     });
 }
 
-/// A site's figures that say what it holds now: driver sites here, tensor
-/// sites in `framework`.
-pub trait HoldsMemory {
-    /// (live bytes, live allocations).
-    fn held(&self) -> (u64, u64);
-}
-
-impl HoldsMemory for SiteStats {
-    fn held(&self) -> (u64, u64) {
-        (self.held.live, self.held.live_count)
-    }
-}
-
-/// (site, bytes, count) of each of `ids` that holds memory now: what a
-/// peak's or a failed request's breakdown by site is made of.
-pub fn sites_holding<'a, S: HoldsMemory>(
-    ids: &'a [u32],
-    sites: &'a [S],
-) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
-    ids.iter()
-        .map(|&i| {
-            let (bytes, count) = sites[i as usize].held();
-            (i, bytes, count)
-        })
-        .filter(|&(_, bytes, _)| bytes > 0)
-}
-
 /// Sets `peak_sites` to (site, bytes, count) of every site holding memory
 /// on the device now.
 fn live_sites(dev: &mut DeviceState, sites: &[SiteStats]) {
@@ -583,7 +482,7 @@ pub struct StreamState {
     /// Its allocations through calls of its own (module globals, which
     /// CUDA registers as it loads modules, left out), counted over time:
     /// the buckets where the count rose are the time it spent allocating,
-    /// over which growth is judged (`build::judged_buckets`).
+    /// over which growth is judged (`growth::judged_buckets`).
     pub own_allocations: u64,
     pub own_allocation_curve: Curve,
     /// Per thread, when a CUDA library (cuBLAS, cuDNN, …) last allocated
@@ -1058,7 +957,7 @@ impl Engine {
                     .iter()
                     .filter_map(|s| s.framework.as_deref())
                     .filter_map(|f| f.devices.get(&device))
-                    .filter(|v| v.allocator != crate::framework::TORCH_ASYNC)
+                    .filter(|v| v.allocator != TORCH_ASYNC)
                     .map(|v| v.reserved.saturating_sub(v.allocated))
                     .sum();
                 self.device_views.push(TrackedAt {
@@ -1722,6 +1621,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn call(time: u64) -> PendingCall {
         PendingCall {

@@ -25,8 +25,9 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::{allocator, AllocatorAction};
 
-use crate::engine::{sites_holding, FastMap, Holding, HoldsMemory};
-use crate::input::AllocatorEv;
+use crate::fast_map::FastMap;
+use crate::holding::{sites_holding, Holding, HoldsMemory};
+use crate::input::{AllocatorEv, TORCH_ASYNC};
 use crate::timeline::{Axis, Curve, Samples};
 
 const MIB: u64 = 1 << 20;
@@ -549,12 +550,6 @@ pub trait DriverMemory {
     /// Bytes of the live driver allocation (or VMM mapping) at `address`.
     fn live_at(&self, address: u64) -> Option<u64>;
 }
-
-/// Id of PyTorch's cudaMallocAsync backend in `DeviceView::allocator`
-/// (after the trace's ids, `allocator::*`): the collector records no
-/// events of it; the analyzer makes them from the process's stream-ordered
-/// allocations (`Engine`), the tensors of that backend.
-pub const TORCH_ASYNC: u8 = 0x80;
 
 /// The name of a framework allocator's view.
 pub fn allocator_name(id: u8) -> &'static str {

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 
 use gmem_prof_traces::record::allocator;
 
-use crate::build::{judged_buckets, site_bytes, site_curves, GrowthCandidate};
-use crate::engine::{Engine, SiteClass};
-use crate::framework::{FrameworkOomRaw, PoolKey, TORCH_ASYNC};
+use crate::engine::Engine;
+use crate::framework::{FrameworkOomRaw, PoolKey};
+use crate::growth::{judged_buckets, GrowthCandidate};
+use crate::holding::SiteClass;
 use crate::input::MEMPOOL_BIT;
+use crate::input::TORCH_ASYNC;
 use crate::model::*;
+use crate::site_figures::{site_bytes, site_curves};
 use crate::sites::{self, CodeRules, StreamDefs};
 use crate::timeline::Axis;
 

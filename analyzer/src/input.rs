@@ -74,6 +74,13 @@ pub struct ApiEv {
     pub internal: bool,
 }
 
+/// Id of PyTorch's cudaMallocAsync backend in `AllocatorEv::allocator` and
+/// `DeviceView::allocator` (after the trace's ids, `allocator::*`): the
+/// collector records no events of it; the analyzer makes them from the
+/// process's stream-ordered allocations (`Engine`), the tensors of that
+/// backend.
+pub const TORCH_ASYNC: u8 = 0x80;
+
 /// An event inside a framework allocator (`record::AllocatorEvent`).
 #[derive(Clone, Copy, Debug)]
 pub struct AllocatorEv {
@@ -125,7 +132,7 @@ impl AllocatorEv {
             // The cudaMallocAsync backend's errors join the view made of
             // its stream-ordered allocations.
             allocator: if a.allocator == allocator::TORCH_ASYNC_BACKEND {
-                crate::framework::TORCH_ASYNC
+                TORCH_ASYNC
             } else {
                 a.allocator
             },

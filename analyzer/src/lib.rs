@@ -1,4 +1,5 @@
-//! gmem-prof's analyzer: turns traces into the analysis model (`model`).
+//! gmem-prof's analyzer: turns traces into the analysis model (the
+//! `gmem-prof-model` crate, named `model` inside this crate).
 //!
 //! # Design constraints
 //! - Streaming: chunks are decoded in parallel batches (rayon) and events are
@@ -30,14 +31,17 @@ mod device_view;
 pub mod diff;
 mod engine;
 pub mod events;
+mod fast_map;
 mod framework;
 mod framework_pools;
 mod framework_view;
+mod growth;
+mod holding;
 mod input;
-pub mod model;
 mod pipeline;
 mod regions;
 mod remedies;
+mod site_figures;
 mod sites;
 pub mod synth;
 mod timeline;
@@ -47,7 +51,9 @@ use std::path::PathBuf;
 use gmem_prof_traces::TraceError;
 
 use events::{EventRow, SiteIds};
-use model::*;
+use gmem_prof_model::*;
+// The analyzer's files name the model `crate::model`.
+use gmem_prof_model as model;
 use pipeline::{run, with_files};
 
 pub use engine::LIBRARY_WORKSPACE_NS;
@@ -76,16 +82,6 @@ pub struct Options<'a> {
     /// innermost one).
     pub code: CodeRules,
 }
-
-/// Sites whose live bytes rise by at least this much after the warm-up are
-/// reported as growing.
-pub const GROWTH_MIN_BYTES: u64 = 1 << 20;
-/// The warm-up: growth is not judged over this share of each process's
-/// allocations (`build::judge_growth`).
-pub const WARM_UP: f64 = 0.2;
-/// The end of the judged window, as a share of the allocations (what comes
-/// after, such as an interpreter's shutdown, is not judged).
-pub const JUDGED_UNTIL: f64 = 0.95;
 
 /// Analyzes trace files (or per-process files of one run) together.
 pub fn analyze_files(paths: &[PathBuf], opts: &Options) -> Result<Analysis, AnalyzeError> {

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::FastMap;
+use crate::fast_map::FastMap;
 use crate::timeline::{Axis, Samples};
 
 /// A pool's index in `Regions::pools`; live pool blocks carry it, so that

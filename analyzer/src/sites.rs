@@ -14,7 +14,8 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::Record;
 use polars::prelude::*;
 
-use crate::engine::{FastMap, SiteClass, SiteStats};
+use crate::fast_map::FastMap;
+use crate::holding::{SiteClass, SiteStats};
 use crate::model::{Category, FrameText};
 
 /// What one stream (process) defined: who it is, its strings, stacks,

@@ -5,41 +5,7 @@
 
 use std::path::PathBuf;
 
-/// Where each process writes its trace file (a directory). Default: the
-/// current directory.
-pub const ENV_DIR: &str = "GMEM_PROF_DIR";
-/// Path of the libcupti to load. Default: search (see `find_cupti`).
-pub const ENV_CUPTI: &str = "GMEM_PROF_CUPTI";
-/// How kernels are traced: "launches" (default; also "1"), "timed", or
-/// "0"/"off" (see `KernelMode`).
-pub const ENV_KERNELS: &str = "GMEM_PROF_KERNELS";
-/// Native stack depth per allocation; "0" turns stacks off.
-pub const ENV_STACK_DEPTH: &str = "GMEM_PROF_STACK_DEPTH";
-/// "1" also captures stacks of frees.
-pub const ENV_FREE_STACKS: &str = "GMEM_PROF_FREE_STACKS";
-/// How often buffered data reaches the file, in milliseconds.
-pub const ENV_FLUSH_MS: &str = "GMEM_PROF_FLUSH_MS";
-/// "1" accepts a libcupti whose API version differs from the bindings.
-pub const ENV_ANY_CUPTI: &str = "GMEM_PROF_ALLOW_ANY_CUPTI";
-/// "0": do not look inside framework allocators (PyTorch's caching
-/// allocator): only what CUDA sees is recorded.
-pub const ENV_FRAMEWORKS: &str = "GMEM_PROF_FRAMEWORKS";
-/// "0": stacks hold native frames only, no Python frames.
-pub const ENV_PYTHON: &str = "GMEM_PROF_PYTHON";
-/// Which frames events inside framework allocators take (`TensorStacks`,
-/// see stack.rs): "auto" (default), "python" or "all".
-pub const ENV_TENSOR_STACKS: &str = "GMEM_PROF_TENSOR_STACKS";
-/// "0": no device view (NVML's used and free memory per device and per
-/// process, as `nvidia-smi` shows them).
-pub const ENV_DEVICE_VIEW: &str = "GMEM_PROF_DEVICE_VIEW";
-/// Path of the libnvidia-ml to load. Default: the driver's
-/// `libnvidia-ml.so.1` on the linker's path.
-pub const ENV_NVML: &str = "GMEM_PROF_NVML";
-/// "1" makes the collector do nothing in this process.
-pub const ENV_DISABLE: &str = "GMEM_PROF_DISABLE";
-/// Set by `gmem-prof record`: the collector then leaves messages to the CLI
-/// instead of printing them on the app's stderr.
-pub const ENV_UNDER_CLI: &str = "GMEM_PROF_UNDER_CLI";
+use gmem_prof_traces::env;
 
 pub const DEFAULT_STACK_DEPTH: usize = 64;
 pub const MAX_STACK_DEPTH: usize = 256;
@@ -62,7 +28,7 @@ pub enum KernelMode {
 
 impl KernelMode {
     fn from_env() -> KernelMode {
-        match std::env::var(ENV_KERNELS) {
+        match std::env::var(env::KERNELS) {
             Err(_) => KernelMode::Launches,
             Ok(v) if is_off(&v) => KernelMode::Off,
             Ok(v) if v.trim() == "timed" => KernelMode::Timed,
@@ -86,7 +52,7 @@ pub enum TensorStacks {
 
 impl TensorStacks {
     fn from_env() -> TensorStacks {
-        match std::env::var(ENV_TENSOR_STACKS).as_deref().map(str::trim) {
+        match std::env::var(env::TENSOR_STACKS).as_deref().map(str::trim) {
             Ok("python") => TensorStacks::Python,
             Ok("all") => TensorStacks::All,
             _ => TensorStacks::Auto,
@@ -134,24 +100,24 @@ fn number(name: &str, default: u64) -> u64 {
 impl Config {
     pub fn from_env() -> Config {
         Config {
-            dir: std::env::var_os(ENV_DIR)
+            dir: std::env::var_os(env::DIR)
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(".")),
-            cupti: std::env::var(ENV_CUPTI).ok().filter(|s| !s.is_empty()),
+            cupti: std::env::var(env::CUPTI).ok().filter(|s| !s.is_empty()),
             kernels: KernelMode::from_env(),
-            stack_depth: (number(ENV_STACK_DEPTH, DEFAULT_STACK_DEPTH as u64) as usize)
+            stack_depth: (number(env::STACK_DEPTH, DEFAULT_STACK_DEPTH as u64) as usize)
                 .min(MAX_STACK_DEPTH),
-            free_stacks: flag(ENV_FREE_STACKS, false),
-            frameworks: flag(ENV_FRAMEWORKS, true),
-            python: flag(ENV_PYTHON, true),
+            free_stacks: flag(env::FREE_STACKS, false),
+            frameworks: flag(env::FRAMEWORKS, true),
+            python: flag(env::PYTHON, true),
             tensor_stacks: TensorStacks::from_env(),
-            device_view: flag(ENV_DEVICE_VIEW, true),
-            nvml: std::env::var(ENV_NVML).ok().filter(|s| !s.is_empty()),
-            flush_ms: number(ENV_FLUSH_MS, 200).clamp(10, 10_000),
-            allow_any_cupti: flag(ENV_ANY_CUPTI, false),
-            disabled: flag(ENV_DISABLE, false),
-            under_cli: flag(ENV_UNDER_CLI, false),
+            device_view: flag(env::DEVICE_VIEW, true),
+            nvml: std::env::var(env::NVML).ok().filter(|s| !s.is_empty()),
+            flush_ms: number(env::FLUSH_MS, 200).clamp(10, 10_000),
+            allow_any_cupti: flag(env::ANY_CUPTI, false),
+            disabled: flag(env::DISABLE, false),
+            under_cli: flag(env::UNDER_CLI, false),
         }
     }
 }

@@ -19,7 +19,7 @@ use std::io::Write;
 
 use gmem_prof_analyzer::events::{kind_name, EventKind};
 use gmem_prof_analyzer::events::{EventRow, SiteIds};
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_model::Analysis;
 use polars::prelude::*;
 use polars_io::parquet::write::{BatchedWriter, ParquetCompression, ParquetWriter};
 

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 
 use gmem_prof_analyzer::events::{EventKind, EventRow};
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_model::Analysis;
 
 /// Streams rows into trace-event JSON; `finish` adds what only the whole
 /// analysis knows (names, OOM outcomes, peaks) and closes the document.

@@ -1,9 +1,7 @@
 //! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
 //! charts (no string from a trace), so nothing in them needs escaping.
 
-use gmem_prof_analyzer::model::{
-    Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth, Point,
-};
+use gmem_prof_model::{Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth, Point};
 use plotters::prelude::*;
 
 use crate::format::bytes;
@@ -210,7 +208,7 @@ pub fn fragmentation(a: &Analysis, d: &DeviceReport) -> Option<Chart> {
         .collect();
     if regions.len() > 1 {
         regions.sort_by(|x, y| {
-            let f = |r: &&gmem_prof_analyzer::model::RegionSummary| {
+            let f = |r: &&gmem_prof_model::RegionSummary| {
                 r.worst.as_ref().map_or(0.0, |w| w.fragmentation)
             };
             f(y).total_cmp(&f(x))

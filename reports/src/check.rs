@@ -2,12 +2,12 @@
 //! systems a JSON summary (schema in docs/formats.md), Markdown for a
 //! pull-request comment or GitHub's step summary, and JUnit XML with one
 //! test case per budget. The outcomes themselves are the analyzer's
-//! (`gmem_prof_analyzer::budgets`).
+//! (`gmem_prof_model::budgets`).
 
 use std::fmt::Write as _;
 
-use gmem_prof_analyzer::budgets::{Budget, Evidence, OomError, Outcome, Share, Unit};
-use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome};
+use gmem_prof_model::budgets::{Budget, Evidence, OomError, Outcome, Share, Unit};
+use gmem_prof_model::{Analysis, Category, OomOutcome};
 use serde::Serialize;
 
 use crate::format::{bytes, markdown as md};

@@ -1,7 +1,7 @@
 //! The device's own view in words: what `nvidia-smi` showed, taken apart
 //! into what the trace tracked and what it did not.
 
-use gmem_prof_analyzer::model::SmiMoment;
+use gmem_prof_model::SmiMoment;
 
 use crate::format::{bytes, time};
 

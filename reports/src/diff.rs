@@ -1,12 +1,12 @@
-//! Rendering a comparison of two runs (`gmem_prof_analyzer::diff`): the
+//! Rendering a comparison of two runs (`gmem_prof_model::diff`): the
 //! terminal text, a self-contained HTML page with both runs' live curves
 //! overlaid, and Markdown for a pull-request comment.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::diff::{Diff, SiteDiff};
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_model::diff::{Diff, SiteDiff};
+use gmem_prof_model::Analysis;
 
 use crate::charts;
 use crate::format::{bytes, change, escape, signed_bytes};

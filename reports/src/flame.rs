@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, FrameworkView, PeakPart};
+use gmem_prof_model::{Analysis, DeviceReport, FrameText, FrameworkView, PeakPart};
 
 use crate::charts::{framework_stem, Chart};
 use crate::format::{bytes, escape};

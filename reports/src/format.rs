@@ -82,11 +82,11 @@ pub fn markdown(s: &str) -> String {
     escape(s).replace('|', "&#124;").replace('`', "&#96;")
 }
 
-pub use gmem_prof_analyzer::model::{library_entry, library_via, without_parameters};
+pub use gmem_prof_model::{library_entry, library_via, without_parameters};
 
 /// "pid 12 mapped up to 64.0 MiB of another process's memory through CUDA
 /// IPC: …", for a process that did.
-pub fn ipc_mapped(p: &gmem_prof_analyzer::model::ProcessReport) -> Option<String> {
+pub fn ipc_mapped(p: &gmem_prof_model::ProcessReport) -> Option<String> {
     (p.ipc_mapped_peak_bytes > 0).then(|| {
         format!(
             "pid {} mapped up to {} of another process's memory through CUDA IPC: counted once, in the process that allocated it",

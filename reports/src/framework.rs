@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{
+use gmem_prof_model::{
     Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, SiteBytes,
     ALLOCATOR_UNSEEN,
 };

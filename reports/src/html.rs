@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{
+use gmem_prof_model::{
     Analysis, Category, DeviceReport, FrameText, Growth, PeakPart, Site, SiteBytes,
 };
 
@@ -479,9 +479,9 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
         let _ = write!(
             out,
             "<p>No site keeps growing: none rose steadily by {} or more through the judged part of its process's run (from {}% to {}% of the time from its first allocation to its end) as one allocation among its loop's others still rising until freed, or held such a rise until its process ended. Memory filled and then released is a peak, not growth (<code>check --help</code> gives the rule).</p>",
-            bytes(gmem_prof_analyzer::GROWTH_MIN_BYTES),
-            (gmem_prof_analyzer::WARM_UP * 100.0) as u32,
-            (gmem_prof_analyzer::JUDGED_UNTIL * 100.0).round() as u32
+            bytes(gmem_prof_model::GROWTH_MIN_BYTES),
+            (gmem_prof_model::WARM_UP * 100.0) as u32,
+            (gmem_prof_model::JUDGED_UNTIL * 100.0).round() as u32
         );
     } else {
         for c in charts.iter().filter(|c| c.name == "growth.svg") {

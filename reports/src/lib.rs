@@ -1,4 +1,4 @@
-//! gmem-prof's renderers: the analysis model (`gmem_prof_analyzer::model`)
+//! gmem-prof's renderers: the analysis model (`gmem_prof_model`)
 //! to a terminal summary, a self-contained HTML page with SVG charts, SVG
 //! files and JSON.
 //!
@@ -28,7 +28,7 @@ mod timeline;
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::Analysis;
+use gmem_prof_model::Analysis;
 
 pub use charts::Chart;
 pub use framework::oom_limit as framework_oom_limit;

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, FrameworkPool};
+use gmem_prof_model::{Analysis, FrameworkPool};
 
 use crate::charts::Chart;
 use crate::format::{bytes, escape, percent, time};

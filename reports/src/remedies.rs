@@ -1,7 +1,7 @@
 //! The analysis's remedies in words: what to change, then why, with the
 //! figures from the trace.
 
-use gmem_prof_analyzer::model::{Analysis, Remedy};
+use gmem_prof_model::{Analysis, Remedy};
 
 use crate::format::bytes;
 

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport};
+use gmem_prof_model::{Analysis, DeviceReport};
 
 use crate::charts;
 use crate::format::{bytes, escape, time};

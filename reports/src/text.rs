@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome, Site, SiteBytes};
+use gmem_prof_model::{Analysis, Category, OomOutcome, Site, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 

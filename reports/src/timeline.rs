@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use gmem_prof_analyzer::model::{Analysis, DeviceReport, FrameText, FrameworkView};
+use gmem_prof_model::{Analysis, DeviceReport, FrameText, FrameworkView};
 use serde::Serialize;
 
 /// The script, once per page.

@@ -337,13 +337,22 @@ fn lz4_block<'s>(
     len: usize,
     scratch: &'s mut Vec<u8>,
 ) -> Result<&'s [u8], DecodeError> {
-    let (Ok(stored_len), Ok(out_len)) = (i32::try_from(stored.len()), i32::try_from(len)) else {
-        return Err(DecodeError::BadCompression);
-    };
     if scratch.len() < len {
         scratch.resize(len, 0);
     }
     let out = &mut scratch[..len];
+    decompress_exactly(stored, out)?;
+    Ok(out)
+}
+
+/// Fills `out` from the LZ4 block `stored`, which must expand to exactly
+/// `out.len()` bytes: liblz4's decoder.
+#[cfg(feature = "c-lz4")]
+fn decompress_exactly(stored: &[u8], out: &mut [u8]) -> Result<(), DecodeError> {
+    let (Ok(stored_len), Ok(out_len)) = (i32::try_from(stored.len()), i32::try_from(out.len()))
+    else {
+        return Err(DecodeError::BadCompression);
+    };
     // SAFETY: LZ4_decompress_safe reads at most `stored_len` bytes of
     // `stored` and writes at most `out_len` bytes to `out`, whatever the
     // input holds; both lengths are those of the slices passed.
@@ -358,7 +367,16 @@ fn lz4_block<'s>(
     if n != out_len {
         return Err(DecodeError::BadCompression);
     }
-    Ok(out)
+    Ok(())
+}
+
+/// The same with lz4_flex's decoder (safe Rust), where liblz4 is not built.
+#[cfg(not(feature = "c-lz4"))]
+fn decompress_exactly(stored: &[u8], out: &mut [u8]) -> Result<(), DecodeError> {
+    match lz4_flex::block::decompress_into(stored, out) {
+        Ok(n) if n == out.len() => Ok(()),
+        _ => Err(DecodeError::BadCompression),
+    }
 }
 
 /// Iterates the records of a chunk payload.

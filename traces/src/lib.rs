@@ -29,6 +29,7 @@
 
 pub mod build_id;
 mod codec;
+pub mod env;
 pub mod file;
 pub mod record;
 pub mod wide;

@@ -1,6 +1,6 @@
 //! Patterns whose answers are known exactly.
 
-use gmem_prof_analyzer::model::Remedy;
+use gmem_prof_model::Remedy;
 use gmem_prof_traces::record::{
     ApiCall, ApiFunc, Bytes, Frame, KernelLaunch, ModuleInfo, Nanos, ProcessEnd, StackDef, StackId,
     StringDef, StringId, SymbolFrame, SymbolInfo,
@@ -46,7 +46,7 @@ fn pool_with_three_holes_has_fragmentation_two_thirds() {
         .fragmentation
         .regions
         .iter()
-        .all(|r| r.kind == gmem_prof_analyzer::model::RegionKind::Pool && r.estimated));
+        .all(|r| r.kind == gmem_prof_model::RegionKind::Pool && r.estimated));
     // Reserved is the pool's 64 MiB; live peaked at 64 MiB too.
     assert_eq!(d.reserved_peak, 64 * MIB);
     assert_eq!(d.peak_bytes, 64 * MIB);
@@ -155,7 +155,7 @@ fn steps_trace_paused(
 }
 
 /// Bytes of growth of every growing site.
-fn growth_of(a: &gmem_prof_analyzer::model::Analysis) -> Vec<u64> {
+fn growth_of(a: &gmem_prof_model::Analysis) -> Vec<u64> {
     a.growth.iter().map(|g| g.growth_bytes).collect()
 }
 

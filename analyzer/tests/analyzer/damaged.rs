@@ -9,7 +9,7 @@ fn sample_bytes(name: &str) -> Vec<u8> {
     std::fs::read(repo().join("traces/samples").join(name)).unwrap()
 }
 
-fn run(data: &[u8]) -> Result<gmem_prof_analyzer::model::Analysis, AnalyzeError> {
+fn run(data: &[u8]) -> Result<gmem_prof_model::Analysis, AnalyzeError> {
     analyze(&[data], &["t.bin".into()], &Options::default())
 }
 

@@ -1,7 +1,7 @@
 //! Random traces against a naive reference: the live-set curve, the peak and
 //! the fragmentation samples must agree exactly.
 
-use gmem_prof_analyzer::model::Point;
+use gmem_prof_model::Point;
 use gmem_prof_traces::Record;
 use proptest::prelude::*;
 

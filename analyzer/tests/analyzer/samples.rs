@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use gmem_prof_analyzer::model::{Analysis, Category, OomOutcome, RegionKind, Site};
+use gmem_prof_model::{Analysis, Category, OomOutcome, RegionKind, Site};
 
 use crate::util::*;
 

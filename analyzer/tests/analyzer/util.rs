@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use gmem_prof_analyzer::model::Analysis;
 use gmem_prof_analyzer::{analyze, analyze_files, Options};
+use gmem_prof_model::Analysis;
 use gmem_prof_traces::record::{Bytes, DeviceInfo, MemoryEvent, Nanos, ProcessInfo};
 use gmem_prof_traces::{Record, TraceWriter};
 

@@ -1,0 +1,29 @@
+//! gmem-prof's analysis as plain data: what the analyzer fills from a trace
+//! and what reports, exports and the CLI read. No polars, no rayon, no wire
+//! records: a renderer that depends on this crate alone cannot reach into
+//! the analysis' machinery, and builds in seconds.
+//!
+//! - the analysis of one run ([`Analysis`], at the crate's root);
+//! - [`budgets`]: the limits of `gmem-prof check` and each budget's outcome;
+//! - [`diff`]: the comparison of two runs and its verdicts;
+//! - the definitions the analysis and its readers share (the growth rule's
+//!   thresholds, below).
+//!
+//! Times are nanoseconds since the first event of the trace; everything is
+//! ordered deterministically (by value, then by id), never by hash-map order.
+
+mod analysis;
+pub mod budgets;
+pub mod diff;
+
+pub use analysis::*;
+
+/// Sites whose live bytes rise by at least this much after the warm-up are
+/// reported as growing.
+pub const GROWTH_MIN_BYTES: u64 = 1 << 20;
+/// The warm-up: growth is not judged over this share of each process's
+/// allocations (the analyzer's `growth::judge_growth`).
+pub const WARM_UP: f64 = 0.2;
+/// The end of the judged window, as a share of the allocations (what comes
+/// after, such as an interpreter's shutdown, is not judged).
+pub const JUDGED_UNTIL: f64 = 0.95;
