@@ -1,7 +1,7 @@
 //! `gmem-prof check`: budgets for CI. Exit 0 when every budget holds, 1 when
 //! one is exceeded (each violation printed with the figure, the budget and
-//! the sites responsible), 2 when part of the run was not profiled or on bad
-//! input.
+//! the sites responsible), 2 on bad input, 3 when part of the run was not
+//! profiled.
 //!
 //! The budgets are applied in the analyzer (`gmem_prof_analyzer::budgets`;
 //! the TOML form is documented in `gmem_prof_model::budgets`) and put in words by the reports crate
@@ -21,8 +21,10 @@ use crate::cli::CheckArgs;
 /// Exit code when a budget is exceeded.
 pub const EXIT_OVER_BUDGET: i32 = 1;
 /// Exit code when part of a run was not profiled (and that was not allowed):
-/// its figures cannot be trusted either way.
-pub const EXIT_NOT_PROFILED: i32 = 2;
+/// its figures cannot be trusted either way. Not 2 (bad input, gmem-prof
+/// failed) so that CI can tell "the run proves nothing" from "the job is
+/// broken"; `diff` uses it too.
+pub const EXIT_NOT_PROFILED: i32 = 3;
 
 /// Budgets from a TOML file.
 pub fn budgets_from_file(path: &Path) -> Result<Budgets> {

@@ -272,8 +272,8 @@ pub struct ReportArgs {
     max_fragmentation and max_ooms (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
-    its figure and the sites responsible), 2 bad input, no budget given, or part of the \
-    run not profiled (see --allow-unprofiled).")]
+    its figure and the sites responsible), 2 bad input or no budget given, 3 part of the \
+    run not profiled, so that no budget can be trusted (see --allow-unprofiled).")]
 pub struct CheckArgs {
     /// Traces (each a file, or a directory of per-process files of one run);
     /// every budget is checked on each.
@@ -416,7 +416,7 @@ pub struct ExportArgs {
     frames), never by address, so two builds compare. --fail-above judges each device's \
     peak and the bytes leaked at exit against the base; a figure that was 0 in the base \
     and is not now is always above. Exit codes: 0, 1 when above the threshold, 2 bad input, \
-    and with --fail-above when part of either run was not profiled (see --allow-unprofiled).")]
+    3 with --fail-above when part of either run was not profiled (see --allow-unprofiled).")]
 pub struct DiffArgs {
     /// The reference run (a trace file, or a directory of per-process files).
     #[arg(value_name = "BASE")]

@@ -197,12 +197,12 @@ fn growth_budget_catches_the_leaking_loop_only() {
 }
 
 #[test]
-fn a_run_not_profiled_fails_with_exit_2_unless_allowed() {
+fn a_run_not_profiled_fails_with_exit_3_unless_allowed() {
     // cupti_client.cu held CUPTI itself: the collector recorded nothing,
     // and every budget used to hold on it.
     let budgets = ["--max-peak", "1GiB", "--max-leaked", "0", "--max-ooms", "0"];
     let o = check("cupti_client.bin", &budgets);
-    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out(&o));
     let text = out(&o);
     assert!(text.starts_with("not profiled: 1 part(s)"), "{text}");
     assert!(text.contains("another CUPTI client"), "{text}");
@@ -213,7 +213,7 @@ fn a_run_not_profiled_fails_with_exit_2_unless_allowed() {
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     // killed.cu was killed with SIGKILL: cut short.
     let o = check("killed.bin", &["--max-ooms", "0"]);
-    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", out(&o));
     assert!(
         out(&o).contains("pid 978 (killed): it was cut short"),
         "{}",
@@ -459,7 +459,7 @@ fn the_budget_of_docs_ci_md_passes_healthy_runs_and_fails_leaking_ones() {
         assert_eq!(c, Some(1), "{leaking}: {text}");
         assert!(text.contains(why), "{leaking}: {text}");
     }
-    assert_eq!(code("killed.bin").0, Some(2), "cut short: not profiled");
+    assert_eq!(code("killed.bin").0, Some(3), "cut short: not profiled");
 }
 
 /// The README's first CI example, as written there, catches the Python

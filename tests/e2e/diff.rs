@@ -186,7 +186,7 @@ fn fail_above_judges_the_figures_it_is_told_to() {
 }
 
 /// A run another CUPTI client kept from the collector shows nothing: against
-/// any base it "shrank", and --fail-above passed it. It exits 2 now, saying
+/// any base it "shrank", and --fail-above passed it. It exits 3 now, saying
 /// which process of which run and why, unless --allow-unprofiled; the same
 /// for a base cut short (killed.bin).
 #[test]
@@ -197,7 +197,7 @@ fn a_run_not_profiled_is_not_judged() {
         &["-q", "--fail-above", "5%"],
     );
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert_eq!(o.status.code(), Some(3), "{text}");
     assert!(text.contains("cupti_client: pid "), "{text}");
     assert!(text.contains("another CUPTI client"), "{text}");
     let o = diff(
@@ -217,7 +217,7 @@ fn a_run_not_profiled_is_not_judged() {
         &["-q", "--fail-above", "1000000%"],
     );
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert_eq!(o.status.code(), Some(3), "{text}");
     assert!(
         text.contains("killed: pid ") && text.contains("cut short"),
         "{text}"

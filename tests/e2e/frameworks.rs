@@ -837,7 +837,7 @@ fn no_frameworks_leaves_the_allocator_alone() {
 /// PYTORCH_NO_CUDA_MEMORY_CACHING (set to anything) sends every tensor
 /// straight to cudaMalloc, past the caching allocator and its trackers: the
 /// collector leaves the allocator alone and says why, and `check` refuses to
-/// pass a budget on tensors it cannot see (exit 2, as for a part of a run
+/// pass a budget on tensors it cannot see (exit 3, as for a part of a run
 /// not profiled) while the device's budgets are judged as ever.
 #[test]
 fn tensor_budgets_are_not_judged_where_tensors_are_unseen() {
@@ -858,11 +858,11 @@ fn tensor_budgets_are_not_judged_where_tensors_are_unseen() {
     let check = |args: &[&str]| run(Command::new(gmem()).arg("check").arg(&trace).args(args));
     let o = check(&["--max-allocated", "1TiB"]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert_eq!(o.status.code(), Some(3), "{text}");
     assert!(text.contains("its tensors are not seen"), "{text}");
     assert!(text.contains("PYTORCH_NO_CUDA_MEMORY_CACHING"), "{text}");
     let o = check(&["--max-tensors-at-exit", "1TiB"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(3));
     let o = check(&["--max-allocated", "1TiB", "--allow-unprofiled"]);
     assert_eq!(o.status.code(), Some(0));
     let o = check(&["--max-peak", "1TiB"]);

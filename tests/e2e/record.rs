@@ -453,7 +453,7 @@ fn records_cupti_dropped_are_counted_and_named() {
             .unwrap()
     };
     let out = check(&[]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let out = check(&["--allow-unprofiled"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
