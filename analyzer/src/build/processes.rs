@@ -1,0 +1,144 @@
+//! Each process's report: what it held at exit by kind of holder, how its
+//! allocations were seen (driver calls, segments, tensors), its messages,
+//! and why it was not wholly profiled when it was not.
+
+use crate::engine::Engine;
+use crate::model::*;
+use crate::{sites, timeline};
+
+pub(super) fn process_reports(
+    engine: &mut Engine,
+    axis: Option<&timeline::Axis>,
+    categories: &[Category],
+    buckets: usize,
+) -> Vec<ProcessReport> {
+    let start = axis.map_or(0, |a| a.start);
+    let mut out = Vec::new();
+    for (si, st) in engine.streams.iter_mut().enumerate() {
+        let mut at_exit = AtExit::default();
+        let mut view = "direct";
+        let mut cache_sites = false;
+        let mut devices: Vec<u32> = Vec::new();
+        for (i, s) in engine.sites.iter().enumerate() {
+            if s.stream as usize != si {
+                continue;
+            }
+            if s.held.count > 0 && !devices.contains(&s.device) {
+                devices.push(s.device);
+            }
+            match categories.get(i).copied().unwrap_or(Category::Unknown) {
+                Category::AllocatorCache => {
+                    cache_sites = true;
+                    at_exit.cached_bytes += s.held.at_exit;
+                    at_exit.cached_count += s.held.at_exit_count;
+                }
+                Category::Runtime => {
+                    at_exit.runtime_bytes += s.held.at_exit;
+                    at_exit.runtime_count += s.held.at_exit_count;
+                }
+                Category::Library => {
+                    at_exit.library_bytes += s.held.at_exit;
+                    at_exit.library_count += s.held.at_exit_count;
+                }
+                Category::Profiler => at_exit.profiler_bytes += s.held.at_exit,
+                Category::Program | Category::Unknown => {
+                    at_exit.leaked_bytes += s.held.at_exit;
+                    at_exit.leaked_count += s.held.at_exit_count;
+                }
+            }
+        }
+        let per_tensor = || {
+            st.defs.symbols.values().any(|sym| {
+                sym.frames
+                    .iter()
+                    .any(|f| f.function.contains(sites::PER_TENSOR_ALLOCATOR))
+            })
+        };
+        if cache_sites {
+            view = "segments";
+        } else if per_tensor() {
+            view = "tensors";
+        }
+        let p = st.defs.process.clone().unwrap_or_default();
+        let live = match axis {
+            Some(a) => st.curve.finish(a, buckets),
+            None => Vec::new(),
+        };
+        let mut messages: Vec<String> = st
+            .defs
+            .messages
+            .iter()
+            .map(|(level, text)| {
+                let l = match level {
+                    0 => "info",
+                    1 => "warning",
+                    _ => "error",
+                };
+                format!("{l}: {text}")
+            })
+            .collect();
+        if st.ended.is_none() {
+            messages.push(
+                "warning: the process did not end cleanly (killed, crashed or still running): \
+                 what it held is shown as live when the trace ends"
+                    .into(),
+            );
+        }
+        let dropped_records = st.defs.dropped.0 + st.defs.dropped.1;
+        let mut not_profiled: Vec<String> = st
+            .defs
+            .messages
+            .iter()
+            .filter(|(level, _)| *level >= 2)
+            .map(|(_, text)| format!("the collector did not profile all of it: {text}"))
+            .collect();
+        if dropped_records > 0 {
+            not_profiled.push(format!(
+                "{dropped_records} records were dropped (buffers full): its figures are short of them"
+            ));
+        }
+        if st.ended.is_none() {
+            not_profiled.push(
+                "it was cut short (killed, crashed, or still running when the trace was \
+                 written): what it did after the collector's last flush is missing"
+                    .into(),
+            );
+        }
+        devices.sort_unstable();
+        out.push(ProcessReport {
+            devices,
+            pid: p.pid,
+            ppid: p.ppid,
+            exe: p.exe.clone(),
+            cmdline: p.cmdline.clone(),
+            hostname: p.hostname.clone(),
+            start_ns: st.first_time.unwrap_or(start).saturating_sub(start),
+            end_ns: st.ended.unwrap_or(st.last_time).saturating_sub(start),
+            clean_exit: st.ended.is_some(),
+            kernels_traced: p.kernels_traced,
+            kernels_timed: p.kernels_traced && p.kernels_timed,
+            stacks_captured: p.stacks_captured,
+            allocations: st.allocations,
+            frees: st.frees,
+            failed_allocations: st.failed_calls,
+            peak_bytes: st.peak,
+            peak_time_ns: st.peak_time.saturating_sub(start),
+            live,
+            at_exit,
+            allocator_view: view.into(),
+            dropped_records,
+            messages,
+            not_profiled,
+            allocator_not_attached: st
+                .defs
+                .allocators
+                .iter()
+                .find(|a| {
+                    a.allocator == gmem_prof_traces::record::allocator::TORCH_CACHING && !a.attached
+                })
+                .map(|a| a.detail.clone()),
+            ipc_mapped_peak_bytes: st.ipc_mapped_peak,
+        });
+    }
+    out
+}
