@@ -363,6 +363,93 @@ impl AtDevicePeak {
 }
 
 impl DeviceView {
+    /// A segment taken from CUDA, or pages mapped into an expandable one
+    /// (`SEGMENT_ALLOC`, `SEGMENT_MAP`).
+    fn segment_added(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv, driver: &dyn DriverMemory) {
+        let expandable = ev.action == AllocatorAction::SEGMENT_MAP;
+        let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
+        if expandable {
+            self.maps += 1;
+        } else {
+            self.segment_allocs += 1;
+        }
+        self.segments_seen += 1;
+        if backed_by_driver(driver, start, ev.bytes) {
+            self.segments_matched += 1;
+        } else if self.unmatched_segments.len() < 16 {
+            self.unmatched_segments.push((start, ev.bytes));
+        }
+        let small = !expandable && ev.bytes == SMALL_SEGMENT;
+        let mut seg = Segment {
+            end,
+            pool: (!expandable).then_some(PoolKey {
+                stream: ev.stream,
+                private: ev.pool,
+                small,
+            }),
+            stream: ev.stream,
+            private: ev.pool,
+            expandable,
+        };
+        let mut seg_start = start;
+        if expandable {
+            // Pages mapped next to mapped pages of the same segment
+            // make one range: free blocks span them.
+            if let Some((&s, prev)) = self.segments.range(..start).next_back() {
+                if prev.expandable && prev.end == start {
+                    seg_start = s;
+                    seg.pool = prev.pool;
+                }
+            }
+            if let Some(next) = self.segments.get(&end).cloned() {
+                if next.expandable {
+                    self.segments.remove(&end);
+                    seg.end = next.end;
+                    seg.pool = seg.pool.or(next.pool);
+                }
+            }
+        }
+        self.segments.insert(seg_start, seg);
+        if self.set_reserved(t, axis, self.reserved + ev.bytes) {
+            self.idle_at_reserved_peak = if expandable {
+                (0, 0)
+            } else {
+                self.idle_segments(seg_start)
+            };
+        }
+        self.frag_dirty = true;
+    }
+
+    /// A segment given back to CUDA, or pages unmapped (`SEGMENT_FREE`,
+    /// `SEGMENT_UNMAP`).
+    fn segment_removed(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv) {
+        let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
+        if ev.action == AllocatorAction::SEGMENT_UNMAP {
+            self.unmaps += 1;
+            // Cut [start, end) out of the mapped range holding it.
+            if let Some((s, seg)) = self.segment_of(start).map(|(s, g)| (s, g.clone())) {
+                self.segments.remove(&s);
+                if s < start {
+                    self.segments.insert(
+                        s,
+                        Segment {
+                            end: start,
+                            ..seg.clone()
+                        },
+                    );
+                }
+                if end < seg.end {
+                    self.segments.insert(end, seg);
+                }
+            }
+        } else {
+            self.segment_frees += 1;
+            self.segments.remove(&start);
+        }
+        self.set_reserved(t, axis, self.reserved.saturating_sub(ev.bytes));
+        self.frag_dirty = true;
+    }
+
     fn new(allocator: u8) -> DeviceView {
         DeviceView {
             allocator,
@@ -644,281 +731,261 @@ impl FrameworkState {
             );
             return freed.or(completed);
         }
-        let mut change = None;
+        let device = ev.device();
         let site = match ev.action {
-            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device())),
+            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, device)),
             _ => None,
         };
-        let dev = self
-            .devices
-            .entry(ev.device())
-            .or_insert_with(|| DeviceView::new(ev.allocator));
-        dev.allocator = ev.allocator;
+        self.devices
+            .entry(device)
+            .or_insert_with(|| DeviceView::new(ev.allocator))
+            .allocator = ev.allocator;
         match ev.action {
             AllocatorAction::ALLOC => {
-                let site = site.unwrap_or(0);
-                let rounded = self.config.round_size(ev.bytes);
-                let size = dev.block_size(ev.address, rounded, &self.config);
-                let key = PoolKey {
-                    stream: ev.stream,
-                    private: ev.pool,
-                    small: rounded <= SMALL_SIZE,
-                };
-                if let Some((start, seg)) = dev.segment_of(ev.address) {
-                    if seg.pool.is_none() {
-                        if let Some(s) = dev.segments.get_mut(&start) {
-                            s.pool = Some(key);
-                        }
-                    }
+                return Some(self.alloc(t, axis, ev, site.unwrap_or(0), library));
+            }
+            AllocatorAction::FREE_REQUESTED => return self.free_requested(axis, ev),
+            AllocatorAction::FREE_COMPLETED => return self.free_completed(axis, ev),
+            AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
+                self.device(device).segment_added(t, axis, ev, driver);
+            }
+            AllocatorAction::SEGMENT_FREE | AllocatorAction::SEGMENT_UNMAP => {
+                self.device(device).segment_removed(t, axis, ev);
+            }
+            AllocatorAction::OOM => self.oom(t, ev, site),
+            AllocatorAction::SNAPSHOT => {
+                let dev = self.device(device);
+                if dev.snapshots.len() < MAX_SNAPSHOTS {
+                    let extents = dev.extents();
+                    dev.snapshots.push((t, extents));
                 }
-                self.allocations += 1;
-                self.allocation_curve.set(axis, self.allocations);
-                if let Some(old) = dev.blocks.insert(
-                    ev.address,
-                    Block {
-                        size,
-                        site,
-                        allocated: true,
-                        seq: self.allocations,
-                        library,
-                    },
-                ) {
-                    // A free we never saw: take the old block out.
-                    if old.allocated {
-                        dev.allocated = dev.allocated.saturating_sub(old.size);
-                        self.sites[old.site as usize].held.release(old.size, axis);
-                    }
+            }
+            AllocatorAction::OOM_REPORT => self.oom_report(t, ev),
+            _ => {}
+        }
+        None
+    }
+
+    /// The view of a device `apply` has seen.
+    fn device(&mut self, device: u32) -> &mut DeviceView {
+        self.devices
+            .get_mut(&device)
+            .expect("apply adds the device first")
+    }
+
+    /// A tensor handed out (`ALLOC`) by site `site`.
+    fn alloc(
+        &mut self,
+        t: u64,
+        axis: &Axis,
+        ev: &AllocatorEv,
+        site: u32,
+        library: bool,
+    ) -> TensorChange {
+        let dev = self
+            .devices
+            .get_mut(&ev.device())
+            .expect("apply adds the device first");
+        let rounded = self.config.round_size(ev.bytes);
+        let size = dev.block_size(ev.address, rounded, &self.config);
+        let key = PoolKey {
+            stream: ev.stream,
+            private: ev.pool,
+            small: rounded <= SMALL_SIZE,
+        };
+        if let Some((start, seg)) = dev.segment_of(ev.address) {
+            if seg.pool.is_none() {
+                if let Some(s) = dev.segments.get_mut(&start) {
+                    s.pool = Some(key);
                 }
-                self.last_alloc = Some((ev.address, ev.device(), self.allocations));
-                dev.allocations += 1;
-                dev.allocated += size;
-                if dev.awaiting_peak_site {
-                    dev.reserved_peak_site = Some(site);
-                    dev.allocated_at_reserved_peak = dev.allocated;
-                    dev.awaiting_peak_site = false;
-                }
+            }
+        }
+        self.allocations += 1;
+        self.allocation_curve.set(axis, self.allocations);
+        if let Some(old) = dev.blocks.insert(
+            ev.address,
+            Block {
+                size,
+                site,
+                allocated: true,
+                seq: self.allocations,
+                library,
+            },
+        ) {
+            // A free we never saw: take the old block out.
+            if old.allocated {
+                dev.allocated = dev.allocated.saturating_sub(old.size);
+                self.sites[old.site as usize].held.release(old.size, axis);
+            }
+        }
+        self.last_alloc = Some((ev.address, ev.device(), self.allocations));
+        dev.allocations += 1;
+        dev.allocated += size;
+        if dev.awaiting_peak_site {
+            dev.reserved_peak_site = Some(site);
+            dev.allocated_at_reserved_peak = dev.allocated;
+            dev.awaiting_peak_site = false;
+        }
+        dev.allocated_curve.set(axis, dev.allocated);
+        dev.frag_dirty = true;
+        self.sites[site as usize].held.alloc(size, axis);
+        if dev.allocated > dev.allocated_peak {
+            dev.allocated_peak = dev.allocated;
+            dev.allocated_peak_time = t;
+            dev.reserved_at_allocated_peak = dev.reserved;
+            dev.peak_dirty = true;
+        }
+        dev.at_device_peak.allocated(t, dev.allocated);
+        TensorChange {
+            alloc: true,
+            site,
+            bytes: size,
+            allocated: dev.allocated,
+            reserved: dev.reserved,
+        }
+    }
+
+    /// The program freed a tensor (`FREE_REQUESTED`): it is no longer
+    /// allocated, though its block may wait for its stream's work.
+    fn free_requested(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
+        let dev = self
+            .devices
+            .get_mut(&ev.device())
+            .expect("apply adds the device first");
+        // Leaving a peak: what was live at it is settled now.
+        settle_peak(dev, &self.sites);
+        dev.at_device_peak.settle(&dev.sites, &self.sites);
+        match dev.blocks.get_mut(&ev.address) {
+            Some(b) if b.allocated => {
+                b.allocated = false;
+                let (size, site, seq) = (b.size, b.site, b.seq);
+                dev.frees += 1;
+                dev.allocated = dev.allocated.saturating_sub(size);
                 dev.allocated_curve.set(axis, dev.allocated);
-                dev.frag_dirty = true;
-                self.sites[site as usize].held.alloc(size, axis);
-                if dev.allocated > dev.allocated_peak {
-                    dev.allocated_peak = dev.allocated;
-                    dev.allocated_peak_time = t;
-                    dev.reserved_at_allocated_peak = dev.reserved;
-                    dev.peak_dirty = true;
+                let s = &mut self.sites[site as usize].held;
+                s.release(size, axis);
+                if self.last_alloc == Some((ev.address, ev.device(), seq)) {
+                    s.temporaries += 1;
                 }
-                dev.at_device_peak.allocated(t, dev.allocated);
-                change = Some(TensorChange {
-                    alloc: true,
+                return Some(TensorChange {
+                    alloc: false,
                     site,
                     bytes: size,
                     allocated: dev.allocated,
                     reserved: dev.reserved,
                 });
             }
-            AllocatorAction::FREE_REQUESTED => {
-                // Leaving a peak: what was live at it is settled now.
+            Some(_) => {}
+            None => dev.unknown_frees += 1,
+        }
+        None
+    }
+
+    /// A freed block's memory is free again (`FREE_COMPLETED`).
+    fn free_completed(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
+        let dev = self
+            .devices
+            .get_mut(&ev.device())
+            .expect("apply adds the device first");
+        if let Some(b) = dev.blocks.remove(&ev.address) {
+            if b.allocated {
+                // Completed without a request seen: both at once.
                 settle_peak(dev, &self.sites);
                 dev.at_device_peak.settle(&dev.sites, &self.sites);
-                match dev.blocks.get_mut(&ev.address) {
-                    Some(b) if b.allocated => {
-                        b.allocated = false;
-                        let (size, site, seq) = (b.size, b.site, b.seq);
-                        dev.frees += 1;
-                        dev.allocated = dev.allocated.saturating_sub(size);
-                        dev.allocated_curve.set(axis, dev.allocated);
-                        let s = &mut self.sites[site as usize].held;
-                        s.release(size, axis);
-                        if self.last_alloc == Some((ev.address, ev.device(), seq)) {
-                            s.temporaries += 1;
-                        }
-                        change = Some(TensorChange {
-                            alloc: false,
-                            site,
-                            bytes: size,
-                            allocated: dev.allocated,
-                            reserved: dev.reserved,
-                        });
-                    }
-                    Some(_) => {}
-                    None => dev.unknown_frees += 1,
-                }
-            }
-            AllocatorAction::FREE_COMPLETED => {
-                if let Some(b) = dev.blocks.remove(&ev.address) {
-                    if b.allocated {
-                        // Completed without a request seen: both at once.
-                        settle_peak(dev, &self.sites);
-                        dev.at_device_peak.settle(&dev.sites, &self.sites);
-                        dev.frees += 1;
-                        dev.allocated = dev.allocated.saturating_sub(b.size);
-                        dev.allocated_curve.set(axis, dev.allocated);
-                        self.sites[b.site as usize].held.release(b.size, axis);
-                        change = Some(TensorChange {
-                            alloc: false,
-                            site: b.site,
-                            bytes: b.size,
-                            allocated: dev.allocated,
-                            reserved: dev.reserved,
-                        });
-                    }
-                    dev.frag_dirty = true;
-                }
-            }
-            AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
-                let expandable = ev.action == AllocatorAction::SEGMENT_MAP;
-                let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
-                if expandable {
-                    dev.maps += 1;
-                } else {
-                    dev.segment_allocs += 1;
-                }
-                dev.segments_seen += 1;
-                if backed_by_driver(driver, start, ev.bytes) {
-                    dev.segments_matched += 1;
-                } else if dev.unmatched_segments.len() < 16 {
-                    dev.unmatched_segments.push((start, ev.bytes));
-                }
-                let small = !expandable && ev.bytes == SMALL_SEGMENT;
-                let mut seg = Segment {
-                    end,
-                    pool: (!expandable).then_some(PoolKey {
-                        stream: ev.stream,
-                        private: ev.pool,
-                        small,
-                    }),
-                    stream: ev.stream,
-                    private: ev.pool,
-                    expandable,
-                };
-                let mut seg_start = start;
-                if expandable {
-                    // Pages mapped next to mapped pages of the same segment
-                    // make one range: free blocks span them.
-                    if let Some((&s, prev)) = dev.segments.range(..start).next_back() {
-                        if prev.expandable && prev.end == start {
-                            seg_start = s;
-                            seg.pool = prev.pool;
-                        }
-                    }
-                    if let Some(next) = dev.segments.get(&end).cloned() {
-                        if next.expandable {
-                            dev.segments.remove(&end);
-                            seg.end = next.end;
-                            seg.pool = seg.pool.or(next.pool);
-                        }
-                    }
-                }
-                dev.segments.insert(seg_start, seg);
-                if dev.set_reserved(t, axis, dev.reserved + ev.bytes) {
-                    dev.idle_at_reserved_peak = if expandable {
-                        (0, 0)
-                    } else {
-                        dev.idle_segments(seg_start)
-                    };
-                }
-                dev.frag_dirty = true;
-            }
-            AllocatorAction::SEGMENT_FREE | AllocatorAction::SEGMENT_UNMAP => {
-                let (start, end) = (ev.address, ev.address.saturating_add(ev.bytes));
-                if ev.action == AllocatorAction::SEGMENT_UNMAP {
-                    dev.unmaps += 1;
-                    // Cut [start, end) out of the mapped range holding it.
-                    if let Some((s, seg)) = dev.segment_of(start).map(|(s, g)| (s, g.clone())) {
-                        dev.segments.remove(&s);
-                        if s < start {
-                            dev.segments.insert(
-                                s,
-                                Segment {
-                                    end: start,
-                                    ..seg.clone()
-                                },
-                            );
-                        }
-                        if end < seg.end {
-                            dev.segments.insert(end, seg);
-                        }
-                    }
-                } else {
-                    dev.segment_frees += 1;
-                    dev.segments.remove(&start);
-                }
-                dev.set_reserved(t, axis, dev.reserved.saturating_sub(ev.bytes));
-                dev.frag_dirty = true;
-            }
-            AllocatorAction::OOM => {
-                let rounded = self.config.round_size(ev.bytes);
-                let extents = dev.extents();
-                let pool = PoolKey {
-                    stream: 0,
-                    private: 0,
-                    small: rounded <= SMALL_SIZE,
-                };
-                let pool_free = extents
-                    .iter()
-                    .filter(|(k, _)| k.small == pool.small && k.private == 0)
-                    .map(|(_, e)| *e)
-                    .reduce(|a, b| PoolExtent {
-                        reserved: a.reserved + b.reserved,
-                        free: a.free + b.free,
-                        largest: a.largest.max(b.largest),
-                        idle: a.idle + b.idle,
-                    });
-                let live_by_site = sites_holding(&dev.sites, &self.sites).collect();
-                self.ooms.push(FrameworkOomRaw {
-                    time: t,
-                    device: ev.device(),
-                    requested: ev.bytes,
-                    tried: None,
-                    limit: None,
-                    device_free: ev.address,
-                    site,
+                dev.frees += 1;
+                dev.allocated = dev.allocated.saturating_sub(b.size);
+                dev.allocated_curve.set(axis, dev.allocated);
+                self.sites[b.site as usize].held.release(b.size, axis);
+                return Some(TensorChange {
+                    alloc: false,
+                    site: b.site,
+                    bytes: b.size,
                     allocated: dev.allocated,
                     reserved: dev.reserved,
-                    pool_free,
-                    free_in_segments: extents.values().map(|e| e.free).sum(),
-                    largest_free: extents.values().map(|e| e.largest).max().unwrap_or(0),
-                    live_by_site,
-                    cuda_malloc_async: dev.allocator == TORCH_ASYNC,
                 });
             }
-            AllocatorAction::SNAPSHOT if dev.snapshots.len() < MAX_SNAPSHOTS => {
-                let extents = dev.extents();
-                dev.snapshots.push((t, extents));
-            }
-            AllocatorAction::OOM_REPORT => {
-                // The report of the error just raised on this device.
-                let last = self
-                    .ooms
-                    .iter_mut()
-                    .rev()
-                    .find(|o| o.device == ev.device() && o.tried.is_none());
-                match last {
-                    Some(o) => {
-                        o.tried = Some(ev.bytes);
-                        o.limit = Some(ev.stream);
-                        o.device_free = ev.address;
-                    }
-                    None => self.ooms.push(FrameworkOomRaw {
-                        time: t,
-                        device: ev.device(),
-                        requested: ev.bytes,
-                        tried: Some(ev.bytes),
-                        limit: Some(ev.stream),
-                        device_free: ev.address,
-                        site: None,
-                        allocated: dev.allocated,
-                        reserved: dev.reserved,
-                        pool_free: None,
-                        free_in_segments: 0,
-                        largest_free: 0,
-                        live_by_site: Vec::new(),
-                        cuda_malloc_async: dev.allocator == TORCH_ASYNC,
-                    }),
-                }
-            }
-            _ => {}
+            dev.frag_dirty = true;
         }
-        change
+        None
+    }
+
+    /// The allocator could not serve a request (`OOM`): what it held then.
+    fn oom(&mut self, t: u64, ev: &AllocatorEv, site: Option<u32>) {
+        let dev = self
+            .devices
+            .get_mut(&ev.device())
+            .expect("apply adds the device first");
+        let rounded = self.config.round_size(ev.bytes);
+        let extents = dev.extents();
+        let pool = PoolKey {
+            stream: 0,
+            private: 0,
+            small: rounded <= SMALL_SIZE,
+        };
+        let pool_free = extents
+            .iter()
+            .filter(|(k, _)| k.small == pool.small && k.private == 0)
+            .map(|(_, e)| *e)
+            .reduce(|a, b| PoolExtent {
+                reserved: a.reserved + b.reserved,
+                free: a.free + b.free,
+                largest: a.largest.max(b.largest),
+                idle: a.idle + b.idle,
+            });
+        let live_by_site = sites_holding(&dev.sites, &self.sites).collect();
+        self.ooms.push(FrameworkOomRaw {
+            time: t,
+            device: ev.device(),
+            requested: ev.bytes,
+            tried: None,
+            limit: None,
+            device_free: ev.address,
+            site,
+            allocated: dev.allocated,
+            reserved: dev.reserved,
+            pool_free,
+            free_in_segments: extents.values().map(|e| e.free).sum(),
+            largest_free: extents.values().map(|e| e.largest).max().unwrap_or(0),
+            live_by_site,
+            cuda_malloc_async: dev.allocator == TORCH_ASYNC,
+        });
+    }
+
+    /// The allocator's own report of the error it raised (`OOM_REPORT`).
+    fn oom_report(&mut self, t: u64, ev: &AllocatorEv) {
+        let dev = self
+            .devices
+            .get_mut(&ev.device())
+            .expect("apply adds the device first");
+        // The report of the error just raised on this device.
+        let last = self
+            .ooms
+            .iter_mut()
+            .rev()
+            .find(|o| o.device == ev.device() && o.tried.is_none());
+        match last {
+            Some(o) => {
+                o.tried = Some(ev.bytes);
+                o.limit = Some(ev.stream);
+                o.device_free = ev.address;
+            }
+            None => self.ooms.push(FrameworkOomRaw {
+                time: t,
+                device: ev.device(),
+                requested: ev.bytes,
+                tried: Some(ev.bytes),
+                limit: Some(ev.stream),
+                device_free: ev.address,
+                site: None,
+                allocated: dev.allocated,
+                reserved: dev.reserved,
+                pool_free: None,
+                free_in_segments: 0,
+                largest_free: 0,
+                live_by_site: Vec::new(),
+                cuda_malloc_async: dev.allocator == TORCH_ASYNC,
+            }),
+        }
     }
 
     /// The memory an allocator with no segments of its own holds from CUDA

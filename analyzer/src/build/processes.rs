@@ -2,7 +2,8 @@
 //! allocations were seen (driver calls, segments, tensors), its messages,
 //! and why it was not wholly profiled when it was not.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, StreamState};
+use crate::holding::SiteStats;
 use crate::model::*;
 use crate::{sites, timeline};
 
@@ -14,39 +15,9 @@ pub(super) fn process_reports(
 ) -> Vec<ProcessReport> {
     let start = axis.map_or(0, |a| a.start);
     let mut out = Vec::new();
+    let raw_sites = &engine.sites;
     for (si, st) in engine.streams.iter_mut().enumerate() {
-        let mut at_exit = AtExit::default();
-        let mut view = "direct";
-        let mut cache_sites = false;
-        let mut devices: Vec<u32> = Vec::new();
-        for (i, s) in engine.sites.iter().enumerate() {
-            if s.stream as usize != si {
-                continue;
-            }
-            if s.held.count > 0 && !devices.contains(&s.device) {
-                devices.push(s.device);
-            }
-            match categories.get(i).copied().unwrap_or(Category::Unknown) {
-                Category::AllocatorCache => {
-                    cache_sites = true;
-                    at_exit.cached_bytes += s.held.at_exit;
-                    at_exit.cached_count += s.held.at_exit_count;
-                }
-                Category::Runtime => {
-                    at_exit.runtime_bytes += s.held.at_exit;
-                    at_exit.runtime_count += s.held.at_exit_count;
-                }
-                Category::Library => {
-                    at_exit.library_bytes += s.held.at_exit;
-                    at_exit.library_count += s.held.at_exit_count;
-                }
-                Category::Profiler => at_exit.profiler_bytes += s.held.at_exit,
-                Category::Program | Category::Unknown => {
-                    at_exit.leaked_bytes += s.held.at_exit;
-                    at_exit.leaked_count += s.held.at_exit_count;
-                }
-            }
-        }
+        let (at_exit, devices, cache_sites) = held_at_exit(raw_sites, si, categories);
         let per_tensor = || {
             st.defs.symbols.values().any(|sym| {
                 sym.frames
@@ -54,57 +25,19 @@ pub(super) fn process_reports(
                     .any(|f| f.function.contains(sites::PER_TENSOR_ALLOCATOR))
             })
         };
-        if cache_sites {
-            view = "segments";
+        let view = if cache_sites {
+            "segments"
         } else if per_tensor() {
-            view = "tensors";
-        }
+            "tensors"
+        } else {
+            "direct"
+        };
         let p = st.defs.process.clone().unwrap_or_default();
         let live = match axis {
             Some(a) => st.curve.finish(a, buckets),
             None => Vec::new(),
         };
-        let mut messages: Vec<String> = st
-            .defs
-            .messages
-            .iter()
-            .map(|(level, text)| {
-                let l = match level {
-                    0 => "info",
-                    1 => "warning",
-                    _ => "error",
-                };
-                format!("{l}: {text}")
-            })
-            .collect();
-        if st.ended.is_none() {
-            messages.push(
-                "warning: the process did not end cleanly (killed, crashed or still running): \
-                 what it held is shown as live when the trace ends"
-                    .into(),
-            );
-        }
-        let dropped_records = st.defs.dropped.0 + st.defs.dropped.1;
-        let mut not_profiled: Vec<String> = st
-            .defs
-            .messages
-            .iter()
-            .filter(|(level, _)| *level >= 2)
-            .map(|(_, text)| format!("the collector did not profile all of it: {text}"))
-            .collect();
-        if dropped_records > 0 {
-            not_profiled.push(format!(
-                "{dropped_records} records were dropped (buffers full): its figures are short of them"
-            ));
-        }
-        if st.ended.is_none() {
-            not_profiled.push(
-                "it was cut short (killed, crashed, or still running when the trace was \
-                 written): what it did after the collector's last flush is missing"
-                    .into(),
-            );
-        }
-        devices.sort_unstable();
+        let (messages, not_profiled, dropped_records) = messages(st);
         out.push(ProcessReport {
             devices,
             pid: p.pid,
@@ -141,4 +74,93 @@ pub(super) fn process_reports(
         });
     }
     out
+}
+
+/// What process `stream`'s sites held at its exit, by kind of holder; the
+/// devices it allocated on, in order; whether a caching allocator's
+/// segments are among its sites.
+fn held_at_exit(
+    sites: &[SiteStats],
+    stream: usize,
+    categories: &[Category],
+) -> (AtExit, Vec<u32>, bool) {
+    let mut at_exit = AtExit::default();
+    let mut cache_sites = false;
+    let mut devices: Vec<u32> = Vec::new();
+    for (i, s) in sites.iter().enumerate() {
+        if s.stream as usize != stream {
+            continue;
+        }
+        if s.held.count > 0 && !devices.contains(&s.device) {
+            devices.push(s.device);
+        }
+        match categories.get(i).copied().unwrap_or(Category::Unknown) {
+            Category::AllocatorCache => {
+                cache_sites = true;
+                at_exit.cached_bytes += s.held.at_exit;
+                at_exit.cached_count += s.held.at_exit_count;
+            }
+            Category::Runtime => {
+                at_exit.runtime_bytes += s.held.at_exit;
+                at_exit.runtime_count += s.held.at_exit_count;
+            }
+            Category::Library => {
+                at_exit.library_bytes += s.held.at_exit;
+                at_exit.library_count += s.held.at_exit_count;
+            }
+            Category::Profiler => at_exit.profiler_bytes += s.held.at_exit,
+            Category::Program | Category::Unknown => {
+                at_exit.leaked_bytes += s.held.at_exit;
+                at_exit.leaked_count += s.held.at_exit_count;
+            }
+        }
+    }
+    devices.sort_unstable();
+    (at_exit, devices, cache_sites)
+}
+
+/// The process's messages, worded with their level; why it was not wholly
+/// profiled (empty when it was); the records it dropped.
+fn messages(st: &StreamState) -> (Vec<String>, Vec<String>, u64) {
+    let mut messages: Vec<String> = st
+        .defs
+        .messages
+        .iter()
+        .map(|(level, text)| {
+            let l = match level {
+                0 => "info",
+                1 => "warning",
+                _ => "error",
+            };
+            format!("{l}: {text}")
+        })
+        .collect();
+    if st.ended.is_none() {
+        messages.push(
+            "warning: the process did not end cleanly (killed, crashed or still running): \
+             what it held is shown as live when the trace ends"
+                .into(),
+        );
+    }
+    let dropped_records = st.defs.dropped.0 + st.defs.dropped.1;
+    let mut not_profiled: Vec<String> = st
+        .defs
+        .messages
+        .iter()
+        .filter(|(level, _)| *level >= 2)
+        .map(|(_, text)| format!("the collector did not profile all of it: {text}"))
+        .collect();
+    if dropped_records > 0 {
+        not_profiled.push(format!(
+            "{dropped_records} records were dropped (buffers full): its figures are short of them"
+        ));
+    }
+    if st.ended.is_none() {
+        not_profiled.push(
+            "it was cut short (killed, crashed, or still running when the trace was \
+             written): what it did after the collector's last flush is missing"
+                .into(),
+        );
+    }
+    (messages, not_profiled, dropped_records)
 }
