@@ -3,6 +3,8 @@
 //! `collector/`.
 
 mod check;
+// Its doc comments are `--help` text, read in a terminal: addresses stay bare.
+#[allow(rustdoc::bare_urls)]
 mod cli;
 mod diff;
 mod dump;

@@ -35,6 +35,10 @@ use gmem_prof_model::{Analysis, Category, FrameworkOom, FrameworkView, Oom, Proc
 /// with a process that was not profiled (or, when a budget is on tensors,
 /// whose tensors no view shows) gets a first outcome, `Profiled`, that
 /// fails unless `allow_unprofiled`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one budget after another, each applied to its targets: a list read top to bottom"
+)]
 pub fn evaluate(
     run: &str,
     a: &Analysis,

@@ -31,6 +31,10 @@ impl Rng {
 
 /// Writes a trace of about `events` API, memory and kernel records to
 /// `out`; returns how many it wrote.
+#[expect(
+    clippy::too_many_lines,
+    reason = "a generator of test traces: one scripted program, read top to bottom"
+)]
 pub fn write_trace<W: Write>(out: W, events: u64) -> std::io::Result<u64> {
     let mut w = TraceWriter::new(out)?;
     let t0 = 1_800_000_000_000_000_000u64;

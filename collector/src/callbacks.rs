@@ -236,6 +236,10 @@ unsafe fn out<T: Copy + Into<u64>>(p: *const T, ok: bool) -> u64 {
 
 /// # Safety
 /// `p` must point to the parameter struct CUPTI documents for `cbid`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not yet split: the watched calls' parameters should come from one table (issue 37's collector by source)"
+)]
 unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
     macro_rules! rd {
         ($t:ty) => {

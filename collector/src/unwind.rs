@@ -350,6 +350,10 @@ impl Stacks {
     }
 
     #[inline(always)]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the native walk's hot loop with its cache, kept whole so that nothing in it is a call"
+    )]
     fn capture_once(&self, out: &mut [u64], sps: &mut [u64]) -> (usize, bool, bool) {
         let (rip, rsp, rbp) = current_regs();
         let stack_end = thread_stack_end();

@@ -354,7 +354,7 @@ pub struct Grew {
     pub bytes: u64,
     pub pid: u32,
     /// CUDA allocation sites by their label; tensor sites as
-    /// "tensors at <label>".
+    /// "tensors at LABEL".
     pub label: String,
 }
 

@@ -195,6 +195,10 @@ pub(crate) fn chart_html(c: &Chart) -> String {
     format!("<figure>{}</figure>", c.svg)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "not yet split: one section of the page, to be rendered from the report outline"
+)]
 fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut String) {
     let _ = write!(
         out,
@@ -601,6 +605,10 @@ fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
 }
 
 /// Writes the whole report.
+#[expect(
+    clippy::too_many_lines,
+    reason = "not yet split: the page's frame in section order, to be rendered from the report outline"
+)]
 pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     let charts = charts::all(a);
     let mut out = String::new();

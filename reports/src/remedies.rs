@@ -15,6 +15,10 @@ fn percent(f: f64) -> String {
     format!("{:.0}%", f * 100.0)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one remedy after another, each with its evidence: a list read top to bottom"
+)]
 pub fn advice(r: &Remedy) -> Advice {
     match r {
         Remedy::LargerThanDevice {

@@ -109,6 +109,10 @@ fn app() -> PathBuf {
 /// inside them and the interpreter's start-up outside; and a thread's own
 /// frames.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario with its assertions in order"
+)]
 fn python_frames_name_the_marked_lines_on_every_interpreter() {
     let lines = marked_lines(&app());
     let found = pythons();
@@ -260,6 +264,10 @@ fn python_frames_name_the_marked_lines_on_every_interpreter() {
 /// recursion deeper than the frames a stack keeps keeps its innermost
 /// ones, says it was cut, and is placed where it ran too.
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario with its assertions in order"
+)]
 fn python_frames_of_generators_coroutines_and_deep_recursion() {
     let lines = marked_lines(&app());
     let supported: Vec<(String, PathBuf)> = pythons()
