@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Extracts, from each PyTorch release on the registry, what the collector's
-hook into its caching allocator relies on (collector/src/torch_allocator.rs):
+hook into its caching allocator relies on (collector/src/torch/allocator.rs):
 
 - the names in libc10_cuda.so's symbol table under
   `c10::cuda::CUDACachingAllocator` (the hook finds the allocator object,
@@ -10,7 +10,7 @@ hook into its caching allocator relies on (collector/src/torch_allocator.rs):
   memory pool's ids) and the values of its `Action`s:
   collector/layouts/torch.json.
 
-A unit test (torch_allocator.rs) runs the hook's own symbol matching over
+A unit test (torch/allocator.rs) runs the hook's own symbol matching over
 every release's names and holds the offsets it reads to the JSON; the
 table of docs/compatibility.md's PyTorch section is written from the same
 JSON (`--check` proves it offline, as extract.py does for CUPTI).

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::cupti::Cupti;
+use crate::cuda::cupti::Cupti;
 
 pub struct Clock {
     /// CUPTI's clock minus CLOCK_REALTIME, in nanoseconds.

@@ -41,7 +41,7 @@ impl KernelMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TensorStacks {
     /// The Python frames on a thread running Python, else the autograd
-    /// node it evaluates (autograd.rs), else the native frames.
+    /// node it evaluates (torch/autograd.rs), else the native frames.
     Auto,
     /// As `Auto`, but never the native frames: none where neither Python
     /// nor an autograd node runs.

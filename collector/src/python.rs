@@ -613,7 +613,7 @@ impl Python {
     }
 
     /// The `PyCode` id of a frame that stands among Python's without being
-    /// Python code (an autograd node's class, `autograd.rs`): `key` is an
+    /// Python code (an autograd node's class, `torch/autograd.rs`): `key` is an
     /// address that names it for the process's life; `file` and
     /// `function` say what it is. Defined through `define` the first time.
     pub fn named_frame_id(

@@ -12,17 +12,17 @@ use std::time::Duration;
 use gmem_prof_traces::record::{device_memory, Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
 use gmem_prof_traces::Record;
 
-use crate::activity::{self, Names};
-use crate::callbacks::{self, current_tid, WATCHED};
 use crate::clock::{Clock, CostSplit, EventTimer, PartClock, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
-use crate::cupti::{self, Cupti};
+use crate::cuda::activity::{self, Names};
+use crate::cuda::callbacks::{self, current_tid, WATCHED};
+use crate::cuda::cupti::{self, Cupti};
 use crate::nvml::Nvml;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
-use crate::torch_allocator::TorchHook;
-use crate::torch_async;
-use crate::unwind::Stacks;
+use crate::stacks::unwind::Stacks;
+use crate::torch::allocator::TorchHook;
+use crate::torch::async_backend;
 
 pub struct Collector {
     pub config: Config,
@@ -30,7 +30,7 @@ pub struct Collector {
     /// Where the loaded CUPTI puts the fields of its records
     /// (`layouts::for_api_version`); `None` when its release is not known,
     /// and then nothing is profiled.
-    pub layout: Option<&'static crate::layouts::CuptiLayout>,
+    pub layout: Option<&'static crate::cuda::layouts::CuptiLayout>,
     /// Timestamps on CUPTI's clock, cheaply.
     pub clock: Clock,
     pub sink: Sink,
@@ -96,8 +96,8 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// Where an allocator event's stack is captured.
-    static EVENT_FRAMES: std::cell::RefCell<Box<[u64; crate::stack::MAX_FRAMES]>> =
-        std::cell::RefCell::new(Box::new([0; crate::stack::MAX_FRAMES]));
+    static EVENT_FRAMES: std::cell::RefCell<Box<[u64; crate::stacks::MAX_FRAMES]>> =
+        std::cell::RefCell::new(Box::new([0; crate::stacks::MAX_FRAMES]));
     static IN_COLLECTOR: Cell<bool> = const { Cell::new(false) };
     static COLLECTOR_THREAD: Cell<bool> = const { Cell::new(false) };
 }
@@ -173,7 +173,7 @@ fn start_with(config: Config) -> Result<(), String> {
     let path = already
         .clone()
         .or_else(|| config.cupti.clone())
-        .or_else(|| config::find_cupti(driver_cuda, &crate::modules::site_packages()))
+        .or_else(|| config::find_cupti(driver_cuda, &crate::stacks::modules::site_packages()))
         .ok_or("libcupti not found; set GMEM_PROF_CUPTI to its path")?;
     let cupti = Cupti::load(&path).map_err(|e| {
         format!("{e} (set GMEM_PROF_CUPTI, or pass --cupti to gmem-prof record, to name the libcupti.so.13 or .so.12 of your CUDA toolkit, or pip install nvidia-cuda-cupti)")
@@ -190,7 +190,7 @@ fn start_with(config: Config) -> Result<(), String> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let clock = Clock::calibrate(&cupti);
-    let layout = crate::layouts::for_api_version(version, config.allow_any_cupti);
+    let layout = crate::cuda::layouts::for_api_version(version, config.allow_any_cupti);
     let collector = Collector {
         config,
         cupti,
@@ -304,7 +304,7 @@ unsafe extern "C" fn on_api(
             unsafe {
                 if callbacks::is_launch(cbid) {
                     c.on_kernel_launch(cbid, data as *const u8)
-                } else if cbid == torch_async::MEM_GET_INFO_CBID {
+                } else if cbid == async_backend::MEM_GET_INFO_CBID {
                     c.on_mem_get_info(data as *const u8)
                 } else {
                     c.on_driver_call(cbid, data as *const u8)
@@ -452,7 +452,7 @@ impl Collector {
             KernelMode::Off => {}
             KernelMode::Launches => {
                 // Launches keep stream ids by handle and kernel names by
-                // address (callbacks.rs).
+                // address (cuda/callbacks.rs).
                 for cbid in [
                     cupti::CBID_RESOURCE_STREAM_DESTROY_STARTING,
                     cupti::CBID_RESOURCE_MODULE_UNLOAD_STARTING,
@@ -575,7 +575,7 @@ impl Collector {
         }
         if self.config.frameworks {
             // Rare, and quick to leave when not PyTorch's error path.
-            cbids.push(torch_async::MEM_GET_INFO_CBID);
+            cbids.push(async_backend::MEM_GET_INFO_CBID);
         }
         cbids
     }
@@ -625,7 +625,7 @@ impl Collector {
                 }
             });
             if let Some(event) = event {
-                let mut frames = [0u64; crate::stack::MAX_FRAMES];
+                let mut frames = [0u64; crate::stacks::MAX_FRAMES];
                 let (n, truncated) = self.capture_framework_stack(&mut frames);
                 push(event, &frames[..n], truncated);
             }
@@ -816,7 +816,7 @@ impl Collector {
                      collector, {} (one in {TIMED_EVERY} timed, drawn at random; CUPTI's \
                      callbacks around it not included); parts (another one in {TIMED_EVERY}): {}",
                     self.launch_timer.describe_spread(),
-                    self.launch_split.describe(crate::callbacks::LAUNCH_PARTS)
+                    self.launch_split.describe(crate::cuda::callbacks::LAUNCH_PARTS)
                 ),
             );
         }

@@ -40,7 +40,7 @@ fn no_file_cites_a_document_outside_the_repository() {
 }
 
 /// The CUPTI and PyTorch tables of docs/compatibility.md and the
-/// collector's layouts (collector/src/cupti_layouts.rs) are what the
+/// collector's layouts (collector/src/cuda/cupti_layouts.rs) are what the
 /// releases' extracts (collector/layouts/cupti.json, torch.json) give: the
 /// scripts' offline checks, with no download.
 #[test]

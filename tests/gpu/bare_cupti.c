@@ -188,7 +188,7 @@ static void at_exit(void) {
             records, callbacks, launches, named, proc_lookups, wraps_handed, wrapped_calls);
 }
 
-/* The driver cbids collector/src/callbacks.rs watches by default (WATCHED
+/* The driver cbids collector/src/cuda/callbacks.rs watches by default (WATCHED
  * less the frees of release_in_activity). */
 static const CUpti_CallbackId ours[] = {
     CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,

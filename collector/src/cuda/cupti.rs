@@ -183,7 +183,7 @@ impl Cupti {
     pub fn subscribe(
         &self,
         callback: ApiCallback,
-        v2: Option<&crate::layouts::SubscribeLayout>,
+        v2: Option<&crate::cuda::layouts::SubscribeLayout>,
     ) -> Result<Subscriber, SubscribeError> {
         let mut sub: Subscriber = ptr::null_mut();
         let (rc, holder) = match (self.subscribe_v2, v2) {

@@ -17,8 +17,8 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use crate::clock::{EventTimer, Sample};
-pub use crate::modules::ModuleDesc;
-use crate::modules::{self, Registry};
+pub use crate::stacks::modules::ModuleDesc;
+use crate::stacks::modules::{self, Registry};
 
 pub struct Stacks {
     registry: RwLock<Registry>,

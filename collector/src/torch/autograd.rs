@@ -33,7 +33,7 @@ use std::cell::RefCell;
 use std::ffi::{c_void, CStr, CString};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::modules;
+use crate::stacks::modules;
 
 const LIBRARY: &str = "libtorch_cpu.so";
 const GET_CURRENT_NODE: &CStr = c"_ZN5torch8autograd16get_current_nodeEv";

@@ -16,7 +16,7 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::Record;
 
 use crate::clock::{PartClock, Sample};
-use crate::cupti::{field, SITE_ENTER, SITE_EXIT};
+use crate::cuda::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::session::Collector;
 
 /// The driver callbacks we enable, with the function each stands for.
@@ -787,7 +787,7 @@ impl Collector {
             }
         }
         let wants_stack = func.allocates() || result != 0 || self.config.free_stacks;
-        let mut frames = [0u64; crate::stack::MAX_FRAMES];
+        let mut frames = [0u64; crate::stacks::MAX_FRAMES];
         let (n, truncated) = if wants_stack {
             self.capture_stack(&mut frames)
         } else {

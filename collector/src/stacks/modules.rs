@@ -10,7 +10,7 @@ use std::ops::Range;
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 
-use crate::elf::{self, Mapped, PF_X, PT_GNU_EH_FRAME, PT_LOAD, PT_NOTE};
+use crate::stacks::elf::{self, Mapped, PF_X, PT_GNU_EH_FRAME, PT_LOAD, PT_NOTE};
 
 /// What the trace records of a module.
 #[derive(Clone, Debug)]

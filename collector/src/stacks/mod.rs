@@ -1,6 +1,6 @@
 //! The stack recorded with an event: the native return addresses
-//! (`unwind.rs`) with the Python frames (`python.rs`) put where the
-//! interpreter ran them.
+//! (`unwind.rs`, over the loaded `modules` and their `elf` symbols) with
+//! the Python frames (`python.rs`) put where the interpreter ran them.
 //!
 //! Events inside a framework allocator come by the thousand per training
 //! step, and unwinding the native part of their stacks (PyTorch's
@@ -10,21 +10,25 @@
 //! Python frames when the thread runs Python (what
 //! `torch.cuda.memory._record_memory_history(stacks="python")` records too);
 //! on PyTorch's autograd threads, which run none, the node of the autograd
-//! graph being evaluated (`autograd.rs`), and on any other thread the
+//! graph being evaluated (`torch/autograd.rs`), and on any other thread the
 //! native stack. `GMEM_PROF_TENSOR_STACKS` (`record --tensor-stacks`)
 //! changes that: `python` takes no native stack (tensors of threads that
 //! run neither Python nor an autograd node then carry none), `all` takes
 //! native and Python frames, interleaved, for every event.
+
+pub mod elf;
+pub mod modules;
+pub mod unwind;
 
 use std::cell::RefCell;
 
 use gmem_prof_traces::record::AUTOGRAD_NODE_FILE;
 use gmem_prof_traces::Record;
 
-use crate::autograd;
 use crate::config::{TensorStacks, MAX_STACK_DEPTH};
 use crate::python::{encode_frame, interleave, PyFrame, Python, MAX_PYTHON_FRAMES};
 use crate::session::Collector;
+use crate::torch::autograd;
 
 /// Values a recorded stack holds at most: native frames and Python ones.
 pub const MAX_FRAMES: usize = MAX_STACK_DEPTH + MAX_PYTHON_FRAMES;
@@ -117,7 +121,7 @@ impl Collector {
     }
 
     /// The frame naming the autograd node this thread evaluates, when it
-    /// evaluates one (`autograd.rs`).
+    /// evaluates one (`torch/autograd.rs`).
     fn autograd_node_frame(&self, python: &Python) -> Option<u64> {
         let autograd = self.torch.autograd.get()?.as_ref()?;
         let vtable = autograd.current_vtable()?;

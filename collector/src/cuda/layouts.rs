@@ -14,7 +14,7 @@
 //! reads have one layout in every release (extract.py refuses to write the
 //! table otherwise); those come from cudarc's bindings.
 
-pub use crate::cupti_layouts::KNOWN;
+pub use crate::cuda::cupti_layouts::KNOWN;
 
 /// One CUPTI release's layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn the_table_is_the_headers_extract() {
         let json: serde_json::Value =
-            serde_json::from_str(include_str!("../layouts/cupti.json")).expect("cupti.json parses");
+            serde_json::from_str(include_str!("../../layouts/cupti.json")).expect("cupti.json parses");
         let releases = json.as_array().unwrap();
         assert_eq!(releases.len(), KNOWN.len());
         for (r, l) in releases.iter().zip(KNOWN) {

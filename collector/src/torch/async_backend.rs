@@ -23,9 +23,9 @@ use std::ops::Range;
 
 use gmem_prof_traces::record::{allocator, AllocatorAction, AllocatorEvent, Bytes, Nanos};
 
-use crate::callbacks::{current_tid, OFF_CONTEXT, OFF_PARAMS, OFF_RETURN, OFF_SITE};
 use crate::config::MAX_STACK_DEPTH;
-use crate::cupti::{field, SITE_EXIT};
+use crate::cuda::callbacks::{current_tid, OFF_CONTEXT, OFF_PARAMS, OFF_RETURN, OFF_SITE};
+use crate::cuda::cupti::{field, SITE_EXIT};
 use crate::session::Collector;
 
 /// `cuMemGetInfo_v2`'s callback id (CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2).

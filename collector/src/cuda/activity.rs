@@ -14,8 +14,10 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::Record;
 
-use crate::cupti::{field, KIND_CONCURRENT_KERNEL, KIND_DEVICE, KIND_MEMORY2, KIND_MEMORY_POOL};
-use crate::layouts::{DeviceLayout, KernelLayout, MemoryLayout, PoolLayout};
+use crate::cuda::cupti::{
+    field, KIND_CONCURRENT_KERNEL, KIND_DEVICE, KIND_MEMORY2, KIND_MEMORY_POOL,
+};
+use crate::cuda::layouts::{DeviceLayout, KernelLayout, MemoryLayout, PoolLayout};
 use crate::session::{no_unwind, Collector};
 
 /// Size of each activity buffer handed to CUPTI.

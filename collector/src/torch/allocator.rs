@@ -36,13 +36,13 @@ use gmem_prof_traces::record::{
 };
 use gmem_prof_traces::Record;
 
-use crate::autograd::Autograd;
-use crate::callbacks::current_tid;
 use crate::clock::{EventTimer, PartClock, Sample};
-use crate::elf::{self, FileSymbol};
-use crate::modules;
+use crate::cuda::callbacks::current_tid;
 use crate::session::{self, Collector};
-use crate::torch_async::AsyncBackend;
+use crate::stacks::elf::{self, FileSymbol};
+use crate::stacks::modules;
+use crate::torch::async_backend::AsyncBackend;
+use crate::torch::autograd::Autograd;
 
 const LIBRARY: &str = "libc10_cuda.so";
 
@@ -67,7 +67,7 @@ pub struct TorchHook {
     pub with_stack: EventTimer,
     pub without_stack: EventTimer,
     /// The autograd engine's current node, looked up once attached: what
-    /// the backward pass's tensors are named by (`autograd.rs`).
+    /// the backward pass's tensors are named by (`autograd.rs`, beside this file).
     pub autograd: OnceLock<Option<Autograd>>,
     /// Set when the process runs the cudaMallocAsync backend.
     pub async_backend: OnceLock<AsyncBackend>,
@@ -92,7 +92,7 @@ const SYM_VTABLE: usize = 1;
 const SYM_TRACKER: usize = 2;
 const SYM_OOM: usize = 3;
 const SYM_INITIALIZED: usize = 4;
-// The cudaMallocAsync backend's (`torch_async.rs`).
+// The cudaMallocAsync backend's (`async_backend.rs`, beside this file).
 const SYM_ASYNC_VTABLE: usize = 5;
 const SYM_ASYNC_MALLOC: usize = 6;
 const SYM_ASYNC_MALLOC_COLD: usize = 7;
@@ -335,7 +335,7 @@ enum Attempt {
         pool_ids: bool,
     },
     /// The cudaMallocAsync backend is in use: not attached, but its
-    /// memory-fraction errors can be seen (`torch_async.rs`).
+    /// memory-fraction errors can be seen (`async_backend.rs`, beside this file).
     Async(AsyncBackend),
     /// Never in this process; why.
     No(String),
@@ -697,7 +697,7 @@ mod releases {
     #[test]
     fn every_release_has_the_symbols_and_the_layout_the_hook_reads() {
         let json: serde_json::Value =
-            serde_json::from_str(include_str!("../layouts/torch.json")).unwrap();
+            serde_json::from_str(include_str!("../../layouts/torch.json")).unwrap();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("layouts/torch");
         let releases = json.as_array().unwrap();
         assert!(releases.len() >= 12);
