@@ -210,9 +210,9 @@ fn tensor_site_diffs(base: &Analysis, new: &Analysis) -> Vec<SiteDiff> {
                 frames: shown.frames.clone(),
                 via: Vec::new(),
                 presence: match (b, n) {
-                    (Some(_), Some(_)) => "both",
-                    (Some(_), None) => "base only",
-                    _ => "new only",
+                    (Some(_), Some(_)) => Presence::Both,
+                    (Some(_), None) => Presence::BaseOnly,
+                    _ => Presence::NewOnly,
                 },
                 delta_live_at_peak: delta(bf.live_at_peak, nf.live_at_peak),
                 delta_total_bytes: delta(bf.total_bytes, nf.total_bytes),
@@ -292,9 +292,9 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
         .map(|(k, e)| {
             let shown = e.new_site.or(e.base_site).expect("an entry has a site");
             let presence = match (e.base_site, e.new_site) {
-                (Some(_), Some(_)) => "both",
-                (Some(_), None) => "base only",
-                _ => "new only",
+                (Some(_), Some(_)) => Presence::Both,
+                (Some(_), None) => Presence::BaseOnly,
+                _ => Presence::NewOnly,
             };
             let d = SiteDiff {
                 id: 0,

@@ -370,11 +370,10 @@ pub fn views(
                 device,
                 settings: settings.clone(),
                 reserved_in: if dev.allocator == TORCH_ASYNC {
-                    "CUDA pool"
+                    ReservedIn::CudaPool
                 } else {
-                    "segments"
-                }
-                .into(),
+                    ReservedIn::Segments
+                },
                 allocated: dev.allocated_curve.finish(axis, buckets),
                 reserved: dev.reserved_curve.finish(axis, buckets),
                 allocated_peak: dev.allocated_peak,
@@ -493,12 +492,12 @@ fn framework_oom(
 ) -> FrameworkOom {
     let limit = match o.limit {
         // The cudaMallocAsync backend asked CUDA, which refused.
-        _ if o.cuda_malloc_async && driver.is_some() => "device full",
-        None => "unknown",
+        _ if o.cuda_malloc_async && driver.is_some() => OomLimit::DeviceFull,
+        None => OomLimit::Unknown,
         // The allocator holds to the fraction's bytes when one is set, else
         // to the device's total.
-        Some(l) if total > 0 && l < total - total / 1000 => "memory fraction",
-        Some(_) => "device full",
+        Some(l) if total > 0 && l < total - total / 1000 => OomLimit::MemoryFraction,
+        Some(_) => OomLimit::DeviceFull,
     };
     // The cudaMallocAsync backend refuses a request against the fraction
     // before any CUDA call: only the least it could have been is known.
@@ -516,7 +515,7 @@ fn framework_oom(
         request_seen,
         cuda_malloc_async: o.cuda_malloc_async,
         tried_bytes: o.tried,
-        limit: limit.into(),
+        limit,
         limit_bytes: o.limit,
         device_free_bytes: o.device_free,
         device_total_bytes: total,

@@ -19,7 +19,7 @@
 //! - several processes on one device that came close to its memory, or
 //!   one ran out of what the others held → a share per process.
 
-use crate::model::{Analysis, FrameText, Remedy};
+use crate::model::{Analysis, FrameText, OomLimit, Remedy};
 
 /// Several processes on a device are a finding when together they came
 /// this close to its memory.
@@ -111,7 +111,7 @@ fn memory_fraction(a: &Analysis, out: &mut Vec<Remedy>) {
         let Some((o, limit)) = v
             .ooms
             .iter()
-            .filter(|o| o.limit == "memory fraction" && o.device_total_bytes > 0)
+            .filter(|o| o.limit == OomLimit::MemoryFraction && o.device_total_bytes > 0)
             .filter_map(|o| Some((o, o.limit_bytes?)))
             .filter(|(o, limit)| o.allocated_bytes.saturating_add(o.requested_bytes) > *limit)
             .max_by_key(|(o, _)| o.requested_bytes)

@@ -227,7 +227,7 @@ impl<W: Write> PerfettoWriter<W> {
                     track(o.device),
                     o.requested_bytes,
                     o.request_seen,
-                    json_str(&o.limit),
+                    json_str(o.limit.as_str()),
                     o.limit_bytes.map_or_else(|| "null".to_string(), |b| b.to_string()),
                     json_str(&site),
                     o.pid,

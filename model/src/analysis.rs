@@ -638,10 +638,8 @@ pub struct ProcessReport {
     pub live: Vec<Point>,
     /// What was still allocated when the process ended, split by what it is.
     pub at_exit: AtExit,
-    /// "segments" when the process used PyTorch's default caching allocator
-    /// (the trace sees its segments, not tensors), "tensors" for allocators
-    /// that call CUDA per tensor, "direct" otherwise.
-    pub allocator_view: String,
+    /// How the trace saw its allocations.
+    pub allocator_view: AllocatorView,
     pub dropped_records: u64,
     pub messages: Vec<String>,
     /// Why this process's record is incomplete, one reason per line: the
@@ -1043,6 +1041,45 @@ impl std::fmt::Display for RegionKind {
     }
 }
 
+vocabulary! {
+    /// How the trace saw a process's allocations
+    /// (`ProcessReport::allocator_view`).
+    pub enum AllocatorView {
+        /// Each allocation is the program's own CUDA call.
+        Direct => "direct",
+        /// PyTorch's default caching allocator: the trace sees its segments,
+        /// not the tensors inside them (unless seen from the inside).
+        Segments => "segments",
+        /// An allocator that calls CUDA per tensor.
+        Tensors => "tensors",
+    }
+}
+
+vocabulary! {
+    /// Where a framework allocator's reserved memory is
+    /// (`FrameworkView::reserved_in`).
+    pub enum ReservedIn {
+        /// The caching allocator's segments, with the blocks inside them.
+        Segments => "segments",
+        /// The cudaMallocAsync backend: a stream-ordered pool whose inside
+        /// CUDA does not show, so no segments, pools or fragmentation
+        /// figures.
+        CudaPool => "CUDA pool",
+    }
+}
+
+vocabulary! {
+    /// What refused a framework allocator's request (`FrameworkOom::limit`).
+    pub enum OomLimit {
+        /// `set_per_process_memory_fraction`'s share of the device.
+        MemoryFraction => "memory fraction",
+        /// The device had no more to give.
+        DeviceFull => "device full",
+        /// The allocator's report of the error was not seen.
+        Unknown => "unknown",
+    }
+}
+
 /// What a framework allocator did inside the memory it holds from the
 /// driver, in one process on one device: tensors (blocks) inside segments.
 #[derive(Clone, Debug, Serialize)]
@@ -1053,11 +1090,8 @@ pub struct FrameworkView {
     pub device: u32,
     /// The allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`).
     pub settings: String,
-    /// Where its reserved memory is: "segments" (the caching allocator's,
-    /// with the blocks inside them), or "CUDA pool" (the cudaMallocAsync
-    /// backend: a stream-ordered pool whose inside CUDA does not show, so
-    /// no segments, pools or fragmentation figures here).
-    pub reserved_in: String,
+    /// Where its reserved memory is.
+    pub reserved_in: ReservedIn,
     /// Bytes of live tensors (PyTorch's `memory_allocated`): blocks from
     /// their allocation until the program frees them.
     pub allocated: Vec<Point>,
@@ -1252,9 +1286,8 @@ pub struct FrameworkOom {
     pub cuda_malloc_async: bool,
     /// What the allocator tried to obtain from the driver for it.
     pub tried_bytes: Option<u64>,
-    /// "memory fraction" (set_per_process_memory_fraction), "device full",
-    /// or "unknown" (the allocator's report was not seen).
-    pub limit: String,
+    /// What refused the request.
+    pub limit: OomLimit,
     pub limit_bytes: Option<u64>,
     pub device_free_bytes: u64,
     pub device_total_bytes: u64,

@@ -166,13 +166,24 @@ pub struct SiteDiff {
     /// What its memory came through (`Site::via`; empty for tensors).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub via: Vec<String>,
-    /// "both", "base only" (gone), "new only" (appeared).
-    pub presence: &'static str,
+    /// In which runs the site is.
+    pub presence: Presence,
     pub base: SiteFigures,
     pub new: SiteFigures,
     pub delta_live_at_peak: i64,
     pub delta_total_bytes: i64,
     pub delta_leaked_bytes: i64,
+}
+
+vocabulary! {
+    /// In which of the two runs a site is (`SiteDiff::presence`).
+    pub enum Presence {
+        Both => "both",
+        /// Gone in the new run.
+        BaseOnly => "base only",
+        /// New in the new run.
+        NewOnly => "new only",
+    }
 }
 
 /// A change as a share of the base: `None` when the base is 0 and the new

@@ -12,6 +12,9 @@
 //! Times are nanoseconds since the first event of the trace; everything is
 //! ordered deterministically (by value, then by id), never by hash-map order.
 
+#[macro_use]
+mod vocabulary;
+
 mod analysis;
 pub mod budgets;
 pub mod diff;

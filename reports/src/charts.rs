@@ -1,7 +1,9 @@
 //! SVG charts (plotters, SVG backend, no fonts). Only our own words go into
 //! charts (no string from a trace), so nothing in them needs escaping.
 
-use gmem_prof_model::{Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth, Point};
+use gmem_prof_model::{
+    Analysis, DeviceReport, FrameworkPool, FrameworkView, Growth, Point, ReservedIn,
+};
 use plotters::prelude::*;
 
 use crate::format::bytes;
@@ -352,7 +354,7 @@ fn used_and_held(
 /// A framework allocator's allocated (tensors) and reserved (segments, or
 /// its CUDA pool) bytes on one chart, the allocated peak marked.
 pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
-    let held = if v.reserved_in == "segments" {
+    let held = if v.reserved_in == ReservedIn::Segments {
         "segments"
     } else {
         "pool"

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_model::diff::{Diff, SiteDiff};
+use gmem_prof_model::diff::{Diff, Presence, SiteDiff};
 use gmem_prof_model::Analysis;
 
 use crate::charts;
@@ -108,7 +108,7 @@ fn changed_sites(w: &mut dyn Write, sites: &[SiteDiff], title: &str) -> io::Resu
     writeln!(w, "{title}")?;
     for s in &moved {
         let tag = match s.presence {
-            "both" => String::new(),
+            Presence::Both => String::new(),
             p => format!(" [{p}]"),
         };
         // Sites alike in label (one line through a library's handle and a
@@ -180,7 +180,7 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
                 out,
                 "| {}{} | {} | {} | {} |",
                 md(&s.label),
-                if s.presence == "both" {
+                if s.presence == Presence::Both {
                     String::new()
                 } else {
                     format!(" ({})", s.presence)
@@ -292,7 +292,7 @@ pub fn html(
             out,
             "<tr><td>{}{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td></tr>",
             frames_details(&s.label, &s.frames, false),
-            if s.presence == "both" { String::new() } else { format!(" <span class=\"cat\">{}</span>", s.presence) },
+            if s.presence == Presence::Both { String::new() } else { format!(" <span class=\"cat\">{}</span>", s.presence) },
             bytes(s.base.live_at_peak),
             bytes(s.new.live_at_peak),
             signed_bytes(s.delta_live_at_peak),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_model::{
-    Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, SiteBytes,
+    Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, ReservedIn, SiteBytes,
     ALLOCATOR_UNSEEN,
 };
 
@@ -199,7 +199,7 @@ pub fn oom_limit(o: &FrameworkOom) -> String {
 /// Whether a view's reserved memory is a CUDA pool (the cudaMallocAsync
 /// backend) rather than segments with blocks inside.
 fn in_cuda_pool(v: &FrameworkView) -> bool {
-    v.reserved_in == "CUDA pool"
+    v.reserved_in == ReservedIn::CudaPool
 }
 
 /// What holds a view's reserved memory, in words.

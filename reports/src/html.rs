@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_model::{
-    Analysis, Category, DeviceReport, FrameText, Growth, PeakPart, Site, SiteBytes,
+    AllocatorView, Analysis, Category, DeviceReport, FrameText, Growth, PeakPart, Site, SiteBytes,
 };
 
 use crate::charts::{self, Chart};
@@ -584,10 +584,11 @@ fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
             p.frees,
             p.failed_allocations,
             bytes(p.peak_bytes),
-            match p.allocator_view.as_str() {
-                "segments" => "segments of a caching allocator (tensors inside are not seen)",
-                "tensors" => "per tensor (stream-ordered allocator)",
-                _ => "direct CUDA allocations",
+            match p.allocator_view {
+                AllocatorView::Segments =>
+                    "segments of a caching allocator (tensors inside are not seen)",
+                AllocatorView::Tensors => "per tensor (stream-ordered allocator)",
+                AllocatorView::Direct => "direct CUDA allocations",
             }
         );
     }

@@ -26,11 +26,11 @@ pub(super) fn process_reports(
             })
         };
         let view = if cache_sites {
-            "segments"
+            AllocatorView::Segments
         } else if per_tensor() {
-            "tensors"
+            AllocatorView::Tensors
         } else {
-            "direct"
+            AllocatorView::Direct
         };
         let p = st.defs.process.clone().unwrap_or_default();
         let live = match axis {
@@ -58,7 +58,7 @@ pub(super) fn process_reports(
             peak_time_ns: st.peak_time.saturating_sub(start),
             live,
             at_exit,
-            allocator_view: view.into(),
+            allocator_view: view,
             dropped_records,
             messages,
             not_profiled,

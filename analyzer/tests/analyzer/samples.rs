@@ -246,7 +246,7 @@ fn torch_oom_outcomes_match_torch_counters() {
     // What PyTorch still holds at exit is cached, not leaked.
     let p = &a.processes[0];
     assert!(p.at_exit.cached_bytes > 0);
-    assert_eq!(p.allocator_view, "segments");
+    assert_eq!(p.allocator_view, gmem_prof_model::AllocatorView::Segments);
     assert!(a
         .sites
         .iter()

@@ -173,7 +173,8 @@ mod tests {
     #[test]
     fn the_table_is_the_headers_extract() {
         let json: serde_json::Value =
-            serde_json::from_str(include_str!("../../layouts/cupti.json")).expect("cupti.json parses");
+            serde_json::from_str(include_str!("../../layouts/cupti.json"))
+                .expect("cupti.json parses");
         let releases = json.as_array().unwrap();
         assert_eq!(releases.len(), KNOWN.len());
         for (r, l) in releases.iter().zip(KNOWN) {
