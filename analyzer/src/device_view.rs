@@ -38,13 +38,13 @@ impl<'a> Samples<'a> {
             .iter()
             .map(|t| {
                 (
-                    (t.stream, t.time, t.device),
+                    (t.proc, t.time, t.device),
                     (t.tracked, t.pools_unused, t.framework_free),
                 )
             })
             .collect();
         let mut by_device: HashMap<u32, Vec<Sample>> = HashMap::new();
-        for (i, st) in engine.streams.iter().enumerate() {
+        for (i, st) in engine.procs.iter().enumerate() {
             for m in &st.defs.device_memory {
                 let (tracked, pools_unused, framework_free) = tracked
                     .get(&(i as u32, m.time.0, m.device))
@@ -63,7 +63,7 @@ impl<'a> Samples<'a> {
             list.sort_by_key(|s| (s.m.time.0, s.pid));
         }
         let run = engine
-            .streams
+            .procs
             .iter()
             .filter_map(|s| s.defs.process.as_ref().map(|p| p.pid))
             .collect();

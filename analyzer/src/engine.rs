@@ -14,7 +14,7 @@ use crate::holding::{sites_holding, Holding, SiteClass, SiteStats};
 use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC};
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
-use crate::sites::StreamDefs;
+use crate::sites::ProcDefs;
 use crate::timeline::{Axis, Counts, Curve, Samples};
 
 /// Memory kinds by CUPTI's numbering (0..=7).
@@ -28,7 +28,7 @@ const NO_CONTEXT: u32 = u32::MAX;
 /// cuMemCreate never get one).
 const PENDING_LIMIT: usize = 65_536;
 const PENDING_AGE_NS: u64 = 10_000_000_000;
-/// Stack ids below this are looked up in `StreamState::call_sites` (the
+/// Stack ids below this are looked up in `ProcState::call_sites` (the
 /// table's size is bounded whatever ids a damaged trace holds).
 const SITE_CACHE_IDS: u32 = 1 << 20;
 
@@ -97,18 +97,18 @@ fn torch_async_event(
 /// segments with them.
 struct LiveMemory<'a> {
     live: &'a FastMap<(u32, u64), Live>,
-    stream: u32,
+    proc: u32,
 }
 
 impl DriverMemory for LiveMemory<'_> {
     fn live_at(&self, address: u64) -> Option<u64> {
-        self.live.get(&(self.stream, address)).map(|l| l.bytes)
+        self.live.get(&(self.proc, address)).map(|l| l.bytes)
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct SiteKey {
-    stream: u32,
+    proc: u32,
     stack: u32,
     device: u32,
     class: SiteClass,
@@ -250,7 +250,7 @@ impl PendingCalls {
 #[derive(Clone, Debug)]
 pub struct KernelSnap {
     pub name: u32,
-    pub stream_of_process: u32,
+    pub proc: u32,
     pub start: u64,
     pub end: u64,
     pub cuda_stream: u32,
@@ -344,11 +344,11 @@ impl DeviceState {
     }
 }
 
-/// What the trace tracked on a device when process `stream` sampled the
+/// What the trace tracked on a device when process `proc` sampled the
 /// device's own view at `time` (the sample's own time, to find it again).
 #[derive(Clone, Copy, Debug)]
 pub struct TrackedAt {
-    pub stream: u32,
+    pub proc: u32,
     pub time: u64,
     pub device: u32,
     /// Device memory live in the trace (every process of the run).
@@ -410,7 +410,7 @@ impl Devices {
 #[derive(Clone, Debug)]
 pub struct OomRaw {
     pub time: u64,
-    pub stream: u32,
+    pub proc: u32,
     pub tid: u32,
     pub device: u32,
     pub func: ApiFunc,
@@ -456,8 +456,8 @@ fn live_sites(dev: &mut DeviceState, sites: &[SiteStats]) {
     dev.peak_sites.extend(sites_holding(&dev.sites, sites));
 }
 
-pub struct StreamState {
-    pub defs: StreamDefs,
+pub struct ProcState {
+    pub defs: ProcDefs,
     /// (device, site + 1) of call sites by stack id: a cache of `site_index`.
     call_sites: Vec<(u32, u32)>,
     pending: PendingCalls,
@@ -502,7 +502,7 @@ pub struct StreamState {
     /// (or, for PyTorch's cudaMallocAsync backend, they are made here).
     pub framework: Option<Box<FrameworkState>>,
     /// The process may run PyTorch's cudaMallocAsync backend
-    /// (`StreamDefs::torch_not_attached`): its tensors are the stream-ordered
+    /// (`ProcDefs::torch_not_attached`): its tensors are the stream-ordered
     /// allocations from `torch_pools`.
     torch_async: bool,
     /// The CUDA pools PyTorch's tensors came from (the devices' default
@@ -531,10 +531,10 @@ fn also_by_address(func: ApiFunc) -> bool {
     )
 }
 
-impl StreamState {
+impl ProcState {
     fn new() -> Self {
-        StreamState {
-            defs: StreamDefs::default(),
+        ProcState {
+            defs: ProcDefs::default(),
             call_sites: Vec::new(),
             pending: PendingCalls::default(),
             pending_by_address: FastMap::default(),
@@ -613,7 +613,7 @@ impl StreamState {
 pub struct Engine {
     pub axis: Option<Axis>,
     pub now: u64,
-    pub streams: Vec<StreamState>,
+    pub procs: Vec<ProcState>,
     live: FastMap<(u32, u64), Live>,
     pub sites: Vec<SiteStats>,
     site_index: FastMap<SiteKey, u32>,
@@ -656,11 +656,11 @@ fn claims_impossible_bytes(e: &Event) -> bool {
 }
 
 impl Engine {
-    pub fn new(streams: u32) -> Self {
+    pub fn new(procs: u32) -> Self {
         Engine {
             axis: None,
             now: 0,
-            streams: (0..streams).map(|_| StreamState::new()).collect(),
+            procs: (0..procs).map(|_| ProcState::new()).collect(),
             live: FastMap::default(),
             sites: Vec::new(),
             site_index: FastMap::default(),
@@ -679,12 +679,12 @@ impl Engine {
 
     /// Adds an event row when rows are wanted; `device_live`/`reserved` are
     /// filled from the device's state after the event.
-    fn row(&mut self, t: u64, stream: u32, mut r: EventRow) {
+    fn row(&mut self, t: u64, proc: u32, mut r: EventRow) {
         let Some(rows) = &mut self.rows else { return };
         let start = self.axis.as_ref().map_or(t, |a| a.start);
         r.time_ns = t.saturating_sub(start);
         r.end_ns = r.end_ns.saturating_sub(start).max(r.time_ns);
-        r.pid = self.streams[stream as usize].pid();
+        r.pid = self.procs[proc as usize].pid();
         if let Some(d) = self.devices.get(r.device) {
             r.device_live = d.live;
             r.device_reserved = d.reserved;
@@ -697,7 +697,7 @@ impl Engine {
     fn tensor_row(
         &mut self,
         t: u64,
-        stream: u32,
+        proc: u32,
         device: u32,
         address: u64,
         change: Option<crate::framework::TensorChange>,
@@ -707,11 +707,11 @@ impl Engine {
         };
         self.row(
             t,
-            stream,
+            proc,
             EventRow {
                 address,
                 bytes: c.bytes,
-                tensor_site: Some((stream, c.site)),
+                tensor_site: Some((proc, c.site)),
                 allocated: Some(c.allocated),
                 reserved: Some(c.reserved),
                 ..EventRow::new(
@@ -738,8 +738,8 @@ impl Engine {
         }
     }
 
-    pub fn apply_defs(&mut self, stream: u32, defs: Vec<Record>) {
-        let st = &mut self.streams[stream as usize];
+    pub fn apply_defs(&mut self, proc: u32, defs: Vec<Record>) {
+        let st = &mut self.procs[proc as usize];
         let mut allocator = false;
         for r in defs {
             if let Record::Device(d) = &r {
@@ -759,11 +759,11 @@ impl Engine {
 
     #[inline]
     fn site(&mut self, key: SiteKey) -> u32 {
-        // Most sites are allocation calls with a stack: a per-stream table
+        // Most sites are allocation calls with a stack: a per-proc table
         // by stack id answers them without hashing the whole key.
         let cached = key.class == SiteClass::Call && key.stack != 0 && key.stack < SITE_CACHE_IDS;
         if cached {
-            let by_stack = &self.streams[key.stream as usize].call_sites;
+            let by_stack = &self.procs[key.proc as usize].call_sites;
             if let Some(&(device, site)) = by_stack.get(key.stack as usize) {
                 if site != 0 && device == key.device {
                     return site - 1;
@@ -777,7 +777,7 @@ impl Engine {
     fn site_not_cached(&mut self, key: SiteKey, cache: bool) -> u32 {
         let i = self.site_slow(key);
         if cache {
-            let by_stack = &mut self.streams[key.stream as usize].call_sites;
+            let by_stack = &mut self.procs[key.proc as usize].call_sites;
             let at = key.stack as usize;
             if by_stack.len() <= at {
                 by_stack.resize(at + 1, (0, 0));
@@ -793,7 +793,7 @@ impl Engine {
         }
         let i = self.sites.len() as u32;
         self.sites.push(SiteStats {
-            stream: key.stream,
+            proc: key.proc,
             stack: key.stack,
             device: key.device,
             class: key.class,
@@ -808,19 +808,19 @@ impl Engine {
         i
     }
 
-    /// Applies events of one stream, in order (see `apply`).
-    pub fn apply_all(&mut self, stream: u32, events: &[TimedEvent]) {
+    /// Applies events of one process, in order (see `apply`).
+    pub fn apply_all(&mut self, proc: u32, events: &[TimedEvent]) {
         // One call per run of events rather than per event: `apply` is
         // inlined here, and its entry and exit are paid once.
         let Some(first) = events.first() else { return };
         let first_time = first.time.max(self.now);
         for (i, e) in events.iter().enumerate() {
             prefetch_passing(events.as_ptr().wrapping_add(i + PREFETCH_AHEAD));
-            self.apply(stream, e);
+            self.apply(proc, e);
         }
-        // The stream's first and last times, as each event's would set them
+        // The process's first and last times, as each event's would set them
         // (`apply` reads neither).
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         st.first_time.get_or_insert(first_time);
         st.last_time = self.now;
     }
@@ -832,7 +832,7 @@ impl Engine {
         clippy::too_many_lines,
         reason = "the sweep's per-event dispatch, kept whole on the hot path (see the README's notes on where the time goes)"
     )]
-    fn apply(&mut self, stream: u32, e: &TimedEvent) {
+    fn apply(&mut self, proc: u32, e: &TimedEvent) {
         if claims_impossible_bytes(&e.event) {
             self.impossible_sizes += 1;
             return;
@@ -861,30 +861,30 @@ impl Engine {
                 // Rare: checked only while an IPC mapping is pending or held.
                 // A mapping of another process's memory is not one of this
                 // process's memory events.
-                let st = &self.streams[stream as usize];
+                let st = &self.procs[proc as usize];
                 if !(st.ipc_opened.is_empty() && st.ipc_mapped.is_empty())
-                    && self.ipc_mapping(stream, m)
+                    && self.ipc_mapping(proc, m)
                 {
                     return;
                 }
                 self.memory_events += 1;
                 if m.alloc {
-                    let site = self.alloc(stream, t, m);
+                    let site = self.alloc(proc, t, m);
                     if self.rows.is_some() {
                         let r = Self::memory_row(EventKind::Alloc, t, m, Some(site));
-                        self.row(t, stream, r);
+                        self.row(t, proc, r);
                     }
                 } else {
-                    let site = self.free(stream, t, m.address);
+                    let site = self.free(proc, t, m.address);
                     if self.rows.is_some() {
                         let r = Self::memory_row(EventKind::Free, t, m, site);
-                        self.row(t, stream, r);
+                        self.row(t, proc, r);
                     }
                 }
             }
             Event::Api(call) => {
                 self.api_calls += 1;
-                self.api(stream, t, call);
+                self.api(proc, t, call);
             }
             &Event::Pool {
                 op,
@@ -893,10 +893,10 @@ impl Engine {
                 device,
             } => {
                 let size = if op == 2 { 0 } else { size };
-                let pool = self.pool_id(stream, device, address);
+                let pool = self.pool_id(proc, device, address);
                 self.set_pool_size(device, pool, size);
-                if self.streams[stream as usize].torch_async {
-                    self.torch_async_change(stream, t, device, pool, None);
+                if self.procs[proc as usize].torch_async {
+                    self.torch_async_change(proc, t, device, pool, None);
                 }
             }
             &Event::Kernel {
@@ -909,7 +909,7 @@ impl Engine {
                 self.kernels += 1;
                 let k = KernelSnap {
                     name,
-                    stream_of_process: stream,
+                    proc,
                     start: t,
                     end,
                     cuda_stream,
@@ -924,9 +924,8 @@ impl Engine {
                     dev.next_kernel = Some(k.clone());
                 }
                 if launch {
-                    let same_stream = |x: &&mut KernelSnap| {
-                        x.stream_of_process == stream && x.cuda_stream == cuda_stream
-                    };
+                    let same_stream =
+                        |x: &&mut KernelSnap| x.proc == proc && x.cuda_stream == cuda_stream;
                     match dev.last_launches.iter_mut().find(same_stream) {
                         Some(last) => *last = k,
                         None => dev.last_launches.push(k),
@@ -938,11 +937,11 @@ impl Engine {
                     dev.active_kernels.push_back(k);
                 }
                 if self.rows.is_some() {
-                    let st = &self.streams[stream as usize];
+                    let st = &self.procs[proc as usize];
                     let text = st.defs.strings.get(&name).cloned();
                     self.row(
                         t,
-                        stream,
+                        proc,
                         EventRow {
                             end_ns: end,
                             cuda_stream,
@@ -952,12 +951,12 @@ impl Engine {
                     );
                 }
             }
-            Event::Allocator(a) => self.allocator_event(stream, t, a),
+            Event::Allocator(a) => self.allocator_event(proc, t, a),
             &Event::DeviceView { device, used } => {
                 let tracked = self.device(device).on_device;
                 let pools_unused = self.regions.pools_unused(device);
                 let framework_free = self
-                    .streams
+                    .procs
                     .iter()
                     .filter_map(|s| s.framework.as_deref())
                     .filter_map(|f| f.devices.get(&device))
@@ -965,7 +964,7 @@ impl Engine {
                     .map(|v| v.reserved.saturating_sub(v.allocated))
                     .sum();
                 self.device_views.push(TrackedAt {
-                    stream,
+                    proc,
                     time: e.time,
                     device,
                     tracked,
@@ -979,18 +978,18 @@ impl Engine {
             }
             &Event::CallDevice { device } => {
                 // The failed call that follows is charged to this device.
-                self.streams[stream as usize].last_device = device;
+                self.procs[proc as usize].last_device = device;
             }
-            Event::End => self.process_end(stream, t),
+            Event::End => self.process_end(proc, t),
         }
     }
 
     /// An event inside a framework allocator (rare next to driver events:
     /// kept out of the sweep's loop).
     #[inline(never)]
-    fn allocator_event(&mut self, stream: u32, t: u64, a: &AllocatorEv) {
+    fn allocator_event(&mut self, proc: u32, t: u64, a: &AllocatorEv) {
         let axis = self.axis.as_ref().expect("axis set before events");
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         let fw = st.framework.get_or_insert_with(|| {
             if a.allocator == TORCH_ASYNC {
                 // Its error before any of its tensors.
@@ -1009,7 +1008,7 @@ impl Engine {
         });
         let driver = LiveMemory {
             live: &self.live,
-            stream,
+            proc,
         };
         // PyTorch creates a cuBLAS handle (cuBLAS allocates for itself),
         // then gives it a workspace from its own allocator, on the same
@@ -1028,12 +1027,12 @@ impl Engine {
         if self.devices.get(a.device()).is_some_and(|d| d.peak_dirty) {
             fw.device_peak_joined(a.device(), t);
         }
-        self.tensor_row(t, stream, a.device(), a.address, change);
+        self.tensor_row(t, proc, a.device(), a.address, change);
     }
 
-    fn pool_id(&mut self, stream: u32, device: u32, address: u64) -> PoolId {
-        let pid = self.streams[stream as usize].pid();
-        self.regions.pool_id(stream, pid, device, address)
+    fn pool_id(&mut self, proc: u32, device: u32, address: u64) -> PoolId {
+        let pid = self.procs[proc as usize].pid();
+        self.regions.pool_id(proc, pid, device, address)
     }
 
     /// A pool's size as a record states it.
@@ -1055,7 +1054,7 @@ impl Engine {
         clippy::too_many_lines,
         reason = "the sweep's hot path for an allocation, kept whole so that it inlines into apply"
     )]
-    fn alloc(&mut self, stream: u32, t: u64, m: &MemoryEv) -> u32 {
+    fn alloc(&mut self, proc: u32, t: u64, m: &MemoryEv) -> u32 {
         let MemoryEv {
             kind,
             address,
@@ -1066,21 +1065,21 @@ impl Engine {
             ..
         } = *m;
         let pool = m.pool();
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         st.last_device = device;
         let call = st.take_call(correlation, address);
         let call_stack = call.map_or(0, |c| c.stack);
         let static_kind = kind == memory_kind::DEVICE_STATIC || kind == memory_kind::MANAGED_STATIC;
         let key = match call {
             _ if static_kind => SiteKey {
-                stream,
+                proc,
                 stack: 0,
                 device,
                 class: SiteClass::Static,
                 func: 0,
             },
             Some(c) => SiteKey {
-                stream,
+                proc,
                 stack: c.stack,
                 device,
                 class: if c.internal {
@@ -1091,7 +1090,7 @@ impl Engine {
                 func: if c.stack == 0 { c.func.0 } else { 0 },
             },
             None => SiteKey {
-                stream,
+                proc,
                 stack: 0,
                 device,
                 class: if address == 0 {
@@ -1104,7 +1103,7 @@ impl Engine {
         };
         let own = key.class == SiteClass::Call;
         let site = self.site(key);
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         st.allocations += 1;
         if own {
             st.own_allocations += 1;
@@ -1112,11 +1111,11 @@ impl Engine {
             st.own_allocation_curve.set(axis, st.own_allocations);
         }
         let vmm = context == NO_CONTEXT;
-        let pool_id = pool.map(|(a, _)| self.pool_id(stream, device, a));
+        let pool_id = pool.map(|(a, _)| self.pool_id(proc, device, a));
         let block = pool_id.map(|id| self.regions.pool_alloc(id, address, bytes));
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         let old = self.live.insert(
-            (stream, address),
+            (proc, address),
             Live {
                 bytes,
                 site,
@@ -1129,18 +1128,18 @@ impl Engine {
         );
         if let Some(old) = old {
             // The free of the previous occupant was lost: retire it first.
-            self.retire(stream, address, old, false);
+            self.retire(proc, address, old, false);
         }
         if let (Some(id), Some((_, psize))) = (pool_id, pool) {
             self.set_pool_size(device, id, psize);
         }
         if vmm {
-            self.regions.map(stream, device, address, bytes);
+            self.regions.map(proc, device, address, bytes);
         }
         let axis = self.axis.as_ref().expect("axis set before events");
         let s = &mut self.sites[site as usize];
         s.kinds |= 1 << (kind & 7);
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         s.held.alloc(bytes, axis);
         st.live += bytes;
         st.curve.set(axis, st.live);
@@ -1184,14 +1183,14 @@ impl Engine {
                 .collect();
             dev.want_next_kernel = true;
             dev.next_kernel = None;
-            for st in &mut self.streams {
+            for st in &mut self.procs {
                 if let Some(fw) = st.framework.as_deref_mut() {
                     fw.device_peak_reached(device, t);
                 }
             }
         }
-        if self.streams[stream as usize].torch_async {
-            self.torch_async_alloc(stream, t, m, pool_id, call_stack, site);
+        if self.procs[proc as usize].torch_async {
+            self.torch_async_alloc(proc, t, m, pool_id, call_stack, site);
         }
         site
     }
@@ -1203,7 +1202,7 @@ impl Engine {
     #[inline(never)]
     fn torch_async_alloc(
         &mut self,
-        stream: u32,
+        proc: u32,
         t: u64,
         m: &MemoryEv,
         pool: Option<PoolId>,
@@ -1211,7 +1210,7 @@ impl Engine {
         site: u32,
     ) {
         let Some(pool) = pool else { return };
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         if stack != 0 {
             let defs = &st.defs;
             let through_torch = *st
@@ -1237,11 +1236,11 @@ impl Engine {
         fw.set_reserved(t, axis, m.device, TORCH_ASYNC, reserved);
         let driver = LiveMemory {
             live: &self.live,
-            stream,
+            proc,
         };
         let ev = torch_async_event(AllocatorAction::ALLOC, m.device, stack, m.address, m.bytes);
         let change = fw.apply(t, axis, &ev, false, &driver);
-        self.tensor_row(t, stream, m.device, m.address, change);
+        self.tensor_row(t, proc, m.device, m.address, change);
     }
 
     /// The backend's side of a free (`torch_async_alloc`), or of a change
@@ -1249,13 +1248,13 @@ impl Engine {
     #[inline(never)]
     fn torch_async_change(
         &mut self,
-        stream: u32,
+        proc: u32,
         t: u64,
         device: u32,
         pool: PoolId,
         freed: Option<u64>,
     ) {
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         if !st.torch_pools.contains(&pool) {
             return;
         }
@@ -1265,7 +1264,7 @@ impl Engine {
         let axis = self.axis.as_ref().expect("axis set before events");
         let driver = LiveMemory {
             live: &self.live,
-            stream,
+            proc,
         };
         let change = freed.and_then(|address| {
             let ev = torch_async_event(AllocatorAction::FREE, device, 0, address, 0);
@@ -1273,15 +1272,15 @@ impl Engine {
         });
         let reserved = self.regions.pools_size(&st.torch_pools, device);
         fw.set_reserved(t, axis, device, TORCH_ASYNC, reserved);
-        self.tensor_row(t, stream, device, freed.unwrap_or(0), change);
+        self.tensor_row(t, proc, device, freed.unwrap_or(0), change);
     }
 
     /// Takes CUPTI's record of a mapping of another process's memory
     /// (opened through CUDA IPC), or of its unmapping, out of this
     /// process's figures: that memory is counted where it was allocated.
     #[cold]
-    fn ipc_mapping(&mut self, stream: u32, m: &MemoryEv) -> bool {
-        let st = &mut self.streams[stream as usize];
+    fn ipc_mapping(&mut self, proc: u32, m: &MemoryEv) -> bool {
+        let st = &mut self.procs[proc as usize];
         if m.alloc {
             let Some(i) = st.ipc_opened.iter().position(|&a| a == m.address) else {
                 return false;
@@ -1301,15 +1300,15 @@ impl Engine {
     }
 
     /// Returns the raw site of the allocation freed, if it was seen.
-    fn free(&mut self, stream: u32, t: u64, address: u64) -> Option<u32> {
-        let st = &mut self.streams[stream as usize];
+    fn free(&mut self, proc: u32, t: u64, address: u64) -> Option<u32> {
+        let st = &mut self.procs[proc as usize];
         st.frees += 1;
         let torch_async = st.torch_async;
-        match self.live.remove(&(stream, address)) {
+        match self.live.remove(&(proc, address)) {
             Some(l) => {
-                self.retire(stream, address, l, true);
+                self.retire(proc, address, l, true);
                 if let (true, Some(p)) = (torch_async, l.pool) {
-                    self.torch_async_change(stream, t, l.device, p.pool, Some(address));
+                    self.torch_async_change(proc, t, l.device, p.pool, Some(address));
                 }
                 Some(l.site)
             }
@@ -1331,9 +1330,9 @@ impl Engine {
 
     /// Removes a live allocation from every total (a free, or the process's
     /// end when `counted` is false).
-    fn retire(&mut self, stream: u32, address: u64, l: Live, counted: bool) {
+    fn retire(&mut self, proc: u32, address: u64, l: Live, counted: bool) {
         if self.devices.get_or_insert(l.device).peak_dirty {
-            for st in &mut self.streams {
+            for st in &mut self.procs {
                 if let Some(fw) = st.framework.as_deref_mut() {
                     fw.device_peak_left(l.device);
                 }
@@ -1361,9 +1360,9 @@ impl Engine {
             self.regions.pool_free(p, l.bytes);
         }
         if l.vmm {
-            self.regions.unmap(stream, address);
+            self.regions.unmap(proc, address);
         }
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         st.live -= l.bytes;
         st.curve.set(axis, st.live);
         let s = &mut self.sites[l.site as usize];
@@ -1373,7 +1372,7 @@ impl Engine {
         }
     }
 
-    fn api(&mut self, stream: u32, t: u64, call: &ApiEv) {
+    fn api(&mut self, proc: u32, t: u64, call: &ApiEv) {
         let ApiEv {
             func,
             result,
@@ -1384,13 +1383,13 @@ impl Engine {
             stack,
             internal,
         } = *call;
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         if !func.allocates() {
             if func == ApiFunc::IPC_OPEN_MEM_HANDLE && result == 0 && address != 0 {
                 st.ipc_opened.push(address);
             }
             if func == ApiFunc::MEM_ADDRESS_FREE && result == 0 {
-                if let Some(d) = self.regions.unreserve(stream, address, self.axis.as_ref()) {
+                if let Some(d) = self.regions.unreserve(proc, address, self.axis.as_ref()) {
                     self.device(d).frag_dirty = true;
                 }
             }
@@ -1399,7 +1398,7 @@ impl Engine {
         if result != 0 {
             st.failed_calls += 1;
             if result == OUT_OF_MEMORY {
-                self.out_of_memory(stream, t, call);
+                self.out_of_memory(proc, t, call);
             }
             return;
         }
@@ -1427,7 +1426,7 @@ impl Engine {
         }
         if func == ApiFunc::MEM_ADDRESS_RESERVE {
             let pid = st.pid();
-            self.regions.reserve(stream, pid, address, bytes);
+            self.regions.reserve(proc, pid, address, bytes);
             return;
         }
         if st.pending.len() >= PENDING_LIMIT {
@@ -1452,7 +1451,7 @@ impl Engine {
         }
     }
 
-    fn out_of_memory(&mut self, stream: u32, t: u64, call: &ApiEv) {
+    fn out_of_memory(&mut self, proc: u32, t: u64, call: &ApiEv) {
         let ApiEv {
             func,
             result,
@@ -1462,9 +1461,9 @@ impl Engine {
             internal,
             ..
         } = *call;
-        let device = self.streams[stream as usize].last_device;
+        let device = self.procs[proc as usize].last_device;
         let site = self.site(SiteKey {
-            stream,
+            proc,
             stack,
             device,
             class: if internal {
@@ -1482,7 +1481,7 @@ impl Engine {
         let device_live = dev.live;
         let largest_free = self.regions.device_largest_free(device);
         let index = self.ooms.len();
-        let st = &mut self.streams[stream as usize];
+        let st = &mut self.procs[proc as usize];
         // An earlier failure of the same request on this thread was retried.
         close_failures(
             &mut st.open_failures,
@@ -1500,11 +1499,11 @@ impl Engine {
                 name: Some(func.name().unwrap_or("?").to_string()),
                 ..EventRow::new(EventKind::Failed, t, device)
             };
-            self.row(t, stream, r);
+            self.row(t, proc, r);
         }
         self.ooms.push(OomRaw {
             time: t,
-            stream,
+            proc,
             tid,
             device,
             func,
@@ -1520,22 +1519,22 @@ impl Engine {
 
     /// The process ended: what it still holds is accounted to its sites as
     /// "at exit" and leaves the device's live set (the driver frees it).
-    fn process_end(&mut self, stream: u32, t: u64) {
-        let st = &mut self.streams[stream as usize];
+    fn process_end(&mut self, proc: u32, t: u64) {
+        let st = &mut self.procs[proc as usize];
         st.ended = Some(t);
         if let (Some(fw), Some(axis)) = (&mut st.framework, &self.axis) {
             fw.finish(axis, t);
         }
-        self.settle_exit(stream, Some(t));
+        self.settle_exit(proc, Some(t));
     }
 
-    /// Accounts what `stream` still holds as "at exit"; when the process
+    /// Accounts what `proc` still holds as "at exit"; when the process
     /// ended (at `ended`), also removes it from the live set.
-    fn settle_exit(&mut self, stream: u32, ended: Option<u64>) {
+    fn settle_exit(&mut self, proc: u32, ended: Option<u64>) {
         let mut left: Vec<(u64, Live)> = self
             .live
             .iter()
-            .filter(|((s, _), _)| *s == stream)
+            .filter(|((s, _), _)| *s == proc)
             .map(|(&(_, a), &l)| (a, l))
             .collect();
         left.sort_by_key(|&(a, _)| a);
@@ -1544,8 +1543,8 @@ impl Engine {
             s.held.at_exit += l.bytes;
             s.held.at_exit_count += 1;
             if let Some(t) = ended {
-                self.live.remove(&(stream, address));
-                self.retire(stream, address, l, false);
+                self.live.remove(&(proc, address));
+                self.retire(proc, address, l, false);
                 if self.rows.is_some() {
                     let r = EventRow {
                         kind: l.kind,
@@ -1554,7 +1553,7 @@ impl Engine {
                         site: Some(l.site),
                         ..EventRow::new(EventKind::Exit, t, l.device)
                     };
-                    self.row(t, stream, r);
+                    self.row(t, proc, r);
                 }
             }
         }
@@ -1565,7 +1564,7 @@ impl Engine {
     fn sample_fragmentation(&mut self) {
         let Some(axis) = &self.axis else { return };
         let now = self.now;
-        for st in &mut self.streams {
+        for st in &mut self.procs {
             if let (Some(fw), None) = (&mut st.framework, st.ended) {
                 fw.sample(axis, now);
             }
@@ -1605,11 +1604,10 @@ impl Engine {
         for dev in &mut self.devices.states {
             Self::settle_peak(dev, &self.sites);
         }
-        for s in 0..self.streams.len() as u32 {
-            if self.streams[s as usize].ended.is_none() {
+        for s in 0..self.procs.len() as u32 {
+            if self.procs[s as usize].ended.is_none() {
                 let now = self.now;
-                if let (Some(fw), Some(axis)) =
-                    (&mut self.streams[s as usize].framework, &self.axis)
+                if let (Some(fw), Some(axis)) = (&mut self.procs[s as usize].framework, &self.axis)
                 {
                     fw.finish(axis, now);
                 }
@@ -1641,7 +1639,7 @@ mod tests {
         }
     }
 
-    /// `StreamState::take_call` as it was written over plain maps, before
+    /// `ProcState::take_call` as it was written over plain maps, before
     /// the call kept apart got a path of its own: the reference.
     fn take_call_reference(
         pending: &mut HashMap<u32, PendingCall>,
@@ -1674,7 +1672,7 @@ mod tests {
             ops in proptest::collection::vec(
                 (proptest::bool::ANY, 0u32..4, 0u64..3, proptest::bool::ANY), 0..200),
         ) {
-            let mut st = StreamState::new();
+            let mut st = ProcState::new();
             let mut pending: HashMap<u32, PendingCall> = HashMap::new();
             let mut by_address: HashMap<u64, u32> = HashMap::new();
             for (i, &(is_call, id, a, by_map)) in ops.iter().enumerate() {

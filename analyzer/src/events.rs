@@ -70,7 +70,7 @@ pub struct EventRow {
     /// The device's live and reserved bytes just after the event.
     pub device_live: u64,
     pub device_reserved: u64,
-    /// Tensor events: the raw tensor site (the process's stream, its site;
+    /// Tensor events: the raw tensor site (the process, its site;
     /// map it with `SiteIds::tensor`), and the framework view's allocated
     /// and reserved bytes (its process on its device) just after.
     pub tensor_site: Option<(u32, u32)>,
@@ -109,7 +109,7 @@ impl EventRow {
 #[derive(Clone, Debug, Default)]
 pub struct SiteIds {
     pub(crate) sites: Vec<u32>,
-    /// Per stream, per raw tensor site.
+    /// Per process, per raw tensor site.
     pub(crate) tensors: Vec<Vec<u32>>,
 }
 
@@ -119,11 +119,8 @@ impl SiteIds {
     }
 
     /// A tensor site's id from `EventRow::tensor_site`.
-    pub fn tensor(&self, (stream, raw): (u32, u32)) -> Option<u32> {
-        self.tensors
-            .get(stream as usize)?
-            .get(raw as usize)
-            .copied()
+    pub fn tensor(&self, (proc, raw): (u32, u32)) -> Option<u32> {
+        self.tensors.get(proc as usize)?.get(raw as usize).copied()
     }
 }
 

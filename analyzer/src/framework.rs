@@ -657,7 +657,7 @@ pub struct FrameworkState {
     pub config: AllocConfig,
     /// Tensors allocated so far in the process.
     pub allocations: u64,
-    /// Its tensor count over time (`StreamState::own_allocation_curve`).
+    /// Its tensor count over time (`ProcState::own_allocation_curve`).
     pub allocation_curve: Curve,
     /// The last block freed, with the allocation count when it was made:
     /// freed before another allocation, it was a temporary.

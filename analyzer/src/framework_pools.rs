@@ -14,7 +14,7 @@ use crate::timeline::Axis;
 
 pub fn pools(engine: &Engine, axis: &Axis, buckets: usize, start: u64) -> Vec<FrameworkPool> {
     let mut by_pool: BTreeMap<(u32, u32, u8), Vec<&PoolUsage>> = BTreeMap::new();
-    for st in &engine.streams {
+    for st in &engine.procs {
         for u in &st.defs.pool_usage {
             by_pool
                 .entry((st.pid(), u.device, u.framework))

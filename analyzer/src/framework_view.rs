@@ -13,7 +13,7 @@ use crate::input::MEMPOOL_BIT;
 use crate::input::TORCH_ASYNC;
 use crate::model::*;
 use crate::site_figures::{site_bytes, site_curves};
-use crate::sites::{self, CodeRules, StreamDefs};
+use crate::sites::{self, CodeRules, ProcDefs};
 use crate::timeline::Axis;
 
 /// What `views` builds.
@@ -21,11 +21,11 @@ pub struct Views {
     pub frameworks: Vec<FrameworkView>,
     pub tensor_sites: Vec<TensorSite>,
     pub tensor_growth: Vec<Growth>,
-    /// Per (stream, device) of a view with segments (not the cudaMallocAsync
+    /// Per (process, device) of a view with segments (not the cudaMallocAsync
     /// backend's): its tensors at the device's peak (`FrameworkAtPeak`
     /// with the segments left for the caller, who knows the driver's side).
     pub at_device_peak: Vec<(usize, u32, FrameworkAtPeak)>,
-    /// Per stream, per raw tensor site: its id in `tensor_sites`.
+    /// Per process, per raw tensor site: its id in `tensor_sites`.
     pub site_ids: Vec<Vec<u32>>,
 }
 
@@ -119,9 +119,9 @@ pub fn views(
     // Tensor sites, merged across processes and devices by call path.
     let mut groups: BTreeMap<String, Merged> = BTreeMap::new();
     let mut group_of: Vec<Vec<String>> = Vec::new();
-    // Per stream, per raw site: `library_at_exit`.
+    // Per process, per raw site: `library_at_exit`.
     let mut library_of: Vec<Vec<(u64, u64)>> = Vec::new();
-    for st in &engine.streams {
+    for st in &engine.procs {
         let Some(fw) = &st.framework else {
             group_of.push(Vec::new());
             library_of.push(Vec::new());
@@ -218,7 +218,7 @@ pub fn views(
             }
         })
         .collect();
-    // Raw site → final id, per stream.
+    // Raw site → final id, per process.
     let site_ids: Vec<Vec<u32>> = group_of
         .iter()
         .map(|keys| keys.iter().map(|k| id_of[k]).collect())
@@ -226,16 +226,16 @@ pub fn views(
     let by_site = |raw: &[(u32, u64, u64)], ids: &[u32]| site_bytes(raw, |i| ids[i as usize]);
 
     let judged: Vec<Vec<usize>> = engine
-        .streams
+        .procs
         .iter_mut()
         .map(|st| judged_buckets(st, axis, buckets))
         .collect();
     let mut frameworks = Vec::new();
     let mut tensor_growth = Vec::new();
     let mut at_device_peak = Vec::new();
-    for (si, st) in engine.streams.iter_mut().enumerate() {
+    for (si, st) in engine.procs.iter_mut().enumerate() {
         let pid = st.pid();
-        let defs: &StreamDefs = &st.defs;
+        let defs: &ProcDefs = &st.defs;
         let Some(fw) = st.framework.as_deref_mut() else {
             continue;
         };

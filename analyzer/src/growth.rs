@@ -23,7 +23,7 @@ use crate::{GROWTH_MIN_BYTES, JUDGED_UNTIL, WARM_UP};
 /// registrations at start-up could use up. Empty for a process that
 /// allocated nothing.
 pub fn judged_buckets(
-    st: &mut engine::StreamState,
+    st: &mut engine::ProcState,
     axis: &timeline::Axis,
     buckets: usize,
 ) -> Vec<usize> {

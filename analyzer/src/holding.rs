@@ -68,7 +68,7 @@ impl Holding {
 /// Figures of one raw site: one stack of one process on one device.
 #[derive(Clone, Debug)]
 pub struct SiteStats {
-    pub stream: u32,
+    pub proc: u32,
     pub stack: u32,
     pub device: u32,
     pub class: SiteClass,

@@ -1,12 +1,13 @@
 //! Reading traces in time order with bounded memory.
 //!
-//! Chunks are framed once (cheap: headers and checksums), grouped by stream
-//! (one stream per process), then decoded in batches in parallel. Within a
-//! stream, records come nearly in time order: activity buffers can arrive up
-//! to a flush period late, so each stream keeps a reordering window and
-//! events are released in global time order only once every stream has read
-//! past them by `WINDOW_NS`. The stream that has read least is always fed
-//! next, so memory stays bounded by the window, not by the trace.
+//! Chunks are framed once (cheap: headers and checksums), grouped by process
+//! (the trace's chunk streams, one per process), then decoded in batches in
+//! parallel. Within a process, records come nearly in time order: activity
+//! buffers can arrive up to a flush period late, so each process keeps a
+//! reordering window and events are released in global time order only once
+//! every process has read past them by `WINDOW_NS`. The process that has
+//! read least is always fed next, so memory stays bounded by the window, not
+//! by the trace.
 
 use std::sync::Mutex;
 
@@ -20,7 +21,7 @@ use gmem_prof_traces::{
 use rayon::prelude::*;
 
 /// How late (in trace time) a record may arrive after later ones of its
-/// stream and still be put in its place.
+/// process and still be put in its place.
 pub const WINDOW_NS: u64 = 3_000_000_000;
 /// Chunks decoded per batch.
 pub const BATCH: usize = 16;
@@ -29,7 +30,7 @@ pub const BATCH: usize = 16;
 ///
 /// Kept small (64 bytes): every event is written once by a decoding thread
 /// and read once by the sweep, and moving them is much of the cost. The
-/// stream is not stored: each stream's events are kept apart.
+/// process is not stored: each process's events are kept apart.
 #[derive(Clone, Copy, Debug)]
 pub struct TimedEvent {
     pub time: u64,
@@ -173,7 +174,7 @@ pub enum Event {
         launch: bool,
     },
     /// The device's own view was sampled (NVML: `used` bytes on the
-    /// device); the sample itself is among the stream's definitions.
+    /// device); the sample itself is among the process's definitions.
     DeviceView {
         device: u32,
         used: u64,
@@ -188,7 +189,7 @@ pub enum Event {
 
 /// A decoded chunk: definitions (applied in file order) and events.
 pub struct Decoded {
-    pub stream: u32,
+    pub proc: u32,
     pub defs: Vec<Record>,
     pub events: Vec<TimedEvent>,
     pub records: u64,
@@ -198,7 +199,7 @@ pub struct Decoded {
 /// A framed chunk, not yet decoded.
 pub struct ChunkRef<'a> {
     pub ordinal: u64,
-    pub stream: u32,
+    pub proc: u32,
     pub raw: RawChunk<'a>,
 }
 
@@ -210,7 +211,7 @@ pub fn frame<'a>(
 ) -> Result<(Vec<ChunkRef<'a>>, u32, Vec<String>), crate::AnalyzeError> {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
-    let mut next_stream = 0u32;
+    let mut next_proc = 0u32;
     for (i, data) in files.iter().enumerate() {
         let trace_error = |e| crate::AnalyzeError::Trace {
             file: names[i].clone(),
@@ -243,17 +244,17 @@ pub fn frame<'a>(
         };
         let mut ids: Vec<(u32, u32)> = Vec::new();
         for raw in raw {
-            let stream = match ids.iter().find(|(s, _)| *s == raw.stream) {
+            let proc = match ids.iter().find(|(s, _)| *s == raw.stream) {
                 Some((_, g)) => *g,
                 None => {
-                    ids.push((raw.stream, next_stream));
-                    next_stream += 1;
-                    next_stream - 1
+                    ids.push((raw.stream, next_proc));
+                    next_proc += 1;
+                    next_proc - 1
                 }
             };
             out.push(ChunkRef {
                 ordinal: out.len() as u64,
-                stream,
+                proc,
                 raw,
             });
         }
@@ -264,7 +265,7 @@ pub fn frame<'a>(
             }
         }
     }
-    Ok((out, next_stream, warnings))
+    Ok((out, next_proc, warnings))
 }
 
 /// Reads a byte of every page, so that the mapping's pages are mapped in.
@@ -568,7 +569,7 @@ fn push_kernel_as(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan, l
 #[inline(always)]
 fn decode_with<const BMI2: bool, const WIDE: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
     let mut d = Decoded {
-        stream: c.stream,
+        proc: c.proc,
         defs: Vec::new(),
         events: events_vec(),
         records: 0,

@@ -1,6 +1,6 @@
 //! The pipeline from trace bytes to a finished sweep: files mapped, chunks
 //! framed, decoded in parallel batches ahead of the sweep, and events
-//! released to the sweep (`engine`) in global time order once every stream
+//! released to the sweep (`engine`) in global time order once every process
 //! has read past them by the reordering window.
 
 use std::collections::VecDeque;
@@ -75,18 +75,18 @@ pub fn run(
     mut sink: Option<RowSink>,
     done_reading: DoneReading,
 ) -> Result<(Analysis, SiteIds), AnalyzeError> {
-    let (chunks, streams, mut warnings) = input::frame(datas, names)?;
+    let (chunks, procs, mut warnings) = input::frame(datas, names)?;
     let total_bytes: u64 = datas.iter().map(|d| d.len() as u64).sum();
-    let mut schedule = Schedule::new(&chunks, streams);
+    let mut schedule = Schedule::new(&chunks, procs);
     let mut cursors: Vec<Cursor> = schedule
-        .streams
+        .procs
         .iter()
         .map(|s| Cursor {
             unread: s.chunks.len(),
             ..Cursor::default()
         })
         .collect();
-    let mut engine = Engine::new(streams);
+    let mut engine = Engine::new(procs);
     if sink.is_some() {
         engine.rows = Some(Vec::new());
     }
@@ -106,7 +106,7 @@ pub fn run(
     let mut input_done = false;
     schedule.decode_ahead(&mut ready, &AtomicBool::new(true));
     while let Some(Batch {
-        stream: s,
+        proc: s,
         latest,
         decoded,
     }) = ready.pop_front()
@@ -121,10 +121,10 @@ pub fn run(
                     "skipped the rest of a damaged chunk at byte {offset}: {why}"
                 ));
             }
-            engine.apply_defs(d.stream, d.defs);
+            engine.apply_defs(d.proc, d.defs);
             cursors[s].insert(d.events);
         }
-        // Events are safe to apply once every stream still being read has
+        // Events are safe to apply once every process still being read has
         // read past them by the window.
         let safe = cursors
             .iter()
@@ -179,9 +179,9 @@ pub fn run(
     crate::build::build(engine, summary, opts)
 }
 
-/// A decoded batch of one stream's chunks.
+/// A decoded batch of one process's chunks.
 struct Batch {
-    stream: usize,
+    proc: usize,
     /// The latest event time in it.
     latest: u64,
     /// Its chunks, decoded, in file order.
@@ -193,36 +193,36 @@ const AHEAD: usize = 3;
 
 /// Which chunks are decoded next, and their decoding ahead of the sweep.
 ///
-/// A batch is `input::BATCH` chunks of the stream that has read least, so
-/// that every stream's window can be released. The schedule learns how far
-/// a stream has read only from whole batches, in the order it chose them,
+/// A batch is `input::BATCH` chunks of the process that has read least, so
+/// that every process's window can be released. The schedule learns how far
+/// a process has read only from whole batches, in the order it chose them,
 /// so that order is the same however far ahead decoding runs: the analysis
 /// stays deterministic.
 struct Schedule<'c, 'a> {
     chunks: &'c [ChunkRef<'a>],
-    streams: Vec<StreamSchedule>,
-    /// The batch being decoded: its stream, its chunks, those decoded.
+    procs: Vec<ProcSchedule>,
+    /// The batch being decoded: its process, its chunks, those decoded.
     current: Option<(usize, Vec<&'c ChunkRef<'a>>, Vec<input::Decoded>)>,
     /// Stored bytes of the chunks taken so far (for progress).
     done_bytes: u64,
 }
 
 #[derive(Default)]
-struct StreamSchedule {
+struct ProcSchedule {
     chunks: Vec<usize>,
     next: usize,
     read_up_to: u64,
 }
 
 impl<'c, 'a> Schedule<'c, 'a> {
-    fn new(chunks: &'c [ChunkRef<'a>], streams: u32) -> Self {
-        let mut s: Vec<StreamSchedule> = (0..streams).map(|_| StreamSchedule::default()).collect();
+    fn new(chunks: &'c [ChunkRef<'a>], procs: u32) -> Self {
+        let mut s: Vec<ProcSchedule> = (0..procs).map(|_| ProcSchedule::default()).collect();
         for (i, c) in chunks.iter().enumerate() {
-            s[c.stream as usize].chunks.push(i);
+            s[c.proc as usize].chunks.push(i);
         }
         Schedule {
             chunks,
-            streams: s,
+            procs: s,
             current: None,
             done_bytes: 0,
         }
@@ -230,13 +230,13 @@ impl<'c, 'a> Schedule<'c, 'a> {
 
     /// Whether every chunk has been decoded.
     fn all_taken(&self) -> bool {
-        self.current.is_none() && self.streams.iter().all(|s| s.next == s.chunks.len())
+        self.current.is_none() && self.procs.iter().all(|s| s.next == s.chunks.len())
     }
 
     /// Starts the next batch; false when every chunk has been taken.
     fn start_batch(&mut self) -> bool {
         let Some(s) = self
-            .streams
+            .procs
             .iter()
             .enumerate()
             .filter(|(_, c)| c.next < c.chunks.len())
@@ -245,7 +245,7 @@ impl<'c, 'a> Schedule<'c, 'a> {
         else {
             return false;
         };
-        let cur = &mut self.streams[s];
+        let cur = &mut self.procs[s];
         let end = (cur.next + input::BATCH).min(cur.chunks.len());
         let batch: Vec<&ChunkRef> = cur.chunks[cur.next..end]
             .iter()
@@ -284,7 +284,7 @@ impl<'c, 'a> Schedule<'c, 'a> {
                 decoded.push(input::decode(batch[decoded.len()]));
             }
             if decoded.len() == batch.len() {
-                let (stream, decoded) = (*s, std::mem::take(decoded));
+                let (proc, decoded) = (*s, std::mem::take(decoded));
                 self.current = None;
                 // Each chunk's events are sorted: the last is its latest.
                 let latest = decoded
@@ -292,10 +292,10 @@ impl<'c, 'a> Schedule<'c, 'a> {
                     .filter_map(|d| d.events.last().map(|e| e.time))
                     .max()
                     .unwrap_or(0);
-                let cur = &mut self.streams[stream];
+                let cur = &mut self.procs[proc];
                 cur.read_up_to = cur.read_up_to.max(latest);
                 ready.push_back(Batch {
-                    stream,
+                    proc,
                     latest,
                     decoded,
                 });
@@ -304,7 +304,7 @@ impl<'c, 'a> Schedule<'c, 'a> {
     }
 }
 
-/// A stream's state in the sweep: how far it has been read, and decoded
+/// A process's state in the sweep: how far it has been read, and decoded
 /// events not yet released.
 #[derive(Default)]
 struct Cursor {
@@ -402,7 +402,7 @@ fn release(cursors: &mut [Cursor], safe: u64, engine: &mut Engine) {
             }
         }
         let Some((i, _)) = best else { return };
-        // Drain this stream while it stays ahead of every other stream.
+        // Drain this process while it stays ahead of every other one.
         let limit = cursors
             .iter()
             .enumerate()

@@ -28,8 +28,8 @@ pub struct PoolBlock {
 
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
-    /// The process's stream: pools are told apart by (stream, address).
-    stream: u32,
+    /// The process: pools are told apart by (process, address).
+    proc: u32,
     pub device: u32,
     pub pid: u32,
     pub address: u64,
@@ -240,7 +240,7 @@ const KEPT_RELEASED: usize = 64;
 /// Every region of the run.
 #[derive(Default)]
 pub struct Regions {
-    /// In order of first sight; found by (stream, address) in `pool_ids`.
+    /// In order of first sight; found by (proc, address) in `pool_ids`.
     pools: Vec<Pool>,
     pool_ids: FastMap<(u32, u64), PoolId>,
     /// The pool found last: allocations come mostly from one pool, and this
@@ -258,24 +258,24 @@ pub struct Regions {
 }
 
 impl Regions {
-    /// The pool of `stream` at `address`, known from now on (first seen on
+    /// The pool of `proc` at `address`, known from now on (first seen on
     /// `device`, in process `pid`).
     #[inline]
-    pub fn pool_id(&mut self, stream: u32, pid: u32, device: u32, address: u64) -> PoolId {
+    pub fn pool_id(&mut self, proc: u32, pid: u32, device: u32, address: u64) -> PoolId {
         match self.last_pool {
-            Some((k, id)) if k == (stream, address) => id,
-            _ => self.pool_id_slow(stream, pid, device, address),
+            Some((k, id)) if k == (proc, address) => id,
+            _ => self.pool_id_slow(proc, pid, device, address),
         }
     }
 
     #[cold]
-    fn pool_id_slow(&mut self, stream: u32, pid: u32, device: u32, address: u64) -> PoolId {
-        let key = (stream, address);
+    fn pool_id_slow(&mut self, proc: u32, pid: u32, device: u32, address: u64) -> PoolId {
+        let key = (proc, address);
         let next = self.pools.len() as PoolId;
         let id = *self.pool_ids.entry(key).or_insert(next);
         if id == next {
             self.pools.push(Pool {
-                stream,
+                proc,
                 device,
                 pid,
                 address,
@@ -347,9 +347,9 @@ impl Regions {
         p.free_slots.push(block.slot);
     }
 
-    pub fn reserve(&mut self, stream: u32, pid: u32, base: u64, size: u64) {
+    pub fn reserve(&mut self, proc: u32, pid: u32, base: u64, size: u64) {
         self.reservations.insert(
-            (stream, base),
+            (proc, base),
             Reservation {
                 device: None,
                 pid,
@@ -362,8 +362,8 @@ impl Regions {
 
     /// Releases a reservation (its curve ends at the axis's current bucket);
     /// returns its device.
-    pub fn unreserve(&mut self, stream: u32, base: u64, axis: Option<&Axis>) -> Option<u32> {
-        let mut r = self.reservations.remove(&(stream, base))?;
+    pub fn unreserve(&mut self, proc: u32, base: u64, axis: Option<&Axis>) -> Option<u32> {
+        let mut r = self.reservations.remove(&(proc, base))?;
         let device = r.device;
         if r.worst.is_some() && self.released.len() < KEPT_RELEASED {
             if let Some(axis) = axis {
@@ -375,18 +375,18 @@ impl Regions {
         device
     }
 
-    /// The reservation of `stream` holding `address`, if any.
-    fn reservation_mut(&mut self, stream: u32, address: u64) -> Option<&mut Reservation> {
+    /// The reservation of `proc` holding `address`, if any.
+    fn reservation_mut(&mut self, proc: u32, address: u64) -> Option<&mut Reservation> {
         self.reservations
-            .range_mut((stream, 0)..=(stream, address))
+            .range_mut((proc, 0)..=(proc, address))
             .next_back()
             .map(|(_, r)| r)
             .filter(|r| address < r.base + r.size)
     }
 
     /// A mapping appeared; returns true if it lies in a known reservation.
-    pub fn map(&mut self, stream: u32, device: u32, address: u64, bytes: u64) -> bool {
-        match self.reservation_mut(stream, address) {
+    pub fn map(&mut self, proc: u32, device: u32, address: u64, bytes: u64) -> bool {
+        match self.reservation_mut(proc, address) {
             Some(r) => {
                 r.device.get_or_insert(device);
                 if r.mapped.insert(address, bytes).is_none() {
@@ -398,8 +398,8 @@ impl Regions {
         }
     }
 
-    pub fn unmap(&mut self, stream: u32, address: u64) -> bool {
-        match self.reservation_mut(stream, address) {
+    pub fn unmap(&mut self, proc: u32, address: u64) -> bool {
+        match self.reservation_mut(proc, address) {
             Some(r) => {
                 if let Some(len) = r.mapped.remove(&address) {
                     r.used -= len;
@@ -413,7 +413,7 @@ impl Regions {
     /// The pools in a deterministic order.
     pub fn pools_sorted(&self) -> Vec<&Pool> {
         let mut v: Vec<&Pool> = self.pools.iter().collect();
-        v.sort_by_key(|p| (p.stream, p.address));
+        v.sort_by_key(|p| (p.proc, p.address));
         v
     }
 

@@ -18,10 +18,10 @@ use crate::fast_map::FastMap;
 use crate::holding::{SiteClass, SiteStats};
 use crate::model::{Category, FrameText};
 
-/// What one stream (process) defined: who it is, its strings, stacks,
+/// What one process defined: who it is, its strings, stacks,
 /// modules and symbols.
 #[derive(Default)]
-pub struct StreamDefs {
+pub struct ProcDefs {
     pub process: Option<ProcessInfo>,
     pub devices: Vec<DeviceInfo>,
     pub strings: FastMap<u32, String>,
@@ -89,7 +89,7 @@ pub fn autograd_node(f: &FrameText) -> Option<&str> {
     })
 }
 
-impl StreamDefs {
+impl ProcDefs {
     pub fn add(&mut self, r: Record) {
         match r {
             Record::Process(p) => self.process = Some(p),
@@ -730,12 +730,12 @@ pub struct MergedSite {
 /// that share a label are told apart by their callers (`tell_apart`).
 pub fn merge_sites(
     sites: &[SiteStats],
-    defs: &[&StreamDefs],
+    defs: &[&ProcDefs],
     rules: &CodeRules,
 ) -> (Vec<MergedSite>, Vec<usize>) {
     let mut groups: BTreeMap<String, (MergedSite, Vec<usize>)> = BTreeMap::new();
     for (i, s) in sites.iter().enumerate() {
-        let d = defs[s.stream as usize];
+        let d = defs[s.proc as usize];
         let (frames, truncated) = if s.stack != 0 {
             d.stack_frames(s.stack)
         } else {
@@ -984,7 +984,7 @@ mod autograd_node_tests {
     /// node's class; shown and grouped as the node.
     #[test]
     fn an_autograd_node_frame_names_the_node() {
-        let mut defs = StreamDefs::default();
+        let mut defs = ProcDefs::default();
         for (id, file, function) in [
             (
                 1,

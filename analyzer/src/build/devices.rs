@@ -31,7 +31,7 @@ pub(super) fn device_reports(
     let oom_views: Vec<Option<SmiMoment>> = engine
         .ooms
         .iter()
-        .map(|o| samples.after_failure(engine.streams[o.stream as usize].pid(), o.device, o.time))
+        .map(|o| samples.after_failure(engine.procs[o.proc as usize].pid(), o.device, o.time))
         .collect();
     let devices = device_ids
         .into_iter()
@@ -54,21 +54,21 @@ fn device_report(
     let start = axis.start;
     let rel = |t: u64| t.saturating_sub(start);
     let info = engine
-        .streams
+        .procs
         .iter()
         .flat_map(|s| s.defs.devices.iter())
         .find(|x| x.device == d)
         .cloned();
     let (kernels_traced, kernels_timed) = kernels_seen(engine, d);
     let regions = regions(engine, d, axis);
-    let has_framework = engine.streams.iter().any(|s| {
+    let has_framework = engine.procs.iter().any(|s| {
         s.framework
             .as_ref()
             .is_some_and(|f| f.devices.contains_key(&d))
     });
     let blind_spots = blind_spots(engine, d, sites, has_framework, regions.is_empty());
     let timeline_sites = timeline_sites(engine, d, axis, sites);
-    let streams = &engine.streams;
+    let procs = &engine.procs;
     let dev = engine.devices.get_mut(d).expect("device listed");
     // The framework's segments are the driver sites of its allocator
     // ("allocator cache"), and under the cudaMallocAsync backend its
@@ -104,7 +104,7 @@ fn device_report(
             .kernels_at_peak
             .iter()
             .filter(|k| k.launch == launches)
-            .map(|k| kernel_ref(k, streams, start))
+            .map(|k| kernel_ref(k, procs, start))
             .collect();
         v.sort_by_key(|k| (k.start_ns, k.pid, k.stream));
         v
@@ -138,7 +138,7 @@ fn device_report(
         next_kernel_after_peak: dev
             .next_kernel
             .as_ref()
-            .map(|k| kernel_ref(k, streams, start)),
+            .map(|k| kernel_ref(k, procs, start)),
         kernels_traced,
         kernels_timed,
         live: dev.curve.finish(axis, buckets),
@@ -165,14 +165,14 @@ fn device_report(
 /// and whether each timed them.
 fn kernels_seen(engine: &Engine, d: u32) -> (bool, bool) {
     engine
-        .streams
+        .procs
         .iter()
         .enumerate()
         .filter(|(i, _)| {
             engine
                 .sites
                 .iter()
-                .any(|x| x.stream as usize == *i && x.device == d)
+                .any(|x| x.proc as usize == *i && x.device == d)
         })
         .map(|(_, s)| s.defs.process.as_ref())
         .map(|p| p.map_or((false, false), |p| (p.kernels_traced, p.kernels_timed)))
@@ -235,7 +235,7 @@ fn blind_spots(
         .iter()
         .enumerate()
         .any(|(i, s)| s.device == d && sites.categories[i] == Category::AllocatorCache);
-    let async_backend = engine.streams.iter().any(|s| {
+    let async_backend = engine.procs.iter().any(|s| {
         s.framework.as_ref().is_some_and(|f| {
             f.devices
                 .get(&d)
@@ -297,8 +297,8 @@ fn timeline_sites(engine: &mut Engine, d: u32, axis: &Axis, sites: &SiteTable) -
     )
 }
 
-fn kernel_ref(k: &engine::KernelSnap, streams: &[engine::StreamState], start: u64) -> KernelRef {
-    let st = &streams[k.stream_of_process as usize];
+fn kernel_ref(k: &engine::KernelSnap, procs: &[engine::ProcState], start: u64) -> KernelRef {
+    let st = &procs[k.proc as usize];
     KernelRef {
         name: st
             .defs

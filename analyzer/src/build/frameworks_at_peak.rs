@@ -7,7 +7,7 @@ use crate::model::*;
 
 use super::sites::SiteTable;
 
-/// `at_device_peak`: (process stream, device, what its allocator held at
+/// `at_device_peak`: (process, device, what its allocator held at
 /// the device's peak), from `framework_view::views`.
 pub(super) fn take_apart(
     engine: &Engine,
@@ -36,19 +36,19 @@ pub(super) fn take_apart(
             (sites.categories[raw as usize] == Category::AllocatorCache
                 && !s.framework_tensors
                 && device_memory)
-                .then_some(s.stream as usize)
+                .then_some(s.proc as usize)
                 .filter(|st| views.iter().any(|v| v.0 == *st))
         };
         let mut rest: Vec<(u32, u64, u64)> = Vec::new();
         let mut taken: Vec<(usize, u64, u64)> = Vec::new();
         for &(raw, bytes, count) in &raw_rows {
             match segment_of(raw) {
-                Some(stream) => taken.push((stream, bytes, count)),
+                Some(proc) => taken.push((proc, bytes, count)),
                 None => rest.push((raw, bytes, count)),
             }
         }
-        for (stream, _, at_peak) in views {
-            let mine = taken.iter().filter(|t| t.0 == *stream);
+        for (proc, _, at_peak) in views {
+            let mine = taken.iter().filter(|t| t.0 == *proc);
             let (bytes, count) = mine.fold((0, 0), |a, t| (a.0 + t.1, a.1 + t.2));
             if bytes == 0 {
                 continue;

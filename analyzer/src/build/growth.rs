@@ -22,7 +22,7 @@ pub(super) fn site_growth(
 ) -> Vec<Growth> {
     let buckets = axis.buckets();
     let judged: Vec<Vec<usize>> = engine
-        .streams
+        .procs
         .iter_mut()
         .map(|st| judged_buckets(st, axis, buckets))
         .collect();
@@ -31,7 +31,7 @@ pub(super) fn site_growth(
     // them: CuPy's pool, whose in-use readings the trace holds. Its chunks
     // then grow with the lines that needed them.
     let arrays_grew: Vec<bool> = engine
-        .streams
+        .procs
         .iter()
         .zip(&judged)
         .map(|(st, judged)| {
@@ -47,20 +47,20 @@ pub(super) fn site_growth(
     let mut candidates: BTreeMap<(u32, u32), GrowthCandidate> = BTreeMap::new();
     for (i, s) in engine.sites.iter_mut().enumerate() {
         let cupy_chunks = sites.merged[sites.of_raw[i]].allocator == Some(sites::CUPY_POOL)
-            && arrays_grew[s.stream as usize];
+            && arrays_grew[s.proc as usize];
         let cache = sites.categories[i] == Category::AllocatorCache;
         if s.class != SiteClass::Call || (cache && !cupy_chunks) {
             continue;
         }
         candidates
-            .entry((sites.id(i as u32), s.stream))
+            .entry((sites.id(i as u32), s.proc))
             .or_default()
             .add(&mut s.held, axis, buckets);
     }
     let mut growth = Vec::new();
-    for ((site, stream), c) in candidates {
-        let st = &engine.streams[stream as usize];
-        if let Some((from, to)) = c.judge(&judged[stream as usize], st.allocations) {
+    for ((site, proc), c) in candidates {
+        let st = &engine.procs[proc as usize];
+        if let Some((from, to)) = c.judge(&judged[proc as usize], st.allocations) {
             growth.push(Growth {
                 site,
                 pid: st.pid(),

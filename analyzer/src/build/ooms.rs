@@ -31,7 +31,7 @@ pub(super) fn oom_reports(
         .iter()
         .zip(device_views)
         .map(|(o, device_view)| {
-            let st = &engine.streams[o.stream as usize];
+            let st = &engine.procs[o.proc as usize];
             Oom {
                 time_ns: o.time.saturating_sub(axis.start),
                 pid: st.pid(),

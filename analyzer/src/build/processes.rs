@@ -2,7 +2,7 @@
 //! allocations were seen (driver calls, segments, tensors), its messages,
 //! and why it was not wholly profiled when it was not.
 
-use crate::engine::{Engine, StreamState};
+use crate::engine::{Engine, ProcState};
 use crate::holding::SiteStats;
 use crate::model::*;
 use crate::{sites, timeline};
@@ -16,7 +16,7 @@ pub(super) fn process_reports(
     let start = axis.map_or(0, |a| a.start);
     let mut out = Vec::new();
     let raw_sites = &engine.sites;
-    for (si, st) in engine.streams.iter_mut().enumerate() {
+    for (si, st) in engine.procs.iter_mut().enumerate() {
         let (at_exit, devices, cache_sites) = held_at_exit(raw_sites, si, categories);
         let per_tensor = || {
             st.defs.symbols.values().any(|sym| {
@@ -76,19 +76,19 @@ pub(super) fn process_reports(
     out
 }
 
-/// What process `stream`'s sites held at its exit, by kind of holder; the
+/// What process `proc`'s sites held at its exit, by kind of holder; the
 /// devices it allocated on, in order; whether a caching allocator's
 /// segments are among its sites.
 fn held_at_exit(
     sites: &[SiteStats],
-    stream: usize,
+    proc: usize,
     categories: &[Category],
 ) -> (AtExit, Vec<u32>, bool) {
     let mut at_exit = AtExit::default();
     let mut cache_sites = false;
     let mut devices: Vec<u32> = Vec::new();
     for (i, s) in sites.iter().enumerate() {
-        if s.stream as usize != stream {
+        if s.proc as usize != proc {
             continue;
         }
         if s.held.count > 0 && !devices.contains(&s.device) {
@@ -121,7 +121,7 @@ fn held_at_exit(
 
 /// The process's messages, worded with their level; why it was not wholly
 /// profiled (empty when it was); the records it dropped.
-fn messages(st: &StreamState) -> (Vec<String>, Vec<String>, u64) {
+fn messages(st: &ProcState) -> (Vec<String>, Vec<String>, u64) {
     let mut messages: Vec<String> = st
         .defs
         .messages

@@ -21,7 +21,7 @@ pub(super) struct SiteTable {
 
 impl SiteTable {
     pub fn new(engine: &Engine, opts: &Options) -> Result<SiteTable, AnalyzeError> {
-        let defs: Vec<&sites::StreamDefs> = engine.streams.iter().map(|s| &s.defs).collect();
+        let defs: Vec<&sites::ProcDefs> = engine.procs.iter().map(|s| &s.defs).collect();
         let (merged, of_raw) = sites::merge_sites(&engine.sites, &defs, &opts.code);
         let categories: Vec<Category> = of_raw.iter().map(|&m| merged[m].category).collect();
         let leaked: Vec<bool> = categories.iter().map(|c| c.leaks()).collect();

@@ -29,14 +29,14 @@ pub(super) fn add_sweep_warnings(summary: &mut InputSummary, engine: &Engine) {
             engine::EVENT_BYTES_LIMIT
         ));
     }
-    let unmatched: u64 = engine.streams.iter().map(|s| s.unmatched_frees).sum();
+    let unmatched: u64 = engine.procs.iter().map(|s| s.unmatched_frees).sum();
     if unmatched > 0 {
         summary.warnings.push(format!(
             "{unmatched} frees had no matching allocation in the trace (allocated before recording \
              started, or their allocation record was lost)"
         ));
     }
-    let unknown: u64 = engine.streams.iter().map(|s| s.defs.unknown_records).sum();
+    let unknown: u64 = engine.procs.iter().map(|s| s.defs.unknown_records).sum();
     if unknown > 0 {
         summary.warnings.push(format!(
             "{unknown} records of a newer format version were skipped: use a newer gmem-prof to see them"
