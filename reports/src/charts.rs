@@ -6,6 +6,7 @@ use gmem_prof_model::{
 };
 use plotters::prelude::*;
 
+use crate::chart::{framework_stem, Chart};
 use crate::format::bytes;
 
 const SIZE: (u32, u32) = (960, 320);
@@ -19,13 +20,6 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(227, 119, 194),
     RGBColor(127, 127, 127),
 ];
-
-/// One chart: a file name for its SVG file and the SVG text.
-pub struct Chart {
-    pub name: String,
-    pub title: String,
-    pub svg: String,
-}
 
 struct Series<'a> {
     label: String,
@@ -307,11 +301,6 @@ fn fraction_chart(
         return None;
     }
     Some(Chart { name, title, svg })
-}
-
-/// File-name stem of a framework view's charts.
-pub fn framework_stem(v: &FrameworkView) -> String {
-    format!("pid{}-device{}-tensors", v.pid, v.device)
 }
 
 /// What an allocator's memory held (an area) and what it held from CUDA

@@ -8,9 +8,10 @@ use std::io::{self, Write};
 use gmem_prof_model::diff::{Diff, Presence, SiteDiff};
 use gmem_prof_model::Analysis;
 
+use crate::blocks::frames_details;
 use crate::charts;
 use crate::format::{bytes, change, escape, signed_bytes};
-use crate::html::{frames_details, STYLE};
+use crate::html::STYLE;
 
 /// Sites listed in the text and Markdown.
 const SITES_SHOWN: usize = 10;

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use gmem_prof_model::{Analysis, DeviceReport, FrameText, FrameworkView, PeakPart};
 
-use crate::charts::{framework_stem, Chart};
+use crate::chart::{framework_stem, Chart};
 use crate::format::{bytes, escape};
 
 const WIDTH: f64 = 960.0;

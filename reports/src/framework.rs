@@ -11,9 +11,9 @@ use gmem_prof_model::{
     ALLOCATOR_UNSEEN,
 };
 
-use crate::charts::{framework_stem, Chart};
+use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
+use crate::chart::{framework_stem, Chart};
 use crate::format::{bytes, escape, time};
-use crate::html::{bytes_table, chart_html, frames_details, growth_table};
 use crate::text::peak_lines;
 
 fn tensor_link(a: &Analysis, id: u32) -> String {

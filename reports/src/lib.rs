@@ -12,6 +12,8 @@
 //!   command lines) is escaped; charts carry only our own words.
 //! - Reads only the model: never wire records, never polars.
 
+mod blocks;
+mod chart;
 mod charts;
 pub mod check;
 mod device_view;
@@ -30,7 +32,7 @@ use std::io::{self, Write};
 
 use gmem_prof_model::Analysis;
 
-pub use charts::Chart;
+pub use chart::Chart;
 pub use framework::oom_limit as framework_oom_limit;
 pub use html::html;
 pub use text::summary;

@@ -7,9 +7,9 @@ use std::io::{self, Write};
 
 use gmem_prof_model::{Analysis, FrameworkPool};
 
-use crate::charts::Chart;
+use crate::blocks::chart_html;
+use crate::chart::Chart;
 use crate::format::{bytes, escape, percent, time};
-use crate::html::chart_html;
 
 /// File-name stem of a pool's chart.
 pub fn stem(p: &FrameworkPool) -> String {

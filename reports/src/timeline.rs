@@ -171,7 +171,7 @@ pub fn framework_html(a: &Analysis, v: &FrameworkView) -> String {
         },
     };
     container(
-        &crate::charts::framework_stem(v),
+        &crate::chart::framework_stem(v),
         &data,
         "Tensors stacked by the line that allocated them (the largest at the allocated \
          peak; dashed: what the allocator reserved).",
