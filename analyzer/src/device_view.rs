@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use gmem_prof_traces::record::{device_memory, DeviceMemory};
 
 use crate::engine::Engine;
-use crate::model::{SmiMoment, SmiView};
+use crate::model::{SampleReason, SmiMoment, SmiView};
 use crate::timeline::Axis;
 
 /// One sample with what the trace tracked then.
@@ -96,9 +96,9 @@ impl<'a> Samples<'a> {
             time_ns: m.time.0.saturating_sub(self.start),
             pid: s.pid,
             reason: match m.reason {
-                device_memory::FAILED_ALLOCATION => "failed allocation",
-                device_memory::EXIT => "exit",
-                _ => "flush tick",
+                device_memory::FAILED_ALLOCATION => SampleReason::FailedAllocation,
+                device_memory::EXIT => SampleReason::Exit,
+                _ => SampleReason::FlushTick,
             },
             total_bytes: m.total.0,
             used_bytes: m.used.0,

@@ -5,13 +5,13 @@
 //! is that event's absolute time on CUPTI's clock). Everything is ordered
 //! deterministically (by value, then by id), never by hash-map order.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Version of this model's JSON form; bumped when a field changes meaning or
 /// disappears (adding fields does not bump it).
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Analysis {
     pub schema_version: u32,
     pub input: InputSummary,
@@ -30,31 +30,31 @@ pub struct Analysis {
     pub ooms: Vec<Oom>,
     /// The inside of framework allocators (PyTorch's caching allocator),
     /// per process and device, when the trace saw inside one.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frameworks: Vec<FrameworkView>,
     /// Where the tensors of those allocators were allocated, grouped by the
     /// innermost frame of the program's own code; sorted by bytes at the
     /// allocated peak, then total bytes. `FrameworkView`'s and
     /// `tensor_growth`'s site ids index this list.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_sites: Vec<TensorSite>,
     /// Tensor sites whose live bytes keep rising after the warm-up (the
     /// leak of a Python program), largest first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tensor_growth: Vec<Growth>,
     /// JAX's and CuPy's pools as the frameworks count them (read in the
     /// program), per process and device.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub framework_pools: Vec<FrameworkPool>,
     /// What to change, each with the evidence for it (`remedies.rs`),
     /// errors first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remedies: Vec<Remedy>,
 }
 
 /// A finding turned into the change a user would make (`change`), with
 /// the figures from the trace that justify it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Remedy {
     /// A request that reached the program as an error was larger than the
@@ -170,7 +170,7 @@ pub enum Remedy {
         other_processes: u32,
         /// The most JAX's arrays used of it, by JAX's own count, when the
         /// trace has its readings.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         arrays_peak_bytes: Option<u64>,
         change: String,
     },
@@ -386,7 +386,7 @@ impl PeakPart {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct InputSummary {
     /// File names as given (no directories), in order.
     pub files: Vec<String>,
@@ -408,7 +408,7 @@ pub struct InputSummary {
 
 /// The time axis shared by every curve: `buckets` buckets of `bucket_ns`
 /// starting at `start_ns`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Timeline {
     pub start_ns: u64,
     pub end_ns: u64,
@@ -418,20 +418,20 @@ pub struct Timeline {
 
 /// One point of a curve: the highest value during the bucket and the value
 /// at its end.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
     pub max: u64,
     pub last: u64,
 }
 
 /// One site's live bytes on a device at the end of each bucket.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SiteCurve {
     pub site: u32,
     pub live: Vec<u64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KindCurve {
     /// "device", "pinned host", "managed", "array", "static (modules)", …
     pub kind: String,
@@ -439,7 +439,7 @@ pub struct KindCurve {
     pub peak: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeviceReport {
     pub device: u32,
     pub name: String,
@@ -465,7 +465,7 @@ pub struct DeviceReport {
     pub peak_sites: Vec<SiteBytes>,
     /// The segments of each framework allocator seen from the inside
     /// (PyTorch's caching allocator) live at the peak, with what they held.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frameworks_at_peak: Vec<FrameworkAtPeak>,
     /// Kernels running on this device at the peak instant (traced `timed`),
     /// in start order.
@@ -491,11 +491,11 @@ pub struct DeviceReport {
     pub fragmentation: Fragmentation,
     /// With a framework allocator on this device (`Analysis::frameworks`):
     /// what was live at the peak outside its segments.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside_frameworks: Option<OutsideFrameworks>,
     /// What `nvidia-smi` showed for the device, when the collector could
     /// read NVML.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_view: Option<SmiView>,
     /// The largest sites at the peak (at most eight), each with its live
     /// bytes at the end of each bucket: the bands of the report's timeline.
@@ -505,7 +505,7 @@ pub struct DeviceReport {
 }
 
 /// A framework allocator's segments at a device's peak, taken apart.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameworkAtPeak {
     /// "PyTorch caching allocator".
     pub allocator: String,
@@ -529,27 +529,27 @@ pub struct FrameworkAtPeak {
 /// for: library workspaces (cuBLAS, cuDNN), CUDA graphs, other allocators,
 /// module globals. (The CUDA context itself is not an allocation the trace
 /// sees.)
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct OutsideFrameworks {
     pub bytes: u64,
     /// By site (ids index `Analysis.sites`), largest first.
     pub sites: Vec<SiteBytes>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct KindBytes {
     pub kind: String,
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteBytes {
     pub site: u32,
     pub bytes: u64,
     pub count: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelRef {
     pub name: String,
     pub pid: u32,
@@ -563,7 +563,7 @@ pub struct KernelRef {
 
 /// External fragmentation inside the reserved regions whose sub-allocations
 /// the trace sees: F = 1 − largest free extent / total free.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Fragmentation {
     /// Regions that were seen: stream-ordered pools and VMM reservations.
     pub regions: Vec<RegionSummary>,
@@ -578,7 +578,7 @@ pub struct Fragmentation {
     pub blind_spots: Vec<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FragmentationAt {
     pub time_ns: u64,
     pub fragmentation: f64,
@@ -586,11 +586,11 @@ pub struct FragmentationAt {
     pub largest_free_bytes: u64,
     /// A framework pool's: of `free_bytes`, those in segments that held no
     /// tensor (cache the allocator gives back before a request fails).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_in_idle_segments_bytes: Option<u64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RegionSummary {
     pub kind: RegionKind,
     pub pid: u32,
@@ -612,7 +612,7 @@ pub struct RegionSummary {
 /// allocator was found but not looked into (`ProcessReport::allocator_not_attached`).
 pub const ALLOCATOR_UNSEEN: &str = "PyTorch's caching allocator was not seen from the inside";
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
     /// The devices it allocated on.
@@ -648,19 +648,19 @@ pub struct ProcessReport {
     /// was cut short (killed, crashed, or still running when the trace was
     /// written). Empty when it was profiled from start to end. `check`
     /// fails on any of these unless told they are acceptable.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_profiled: Vec<String>,
     /// Why PyTorch's caching allocator, found in this process, was not seen
     /// from the inside (the collector's words), when it was not. Its
     /// cudaMallocAsync backend still gets a view, made from CUDA's
     /// allocations (`Analysis::frameworks`); anything else has none, and
     /// budgets on tensors cannot be judged for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator_not_attached: Option<String>,
     /// The most of other processes' memory it had mapped at once (opened
     /// through CUDA IPC): counted in the process that allocated it, not in
     /// this one's figures.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub ipc_mapped_peak_bytes: u64,
 }
 
@@ -682,7 +682,7 @@ fn is_zero(n: &u64) -> bool {
 /// Who holds memory from a site when nothing frees it: memory still live
 /// at exit is split by this into its four kinds (docs/design.md), each with its
 /// own figure and budget. Serialized as the strings the JSON always had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Category {
     /// The program's own allocations (or a framework's on its behalf):
     /// live at exit, they are leaked.
@@ -735,7 +735,7 @@ impl std::fmt::Display for Category {
 
 /// Memory still live when a process ended, in the four kinds of docs/design.md
 /// (plus the profiler's own).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AtExit {
     /// Allocated by the program and never freed (compute-sanitizer's leaks).
     pub leaked_bytes: u64,
@@ -755,7 +755,7 @@ pub struct AtExit {
     pub profiler_bytes: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Site {
     pub id: u32,
     /// The first frame outside the CUDA driver and runtime, as text.
@@ -765,13 +765,13 @@ pub struct Site {
     /// The caching allocator whose segments these are ("PyTorch's caching
     /// allocator", "CuPy's memory pool", "XLA's BFC allocator", …), known
     /// from its frames in the stacks.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator: Option<String>,
     /// What its stacks went through on their way to CUDA, one entry per
     /// distinct path (`library_entry` of each stack, whole): for memory a
     /// library holds, the library's entry point ("cublasCreate_v2
     /// (libcublas.so.13)").
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub via: Vec<String>,
     /// The frames its stacks share, innermost first: each stack's from the
     /// frame its label names outwards, and inside that as far as they all
@@ -857,7 +857,7 @@ pub fn without_parameters(function: &str) -> &str {
     function
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameText {
     /// Demangled function name, or "??" when unresolved.
     pub function: String,
@@ -869,11 +869,11 @@ pub struct FrameText {
     pub resolved: bool,
     /// A Python frame (`function` is its qualified name, `location` the
     /// `.py` file and line).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub python: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Growth {
     pub site: u32,
     pub pid: u32,
@@ -885,7 +885,7 @@ pub struct Growth {
     pub curve: Vec<u64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Oom {
     pub time_ns: u64,
     pub pid: u32,
@@ -907,18 +907,18 @@ pub struct Oom {
     pub live_by_site: Vec<SiteBytes>,
     /// The error the program saw when a framework turned this failure into
     /// its own (its entry in `FrameworkView::ooms` has the details).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raised_as: Option<String>,
     /// The device as `nvidia-smi` showed it right after the failure (the
     /// collector samples NVML then), when it could.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_view: Option<SmiMoment>,
 }
 
 /// What `nvidia-smi` showed for a device (NVML, sampled by the collector at
 /// its flush ticks, right after failed allocations and at exit), beside
 /// what the trace tracked.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SmiView {
     pub samples: u64,
     /// Used on the device by everyone at the end of each bucket where it
@@ -930,14 +930,26 @@ pub struct SmiView {
     pub last: SmiMoment,
 }
 
+vocabulary! {
+    /// Why the collector sampled the device's own view (`SmiMoment::reason`).
+    pub enum SampleReason {
+        /// Its periodic flush.
+        FlushTick => "flush tick",
+        /// Right after a failed allocation.
+        FailedAllocation => "failed allocation",
+        /// The process's exit.
+        Exit => "exit",
+    }
+}
+
 /// One sample of the device's own view, taken apart.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SmiMoment {
     pub time_ns: u64,
     /// The process whose collector took the sample.
     pub pid: u32,
-    /// "flush tick", "failed allocation" or "exit".
-    pub reason: &'static str,
+    /// Why the collector took it.
+    pub reason: SampleReason,
     pub total_bytes: u64,
     /// Used on the device (`nvidia-smi`'s Memory-Usage).
     pub used_bytes: u64,
@@ -984,7 +996,7 @@ impl Oom {
 
 /// What became of a failed allocation request. Serialized as the strings
 /// the JSON always had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum OomOutcome {
     /// The same request succeeded on a retry (the allocator freed its
     /// cache and asked again).
@@ -1016,7 +1028,7 @@ impl std::fmt::Display for OomOutcome {
 
 /// The kind of a region whose free space is fragmented. Serialized as the
 /// strings the JSON always had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum RegionKind {
     /// A stream-ordered memory pool (cudaMallocAsync, cudaMallocFromPoolAsync).
     #[serde(rename = "pool")]
@@ -1082,7 +1094,7 @@ vocabulary! {
 
 /// What a framework allocator did inside the memory it holds from the
 /// driver, in one process on one device: tensors (blocks) inside segments.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameworkView {
     /// "PyTorch caching allocator".
     pub allocator: String,
@@ -1125,7 +1137,7 @@ pub struct FrameworkView {
     /// Each pool as it was when the program took a snapshot of the
     /// allocator (`torch.cuda.memory._snapshot()`): the same figures the
     /// snapshot's blocks give.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub snapshots: Vec<PoolsAt>,
     /// Out-of-memory errors the allocator raised, in time order.
     pub ooms: Vec<FrameworkOom>,
@@ -1139,7 +1151,7 @@ pub struct FrameworkView {
 /// A framework's own memory pool (JAX's, CuPy's) as the framework counts
 /// it: how much of what it holds from CUDA its arrays used. CUDA, and the
 /// rest of the trace, sees only the pool.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameworkPool {
     /// "JAX (XLA's BFC allocator)", "CuPy's memory pool".
     pub framework: String,
@@ -1164,7 +1176,7 @@ pub struct FrameworkPool {
     pub pool: Vec<Point>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolReading {
     pub time_ns: u64,
     pub in_use: u64,
@@ -1175,7 +1187,7 @@ pub struct PoolReading {
 
 /// The moment the allocator's segments peaked: a new segment, taken for a
 /// request no cached block could hold.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ReservedPeak {
     pub time_ns: u64,
     /// Allocated once the request that took the segment was served.
@@ -1189,7 +1201,7 @@ pub struct ReservedPeak {
 }
 
 /// When the process ended (or the trace did).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct FrameworkAtExit {
     /// Tensors still allocated: the program's live objects (model,
     /// optimizer state), not leaks; a Python program's leak is what grows.
@@ -1213,7 +1225,7 @@ pub struct FrameworkAtExit {
 
 /// One pool of the allocator: blocks of one pool never come from another
 /// pool's segments, so free space is only usable within its pool.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolFragmentation {
     /// "large blocks, stream 0x0", "small blocks, stream 0x7f..",
     /// "MemPool 1 (large blocks), stream 0x0", "CUDA graph pool 2 (small
@@ -1234,13 +1246,13 @@ pub struct PoolFragmentation {
 }
 
 /// Every pool's free space at one instant.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolsAt {
     pub time_ns: u64,
     pub pools: Vec<PoolExtentAt>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolExtentAt {
     pub pool: String,
     pub reserved_bytes: u64,
@@ -1249,14 +1261,14 @@ pub struct PoolExtentAt {
     pub fragmentation: f64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PoolFragmentationAt {
     pub pool: String,
     pub at: FragmentationAt,
 }
 
 /// Whether the driver saw each segment the allocator says it holds.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SegmentCheck {
     /// Segment allocations and expandable-segment maps the allocator
     /// reported.
@@ -1269,7 +1281,7 @@ pub struct SegmentCheck {
 }
 
 /// An out-of-memory error raised by a framework's allocator.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FrameworkOom {
     pub time_ns: u64,
     pub pid: u32,
@@ -1306,7 +1318,7 @@ pub struct FrameworkOom {
 
 /// Where tensors were allocated: one innermost frame of the program's own
 /// code (the full stack of its first allocation is kept).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TensorSite {
     pub id: u32,
     pub label: String,
@@ -1324,7 +1336,7 @@ pub struct TensorSite {
     pub live_at_exit_count: u64,
     /// Its blocks that were CUDA libraries' workspaces, kept to the end
     /// (`FrameworkAtExit::library_bytes`).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub library_at_exit_bytes: u64,
     /// Freed before any other tensor was allocated.
     pub temporaries: u64,

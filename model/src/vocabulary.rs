@@ -1,5 +1,5 @@
 //! `vocabulary!`: an enum whose variants are written as fixed words in the
-//! JSON and by `Display` (`as_str`), for fields that take one of a few
+//! JSON (both ways) and by `Display` (`as_str`), for fields that take one of a few
 //! values. The words are the JSON's, unchanged from when these fields
 //! were strings.
 
@@ -11,7 +11,7 @@ macro_rules! vocabulary {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
         pub enum $name {
             $($(#[$vmeta])* #[serde(rename = $word)] $variant,)+
         }

@@ -1,0 +1,64 @@
+//! The reports crate on its own: the analyses of real sample traces, as
+//! `gmem-prof report` wrote them (tests/golden/report/NAME.json, which the
+//! CLI's end-to-end test holds to the analyzer), read back into the model
+//! and rendered here. The JSON must come back byte for byte (nothing lost
+//! reading it), and the page must be the golden one (the renderer alone,
+//! with no trace and no analyzer).
+
+use std::path::PathBuf;
+
+use gmem_prof_model::Analysis;
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/golden/report")
+        .join(name)
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(golden(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+const SAMPLES: [&str; 3] = ["kinds", "torch_oom", "vmm"];
+
+#[test]
+fn the_analysis_json_reads_back_whole() {
+    for name in SAMPLES {
+        let text = read(&format!("{name}.json"));
+        let a: Analysis = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut again = Vec::new();
+        gmem_prof_reports::json(&a, &mut again).unwrap();
+        if again != text.as_bytes() {
+            let out = std::env::temp_dir().join(format!("gmem-prof-golden-{name}.json"));
+            std::fs::write(&out, &again).unwrap();
+            panic!(
+                "{name}: the JSON written again ({}) differs from the golden file",
+                out.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn pages_render_from_the_model_alone() {
+    for name in SAMPLES {
+        let a: Analysis = serde_json::from_str(&read(&format!("{name}.json"))).unwrap();
+        let mut page = Vec::new();
+        gmem_prof_reports::html(&a, name, &mut page).unwrap();
+        let page = String::from_utf8(page).unwrap();
+        let want = read(&format!("{name}.html"));
+        assert!(
+            page == want,
+            "{name}: the page differs from tests/golden/report/{name}.html"
+        );
+        // A change that matters shows: the page depends on the figures.
+        let mut changed = a.clone();
+        changed.devices[0].peak_bytes += 1 << 30;
+        let mut other = Vec::new();
+        gmem_prof_reports::html(&changed, name, &mut other).unwrap();
+        assert!(
+            other != page.as_bytes(),
+            "{name}: the page ignores the device's peak"
+        );
+    }
+}
