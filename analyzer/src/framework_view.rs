@@ -101,12 +101,7 @@ fn pool_name(k: &PoolKey) -> String {
 }
 
 /// Builds the views; marks in `driver_ooms` the failures a framework
-/// raised as its own error. `rel` turns trace times into times since the
-/// trace's start.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: each device view, the tensor sites and the tensor growth should be findings of their own, as in build/"
-)]
+/// raised as its own error.
 pub fn views(
     engine: &mut Engine,
     axis: &Axis,
@@ -114,12 +109,75 @@ pub fn views(
     rules: &CodeRules,
     driver_ooms: &mut [Oom],
 ) -> Views {
-    let start = axis.start;
-    let rel = |t: u64| t.saturating_sub(start);
-    // Tensor sites, merged across processes and devices by call path.
+    let merged = merge_tensor_sites(engine, rules);
+    let by_site = |raw: &[(u32, u64, u64)], ids: &[u32]| site_bytes(raw, |i| ids[i as usize]);
+    let judged: Vec<Vec<usize>> = engine
+        .procs
+        .iter_mut()
+        .map(|st| judged_buckets(st, axis, buckets))
+        .collect();
+    let mut frameworks = Vec::new();
+    let mut tensor_growth = Vec::new();
+    let mut at_device_peak = Vec::new();
+    for (si, st) in engine.procs.iter_mut().enumerate() {
+        let pid = st.pid();
+        let defs: &ProcDefs = &st.defs;
+        let Some(fw) = st.framework.as_deref_mut() else {
+            continue;
+        };
+        let proc = Proc {
+            pid,
+            defs,
+            ids: &merged.site_ids[si],
+            library: &merged.library_of[si],
+            settings: defs
+                .allocators
+                .iter()
+                .find(|a| a.allocator == allocator::TORCH_CACHING)
+                .map(|a| a.settings.clone())
+                .unwrap_or_default(),
+            driver_requests: raised_as_errors(fw, pid, axis.start, driver_ooms),
+        };
+        let devices: Vec<u32> = fw.devices.keys().copied().collect();
+        for device in devices {
+            let (view, at_peak) = device_view(fw, device, &proc, axis, &by_site);
+            frameworks.push(view);
+            if let Some(at_peak) = at_peak {
+                at_device_peak.push((si, device, at_peak));
+            }
+        }
+        tensor_growth.extend(growth_of(fw, &proc, &judged[si], axis, buckets));
+    }
+    tensor_growth.sort_by(|a, b| {
+        b.growth_bytes
+            .cmp(&a.growth_bytes)
+            .then(a.site.cmp(&b.site))
+            .then(a.pid.cmp(&b.pid))
+    });
+    Views {
+        frameworks,
+        tensor_sites: merged.tensor_sites,
+        tensor_growth,
+        at_device_peak,
+        site_ids: merged.site_ids,
+    }
+}
+
+/// The tensor sites of every process, merged by call path and ranked.
+struct MergedSites {
+    tensor_sites: Vec<TensorSite>,
+    /// Per process, per raw site: its id in `tensor_sites`.
+    site_ids: Vec<Vec<u32>>,
+    /// Per process, per raw site: `library_at_exit`.
+    library_of: Vec<Vec<(u64, u64)>>,
+}
+
+/// Merges the raw tensor sites (one stack of one process on one device)
+/// by call path, across processes and devices, and ranks them: bytes at
+/// the allocated peak, then total bytes, then count.
+fn merge_tensor_sites(engine: &Engine, rules: &CodeRules) -> MergedSites {
     let mut groups: BTreeMap<String, Merged> = BTreeMap::new();
     let mut group_of: Vec<Vec<String>> = Vec::new();
-    // Per process, per raw site: `library_at_exit`.
     let mut library_of: Vec<Vec<(u64, u64)>> = Vec::new();
     for st in &engine.procs {
         let Some(fw) = &st.framework else {
@@ -161,18 +219,7 @@ pub fn views(
                 library_at_exit: (0, 0),
                 temporaries: 0,
             });
-            if !m.pids.contains(&pid) {
-                m.pids.push(pid);
-            }
-            m.count += s.held.count;
-            m.total_bytes += s.held.total_bytes;
-            m.at_peak += s.held.at_peak;
-            m.max_live = m.max_live.max(s.held.max_live);
-            m.at_exit += s.held.at_exit;
-            m.at_exit_count += s.held.at_exit_count;
-            m.library_at_exit.0 += lib.0;
-            m.library_at_exit.1 += lib.1;
-            m.temporaries += s.held.temporaries;
+            m.add(pid, s, lib);
             keys.push(key);
         }
         group_of.push(keys);
@@ -198,281 +245,315 @@ pub fn views(
     let tensor_sites: Vec<TensorSite> = order
         .iter()
         .enumerate()
-        .map(|(i, (_, m))| {
-            let mut pids = m.pids.clone();
-            pids.sort_unstable();
-            TensorSite {
-                id: i as u32,
-                label: labels[i].clone(),
-                frames: m.frames.clone(),
-                truncated: m.truncated,
-                pids,
-                count: m.count,
-                total_bytes: m.total_bytes,
-                at_peak_bytes: m.at_peak,
-                max_live: m.max_live,
-                live_at_exit_bytes: m.at_exit - m.library_at_exit.0,
-                live_at_exit_count: m.at_exit_count - m.library_at_exit.1,
-                library_at_exit_bytes: m.library_at_exit.0,
-                temporaries: m.temporaries,
-            }
-        })
+        .map(|(i, (_, m))| m.site(i as u32, labels[i].clone()))
         .collect();
-    // Raw site → final id, per process.
     let site_ids: Vec<Vec<u32>> = group_of
         .iter()
         .map(|keys| keys.iter().map(|k| id_of[k]).collect())
         .collect();
-    let by_site = |raw: &[(u32, u64, u64)], ids: &[u32]| site_bytes(raw, |i| ids[i as usize]);
-
-    let judged: Vec<Vec<usize>> = engine
-        .procs
-        .iter_mut()
-        .map(|st| judged_buckets(st, axis, buckets))
-        .collect();
-    let mut frameworks = Vec::new();
-    let mut tensor_growth = Vec::new();
-    let mut at_device_peak = Vec::new();
-    for (si, st) in engine.procs.iter_mut().enumerate() {
-        let pid = st.pid();
-        let defs: &ProcDefs = &st.defs;
-        let Some(fw) = st.framework.as_deref_mut() else {
-            continue;
-        };
-        let ids = &site_ids[si];
-        let settings = defs
-            .allocators
-            .iter()
-            .find(|a| a.allocator == allocator::TORCH_CACHING)
-            .map(|a| a.settings.clone())
-            .unwrap_or_default();
-        // The driver failures behind the errors this allocator raised: the
-        // last one that reached the program on the same device, in the
-        // two seconds before; their requests, by error.
-        let driver_requests: Vec<Option<u64>> = fw
-            .ooms
-            .iter()
-            .map(|o| {
-                let t = rel(o.time);
-                let d = driver_ooms.iter_mut().rev().find(|d| {
-                    d.pid == pid
-                        && d.device == o.device
-                        && d.reached_program()
-                        && d.raised_as.is_none()
-                        && d.time_ns <= t
-                        && t - d.time_ns <= 2_000_000_000
-                })?;
-                d.raised_as = Some("PyTorch OutOfMemoryError".into());
-                Some(d.requested_bytes)
-            })
-            .collect();
-        for (&device, dev) in &mut fw.devices {
-            let total = defs
-                .devices
-                .iter()
-                .find(|d| d.device == device)
-                .map_or(0, |d| d.total_memory.0);
-            let pools: Vec<PoolFragmentation> = dev
-                .pools
-                .iter_mut()
-                .map(|(k, p)| PoolFragmentation {
-                    pool: pool_name(k),
-                    small: k.small,
-                    stream: k.stream,
-                    private_pool: record_pool_id(k.private),
-                    reserved_peak: p.reserved_peak,
-                    curve: p.frag.finish(axis, buckets),
-                    largest_free: p
-                        .largest
-                        .finish(axis, buckets)
-                        .into_iter()
-                        .map(|v| v.unwrap_or(0))
-                        .collect(),
-                    worst: p.worst.map(|(t, e)| FragmentationAt {
-                        time_ns: rel(t),
-                        fragmentation: e.fragmentation(),
-                        free_bytes: e.free,
-                        largest_free_bytes: e.largest,
-                        free_in_idle_segments_bytes: Some(e.idle),
-                    }),
-                })
-                .collect();
-            let worst_fragmentation = pools
-                .iter()
-                .filter_map(|p| p.worst.clone().map(|at| (p.pool.clone(), at)))
-                .max_by(|a, b| {
-                    a.1.fragmentation
-                        .total_cmp(&b.1.fragmentation)
-                        .then(b.0.cmp(&a.0))
-                })
-                .map(|(pool, at)| PoolFragmentationAt { pool, at });
-            let ooms: Vec<FrameworkOom> = fw
-                .ooms
-                .iter()
-                .zip(&driver_requests)
-                .filter(|(o, _)| o.device == device)
-                .map(|(o, driver)| framework_oom(o, *driver, pid, total, ids, rel, &by_site))
-                .collect();
-            let mut notes: Vec<String> = fw.config.unsupported.clone();
-            if dev.unknown_frees > 0 {
-                notes.push(format!(
-                    "{} frees of tensors allocated before the collector attached (or whose \
-                     allocation was lost) were not counted",
-                    dev.unknown_frees
-                ));
-            }
-            let library = &library_of[si];
-            let library_at_exit: (u64, u64) = dev
-                .sites
-                .iter()
-                .map(|&i| library[i as usize])
-                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            let live_at_exit: (u64, u64) = dev
-                .sites
-                .iter()
-                .map(|&i| {
-                    (
-                        fw.sites[i as usize].held.at_exit,
-                        fw.sites[i as usize].held.at_exit_count,
-                    )
-                })
-                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            // The timeline's bands: the largest tensor sites at the
-            // allocated peak, each summed over its raw sites here.
-            let sites = &mut fw.sites;
-            let timeline_sites = site_curves(
-                &by_site(&dev.peak_sites, ids),
-                &dev.sites,
-                |r| ids[r as usize],
-                |r| sites[r as usize].held.curve.finish(axis, buckets),
-                buckets,
-            );
-            if dev.allocator != TORCH_ASYNC {
-                let p = &dev.at_device_peak;
-                at_device_peak.push((
-                    si,
-                    device,
-                    FrameworkAtPeak {
-                        allocator: crate::framework::allocator_name(dev.allocator).to_string(),
-                        pid,
-                        segment_bytes: 0,
-                        segments: 0,
-                        tensor_bytes: p.allocated,
-                        tensor_time_ns: rel(p.time),
-                        tensor_sites: by_site(&p.sites, ids),
-                    },
-                ));
-            }
-            frameworks.push(FrameworkView {
-                timeline_sites,
-                allocator: crate::framework::allocator_name(dev.allocator).to_string(),
-                pid,
-                device,
-                settings: settings.clone(),
-                reserved_in: if dev.allocator == TORCH_ASYNC {
-                    ReservedIn::CudaPool
-                } else {
-                    ReservedIn::Segments
-                },
-                allocated: dev.allocated_curve.finish(axis, buckets),
-                reserved: dev.reserved_curve.finish(axis, buckets),
-                allocated_peak: dev.allocated_peak,
-                allocated_peak_time_ns: rel(dev.allocated_peak_time),
-                reserved_at_allocated_peak: dev.reserved_at_allocated_peak,
-                reserved_peak: dev.reserved_peak,
-                at_reserved_peak: ReservedPeak {
-                    time_ns: rel(dev.reserved_peak_time),
-                    allocated_bytes: dev.allocated_at_reserved_peak,
-                    idle_segment_bytes: dev.idle_at_reserved_peak.0,
-                    idle_segments: dev.idle_at_reserved_peak.1,
-                    site: dev.reserved_peak_site.map(|r| ids[r as usize]),
-                },
-                peak_sites: by_site(&dev.peak_sites, ids),
-                tensors_allocated: dev.allocations,
-                tensors_freed: dev.frees,
-                segments_allocated: dev.segment_allocs,
-                segments_freed: dev.segment_frees,
-                pages_mapped: dev.maps,
-                pages_unmapped: dev.unmaps,
-                at_exit: FrameworkAtExit {
-                    live_tensor_bytes: live_at_exit.0 - library_at_exit.0,
-                    live_tensors: live_at_exit.1 - library_at_exit.1,
-                    library_bytes: library_at_exit.0,
-                    library_tensors: library_at_exit.1,
-                    reserved_bytes: dev.reserved,
-                    cached_bytes: dev.reserved.saturating_sub(dev.allocated),
-                },
-                pools,
-                fragmentation: dev.frag.finish(axis, buckets),
-                largest_free: dev
-                    .largest_free
-                    .finish(axis, buckets)
-                    .into_iter()
-                    .map(|v| v.unwrap_or(0))
-                    .collect(),
-                worst_fragmentation,
-                snapshots: dev
-                    .snapshots
-                    .iter()
-                    .map(|(t, pools)| PoolsAt {
-                        time_ns: rel(*t),
-                        pools: pools
-                            .iter()
-                            .map(|(k, e)| PoolExtentAt {
-                                pool: pool_name(k),
-                                reserved_bytes: e.reserved,
-                                free_bytes: e.free,
-                                largest_free_bytes: e.largest,
-                                fragmentation: e.fragmentation(),
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-                segments: SegmentCheck {
-                    reported: dev.segments_seen,
-                    matched: dev.segments_matched,
-                    unmatched: dev.unmatched_segments.clone(),
-                },
-                ooms,
-                notes,
-            });
-        }
-        // Growth of tensor sites, judged over the process's judged part
-        // (the same as its CUDA sites', so that a line seen by both views
-        // gets one figure).
-        let mut candidates: BTreeMap<u32, GrowthCandidate> = BTreeMap::new();
-        for (i, s) in fw.sites.iter_mut().enumerate() {
-            candidates
-                .entry(ids[i])
-                .or_default()
-                .add(&mut s.held, axis, buckets);
-        }
-        for (site, c) in candidates {
-            if let Some((from, to)) = c.judge(&judged[si], fw.allocations) {
-                tensor_growth.push(Growth {
-                    site,
-                    pid,
-                    from_bytes: from,
-                    to_bytes: to,
-                    growth_bytes: to - from,
-                    curve: c.curve,
-                });
-            }
-        }
-    }
-    tensor_growth.sort_by(|a, b| {
-        b.growth_bytes
-            .cmp(&a.growth_bytes)
-            .then(a.site.cmp(&b.site))
-            .then(a.pid.cmp(&b.pid))
-    });
-    Views {
-        frameworks,
+    MergedSites {
         tensor_sites,
-        tensor_growth,
-        at_device_peak,
         site_ids,
+        library_of,
     }
+}
+
+impl Merged {
+    /// One raw site of process `pid`, with its library workspaces `lib`.
+    fn add(&mut self, pid: u32, s: &crate::framework::TensorSiteStats, lib: (u64, u64)) {
+        if !self.pids.contains(&pid) {
+            self.pids.push(pid);
+        }
+        self.count += s.held.count;
+        self.total_bytes += s.held.total_bytes;
+        self.at_peak += s.held.at_peak;
+        self.max_live = self.max_live.max(s.held.max_live);
+        self.at_exit += s.held.at_exit;
+        self.at_exit_count += s.held.at_exit_count;
+        self.library_at_exit.0 += lib.0;
+        self.library_at_exit.1 += lib.1;
+        self.temporaries += s.held.temporaries;
+    }
+
+    fn site(&self, id: u32, label: String) -> TensorSite {
+        let mut pids = self.pids.clone();
+        pids.sort_unstable();
+        TensorSite {
+            id,
+            label,
+            frames: self.frames.clone(),
+            truncated: self.truncated,
+            pids,
+            count: self.count,
+            total_bytes: self.total_bytes,
+            at_peak_bytes: self.at_peak,
+            max_live: self.max_live,
+            live_at_exit_bytes: self.at_exit - self.library_at_exit.0,
+            live_at_exit_count: self.at_exit_count - self.library_at_exit.1,
+            library_at_exit_bytes: self.library_at_exit.0,
+            temporaries: self.temporaries,
+        }
+    }
+}
+
+/// What the views of one process share.
+struct Proc<'a> {
+    pid: u32,
+    defs: &'a ProcDefs,
+    /// Its raw tensor sites' final ids.
+    ids: &'a [u32],
+    /// Its raw tensor sites' `library_at_exit`.
+    library: &'a [(u64, u64)],
+    /// The allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`).
+    settings: String,
+    /// Per error the allocator raised: the request of the driver failure
+    /// behind it, if one was seen.
+    driver_requests: Vec<Option<u64>>,
+}
+
+/// The driver failures behind the errors a process's allocator raised:
+/// the last one that reached the program on the same device, in the two
+/// seconds before; their requests, by error. Marks those failures as
+/// raised as PyTorch's error.
+fn raised_as_errors(
+    fw: &crate::framework::FrameworkState,
+    pid: u32,
+    start: u64,
+    driver_ooms: &mut [Oom],
+) -> Vec<Option<u64>> {
+    fw.ooms
+        .iter()
+        .map(|o| {
+            let t = o.time.saturating_sub(start);
+            let d = driver_ooms.iter_mut().rev().find(|d| {
+                d.pid == pid
+                    && d.device == o.device
+                    && d.reached_program()
+                    && d.raised_as.is_none()
+                    && d.time_ns <= t
+                    && t - d.time_ns <= 2_000_000_000
+            })?;
+            d.raised_as = Some("PyTorch OutOfMemoryError".into());
+            Some(d.requested_bytes)
+        })
+        .collect()
+}
+
+/// The view of one process's allocator on one device, and, for a view
+/// with segments (not the cudaMallocAsync backend's), its tensors at the
+/// device's peak (the segments are left for the caller, who knows the
+/// driver's side).
+fn device_view(
+    fw: &mut crate::framework::FrameworkState,
+    device: u32,
+    proc: &Proc,
+    axis: &Axis,
+    by_site: &BySite,
+) -> (FrameworkView, Option<FrameworkAtPeak>) {
+    let buckets = axis.buckets();
+    let start = axis.start;
+    let rel = |t: u64| t.saturating_sub(start);
+    let (pid, ids) = (proc.pid, proc.ids);
+    let total = proc
+        .defs
+        .devices
+        .iter()
+        .find(|d| d.device == device)
+        .map_or(0, |d| d.total_memory.0);
+    let ooms: Vec<FrameworkOom> = fw
+        .ooms
+        .iter()
+        .zip(&proc.driver_requests)
+        .filter(|(o, _)| o.device == device)
+        .map(|(o, driver)| framework_oom(o, *driver, pid, total, ids, rel, by_site))
+        .collect();
+    let dev = fw.devices.get_mut(&device).expect("a device of this view");
+    let pools = pools_of(dev, axis);
+    let worst_fragmentation = pools
+        .iter()
+        .filter_map(|p| p.worst.clone().map(|at| (p.pool.clone(), at)))
+        .max_by(|a, b| {
+            a.1.fragmentation
+                .total_cmp(&b.1.fragmentation)
+                .then(b.0.cmp(&a.0))
+        })
+        .map(|(pool, at)| PoolFragmentationAt { pool, at });
+    let mut notes: Vec<String> = fw.config.unsupported.clone();
+    if dev.unknown_frees > 0 {
+        notes.push(format!(
+            "{} frees of tensors allocated before the collector attached (or whose \
+             allocation was lost) were not counted",
+            dev.unknown_frees
+        ));
+    }
+    let sum = |pairs: &mut dyn Iterator<Item = (u64, u64)>| {
+        pairs.fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let library_at_exit = sum(&mut dev.sites.iter().map(|&i| proc.library[i as usize]));
+    let live_at_exit = sum(&mut dev.sites.iter().map(|&i| {
+        let held = &fw.sites[i as usize].held;
+        (held.at_exit, held.at_exit_count)
+    }));
+    // The timeline's bands: the largest tensor sites at the allocated
+    // peak, each summed over its raw sites here.
+    let sites = &mut fw.sites;
+    let timeline_sites = site_curves(
+        &by_site(&dev.peak_sites, ids),
+        &dev.sites,
+        |r| ids[r as usize],
+        |r| sites[r as usize].held.curve.finish(axis, buckets),
+        buckets,
+    );
+    let allocator = crate::framework::allocator_name(dev.allocator).to_string();
+    let at_peak = (dev.allocator != TORCH_ASYNC).then(|| FrameworkAtPeak {
+        allocator: allocator.clone(),
+        pid,
+        segment_bytes: 0,
+        segments: 0,
+        tensor_bytes: dev.at_device_peak.allocated,
+        tensor_time_ns: rel(dev.at_device_peak.time),
+        tensor_sites: by_site(&dev.at_device_peak.sites, ids),
+    });
+    let view = FrameworkView {
+        timeline_sites,
+        allocator,
+        pid,
+        device,
+        settings: proc.settings.clone(),
+        reserved_in: if dev.allocator == TORCH_ASYNC {
+            ReservedIn::CudaPool
+        } else {
+            ReservedIn::Segments
+        },
+        allocated: dev.allocated_curve.finish(axis, buckets),
+        reserved: dev.reserved_curve.finish(axis, buckets),
+        allocated_peak: dev.allocated_peak,
+        allocated_peak_time_ns: rel(dev.allocated_peak_time),
+        reserved_at_allocated_peak: dev.reserved_at_allocated_peak,
+        reserved_peak: dev.reserved_peak,
+        at_reserved_peak: ReservedPeak {
+            time_ns: rel(dev.reserved_peak_time),
+            allocated_bytes: dev.allocated_at_reserved_peak,
+            idle_segment_bytes: dev.idle_at_reserved_peak.0,
+            idle_segments: dev.idle_at_reserved_peak.1,
+            site: dev.reserved_peak_site.map(|r| ids[r as usize]),
+        },
+        peak_sites: by_site(&dev.peak_sites, ids),
+        tensors_allocated: dev.allocations,
+        tensors_freed: dev.frees,
+        segments_allocated: dev.segment_allocs,
+        segments_freed: dev.segment_frees,
+        pages_mapped: dev.maps,
+        pages_unmapped: dev.unmaps,
+        at_exit: FrameworkAtExit {
+            live_tensor_bytes: live_at_exit.0 - library_at_exit.0,
+            live_tensors: live_at_exit.1 - library_at_exit.1,
+            library_bytes: library_at_exit.0,
+            library_tensors: library_at_exit.1,
+            reserved_bytes: dev.reserved,
+            cached_bytes: dev.reserved.saturating_sub(dev.allocated),
+        },
+        pools,
+        fragmentation: dev.frag.finish(axis, buckets),
+        largest_free: dev
+            .largest_free
+            .finish(axis, buckets)
+            .into_iter()
+            .map(|v| v.unwrap_or(0))
+            .collect(),
+        worst_fragmentation,
+        snapshots: snapshots_of(dev, start),
+        segments: SegmentCheck {
+            reported: dev.segments_seen,
+            matched: dev.segments_matched,
+            unmatched: dev.unmatched_segments.clone(),
+        },
+        ooms,
+        notes,
+    };
+    (view, at_peak)
+}
+
+/// Each pool of a device's view with its fragmentation over time.
+fn pools_of(dev: &mut crate::framework::DeviceView, axis: &Axis) -> Vec<PoolFragmentation> {
+    let buckets = axis.buckets();
+    dev.pools
+        .iter_mut()
+        .map(|(k, p)| PoolFragmentation {
+            pool: pool_name(k),
+            small: k.small,
+            stream: k.stream,
+            private_pool: record_pool_id(k.private),
+            reserved_peak: p.reserved_peak,
+            curve: p.frag.finish(axis, buckets),
+            largest_free: p
+                .largest
+                .finish(axis, buckets)
+                .into_iter()
+                .map(|v| v.unwrap_or(0))
+                .collect(),
+            worst: p.worst.map(|(t, e)| FragmentationAt {
+                time_ns: t.saturating_sub(axis.start),
+                fragmentation: e.fragmentation(),
+                free_bytes: e.free,
+                largest_free_bytes: e.largest,
+                free_in_idle_segments_bytes: Some(e.idle),
+            }),
+        })
+        .collect()
+}
+
+/// The pools at each memory snapshot the program took.
+fn snapshots_of(dev: &crate::framework::DeviceView, start: u64) -> Vec<PoolsAt> {
+    dev.snapshots
+        .iter()
+        .map(|(t, pools)| PoolsAt {
+            time_ns: t.saturating_sub(start),
+            pools: pools
+                .iter()
+                .map(|(k, e)| PoolExtentAt {
+                    pool: pool_name(k),
+                    reserved_bytes: e.reserved,
+                    free_bytes: e.free,
+                    largest_free_bytes: e.largest,
+                    fragmentation: e.fragmentation(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Growth of a process's tensor sites, judged over the process's judged
+/// part (the same as its CUDA sites', so that a line seen by both views
+/// gets one figure).
+fn growth_of(
+    fw: &mut crate::framework::FrameworkState,
+    proc: &Proc,
+    judged: &[usize],
+    axis: &Axis,
+    buckets: usize,
+) -> Vec<Growth> {
+    let mut candidates: BTreeMap<u32, GrowthCandidate> = BTreeMap::new();
+    for (i, s) in fw.sites.iter_mut().enumerate() {
+        candidates
+            .entry(proc.ids[i])
+            .or_default()
+            .add(&mut s.held, axis, buckets);
+    }
+    candidates
+        .into_iter()
+        .filter_map(|(site, c)| {
+            let (from, to) = c.judge(judged, fw.allocations)?;
+            Some(Growth {
+                site,
+                pid: proc.pid,
+                from_bytes: from,
+                to_bytes: to,
+                growth_bytes: to - from,
+                curve: c.curve,
+            })
+        })
+        .collect()
 }
 
 /// Raw (site, bytes, count) rows and the raw-to-final site ids → rows by
