@@ -243,19 +243,32 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
-/// What a report page's timeline showed when its #selftest pointed at it
-/// (`url` ends with the #selftest fragment): the page leaves the tooltip's
-/// text in a `<pre id="selftest">`.
-fn pointed(browser: &Path, flags: &[&str], url: &str) -> String {
+/// What a report page's timeline showed when pointed at (`fragment`:
+/// #selftest, #selftest-N or #selftest-N-strip; tests/e2e/timeline_selftest.js
+/// says where each points). Shipped pages hold no test code: the self-test
+/// is appended to a copy of the page, and leaves the tooltip's text in a
+/// `<pre id="selftest">`.
+fn pointed(browser: &Path, flags: &[&str], page: &Path, fragment: &str) -> String {
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(!html.contains("selftest"), "a shipped page holds test code");
+    let copy = page.with_extension("selftest.html");
+    let script = include_str!("timeline_selftest.js");
+    std::fs::write(
+        &copy,
+        html.replace("</body>", &format!("<script>{script}</script></body>")),
+    )
+    .unwrap();
+    let url = format!("file://{}{fragment}", copy.display());
     let dom = run(Command::new(browser)
         .args(flags)
         .arg("--virtual-time-budget=3000")
         .arg("--dump-dom")
-        .arg(url));
-    stdout(&dom)
-        .split("<pre id=\"selftest\">")
-        .nth(1)
-        .and_then(|rest| rest.split("</pre>").next())
+        .arg(&url));
+    // The last one: the page's own text comes before what the self-test
+    // appended.
+    let dom = stdout(&dom);
+    dom.rsplit_once("<pre id=\"selftest\">")
+        .and_then(|(_, rest)| rest.split("</pre>").next())
         .unwrap_or_else(|| panic!("no #selftest output in {url}"))
         .to_string()
 }
@@ -300,9 +313,9 @@ fn report_renders_in_headless_chromium() {
         assert!(dom.contains(text), "{text} missing from the rendered page");
     }
     // The timeline's interaction: a pointer on the largest band at the
-    // peak shows that band's site, its bytes and its stack (the page's
-    // #selftest dispatches the pointer event and leaves what was shown).
-    let shown = pointed(&browser, &flags, &format!("{url}#selftest"));
+    // peak shows that band's site, its bytes and its stack (the
+    // self-test dispatches the pointer event and leaves what was shown).
+    let shown = pointed(&browser, &flags, &dir.join("torch_oom.html"), "#selftest");
     let a: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("torch_oom.json")).unwrap()).unwrap();
     // The timeline draws the driver's view: the largest band at the peak is
@@ -327,8 +340,8 @@ fn report_renders_in_headless_chromium() {
     // tensors of 4 MiB (torch_leak.truth.json).
     let o = report(&[&sample("torch_leak.bin")], &dir);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let leak_page = format!("file://{}", dir.join("torch_leak.html").display());
-    let shown = pointed(&browser, &flags, &format!("{leak_page}#selftest-1"));
+    let leak_page = dir.join("torch_leak.html");
+    let shown = pointed(&browser, &flags, &leak_page, "#selftest-1");
     let truth: serde_json::Value =
         serde_json::from_slice(&std::fs::read(sample("torch_leak.truth.json")).unwrap()).unwrap();
     let leak = format!(
@@ -340,7 +353,7 @@ fn report_renders_in_headless_chromium() {
         "{leak} not shown by the tensor timeline: {shown:?}"
     );
     // The kernel strip under the device timeline's peak gives a count.
-    let shown = pointed(&browser, &flags, &format!("{leak_page}#selftest-0-strip"));
+    let shown = pointed(&browser, &flags, &leak_page, "#selftest-0-strip");
     assert!(
         shown.contains(" kernels started from "),
         "the strip showed {shown:?}"
