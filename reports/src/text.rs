@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use gmem_prof_model::{Analysis, Category, OomOutcome, Site, SiteBytes};
+use gmem_prof_model::{Analysis, Category, DeviceReport, OomOutcome, Site, SiteBytes};
 
 use crate::format::{bytes, percent, time};
 
@@ -143,12 +143,33 @@ fn parting_frame(a: &Analysis, site: u32, others: impl Iterator<Item = u32>) -> 
     })
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: the summary's sections, to be rendered from the report outline the HTML page shares"
-)]
+/// A section of the summary: writes what the analysis has to say of it.
+type Section = fn(&Analysis, &mut dyn Write) -> io::Result<()>;
+
+/// The summary's sections, in order; each writes nothing when it has
+/// nothing to say.
+const SECTIONS: [Section; 8] = [
+    headline,
+    overview,
+    devices,
+    inside_allocators,
+    held_at_exit,
+    growth,
+    out_of_memory,
+    warnings,
+];
+
+/// The terminal summary of `report`: `SECTIONS` in order.
 pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
-    let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
+    for section in SECTIONS {
+        section(a, w)?;
+    }
+    Ok(())
+}
+
+/// What must be read first: a run not wholly profiled, the reason it ran
+/// out of memory, and what to change.
+fn headline(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     // First: a run not wholly profiled shows less than it used.
     let missing = a.not_profiled();
     if !missing.is_empty() {
@@ -174,6 +195,12 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         }
         writeln!(w)?;
     }
+    Ok(())
+}
+
+/// Processes, devices, events and duration, in one line.
+fn overview(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
     writeln!(
         w,
         "{} process{}, {} device{}, {} events over {}",
@@ -184,186 +211,241 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         events,
         time(a.timeline.end_ns)
     )?;
+    Ok(())
+}
+
+/// Each device: its peak and what was live then, kernels, fragmentation.
+fn devices(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for d in &a.devices {
-        let kinds: Vec<String> = d
-            .peak_by_kind
-            .iter()
-            .map(|k| format!("{} {}", k.kind, bytes(k.bytes)))
-            .collect();
+        device_peak(a, d, w)?;
+        frameworks_at_peak(a, d, w)?;
+        peak_sites(a, d, w)?;
+        outside_frameworks(a, d, w)?;
+        kernels_at_peak(d, w)?;
+        worst_fragmentation(d, w)?;
+    }
+    Ok(())
+}
+
+/// A device's heading: its peak by kind, what allocators reserved, what
+/// its pools held, and what the device itself showed.
+fn device_peak(a: &Analysis, d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    let kinds: Vec<String> = d
+        .peak_by_kind
+        .iter()
+        .map(|k| format!("{} {}", k.kind, bytes(k.bytes)))
+        .collect();
+    writeln!(
+        w,
+        "\ndevice {} ({}{}): peak {} live at {} ({})",
+        d.device,
+        d.name,
+        if d.total_memory > 0 {
+            format!(", {}", bytes(d.total_memory))
+        } else {
+            String::new()
+        },
+        bytes(d.peak_bytes),
+        time(d.peak_time_ns),
+        kinds.join(", ")
+    )?;
+    if d.reserved_peak > d.peak_bytes {
         writeln!(
             w,
-            "\ndevice {} ({}{}): peak {} live at {} ({})",
-            d.device,
-            d.name,
-            if d.total_memory > 0 {
-                format!(", {}", bytes(d.total_memory))
-            } else {
-                String::new()
-            },
-            bytes(d.peak_bytes),
-            time(d.peak_time_ns),
-            kinds.join(", ")
+            "  reserved by allocators at most {}",
+            bytes(d.reserved_peak)
         )?;
-        if d.reserved_peak > d.peak_bytes {
+    }
+    for line in crate::pools::on_device(a, d.device) {
+        writeln!(w, "  inside it: {line}")?;
+    }
+    if let Some(v) = &d.device_view {
+        writeln!(
+            w,
+            "  at its highest, {}",
+            crate::device_view::sentence(&v.highest)
+        )?;
+        if v.last != v.highest {
+            writeln!(w, "  last, {}", crate::device_view::sentence(&v.last))?;
+        }
+    }
+    Ok(())
+}
+
+/// The allocators seen from the inside at a device's peak: their
+/// segments, the tensors in them by site, and the free part.
+fn frameworks_at_peak(a: &Analysis, d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    for f in &d.frameworks_at_peak {
+        writeln!(
+            w,
+            "  {:>6} {:>10} in {}:",
+            percent(f.segment_bytes, d.peak_bytes),
+            bytes(f.segment_bytes),
+            crate::framework::at_device_peak_words(f)
+        )?;
+        let free = f.segment_bytes.saturating_sub(f.tensor_bytes);
+        let shown = &f.tensor_sites[..f.tensor_sites.len().min(TOP)];
+        for s in shown {
             writeln!(
                 w,
-                "  reserved by allocators at most {}",
-                bytes(d.reserved_peak)
+                "    {:>6} {:>10} in {:>5} × {}",
+                percent(s.bytes, d.peak_bytes),
+                bytes(s.bytes),
+                s.count,
+                a.tensor_site_label(s.site)
             )?;
         }
-        for line in crate::pools::on_device(a, d.device) {
-            writeln!(w, "  inside it: {line}")?;
-        }
-        if let Some(v) = &d.device_view {
+        if f.tensor_sites.len() > TOP {
+            let rest: u64 = f.tensor_sites[TOP..].iter().map(|s| s.bytes).sum();
             writeln!(
                 w,
-                "  at its highest, {}",
-                crate::device_view::sentence(&v.highest)
+                "    {:>6} {:>10} in tensors of {} more sites",
+                percent(rest, d.peak_bytes),
+                bytes(rest),
+                f.tensor_sites.len() - TOP
             )?;
-            if v.last != v.highest {
-                writeln!(w, "  last, {}", crate::device_view::sentence(&v.last))?;
-            }
         }
-        for f in &d.frameworks_at_peak {
+        if free > 0 {
             writeln!(
                 w,
-                "  {:>6} {:>10} in {}:",
-                percent(f.segment_bytes, d.peak_bytes),
-                bytes(f.segment_bytes),
-                crate::framework::at_device_peak_words(f)
-            )?;
-            let free = f.segment_bytes.saturating_sub(f.tensor_bytes);
-            let shown = &f.tensor_sites[..f.tensor_sites.len().min(TOP)];
-            for s in shown {
-                writeln!(
-                    w,
-                    "    {:>6} {:>10} in {:>5} × {}",
-                    percent(s.bytes, d.peak_bytes),
-                    bytes(s.bytes),
-                    s.count,
-                    a.tensor_site_label(s.site)
-                )?;
-            }
-            if f.tensor_sites.len() > TOP {
-                let rest: u64 = f.tensor_sites[TOP..].iter().map(|s| s.bytes).sum();
-                writeln!(
-                    w,
-                    "    {:>6} {:>10} in tensors of {} more sites",
-                    percent(rest, d.peak_bytes),
-                    bytes(rest),
-                    f.tensor_sites.len() - TOP
-                )?;
-            }
-            if free > 0 {
-                writeln!(
-                    w,
-                    "    {:>6} {:>10} free in the segments (the allocator's cache)",
-                    percent(free, d.peak_bytes),
-                    bytes(free)
-                )?;
-            }
-        }
-        if d.frameworks_at_peak.is_empty() {
-            peak_lines(
-                w,
-                "",
-                &d.peak_sites,
-                d.peak_bytes,
-                |s| a.site_label(s),
-                |ids| alike_details(a, ids),
-            )?;
-        } else if !d.peak_sites.is_empty() {
-            let outside: u64 = d.peak_sites.iter().map(|s| s.bytes).sum();
-            writeln!(
-                w,
-                "  {:>6} {:>10} outside the framework allocators:",
-                percent(outside, d.peak_bytes),
-                bytes(outside)
-            )?;
-            peak_lines(
-                w,
-                "  ",
-                &d.peak_sites,
-                d.peak_bytes,
-                |s| a.site_label(s),
-                |ids| ids.iter().map(|&id| site_path(a, id)).collect(),
-            )?;
-        }
-        // Where the peak list already is what lies outside (the
-        // allocators' segments were taken apart above), it is not said twice.
-        if let Some(o) = d
-            .outside_frameworks
-            .as_ref()
-            .filter(|_| d.frameworks_at_peak.is_empty())
-        {
-            let top: Vec<String> = o
-                .sites
-                .iter()
-                .take(3)
-                .map(|s| {
-                    let via = a
-                        .sites
-                        .get(s.site as usize)
-                        .and_then(|site| crate::format::library_via("", &site.via))
-                        .map_or_else(String::new, |v| format!(" via {v}"));
-                    format!("{} {}{via}", bytes(s.bytes), a.site_label(s.site))
-                })
-                .collect();
-            writeln!(
-                w,
-                "  outside the framework allocators at the peak: {}{}",
-                bytes(o.bytes),
-                if top.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", top.join("; "))
-                }
-            )?;
-        }
-        let running = d.kernels_at_peak.first();
-        let launched = d.kernels_launched_before_peak.last();
-        let next = d.next_kernel_after_peak.as_ref();
-        match (running, launched, next) {
-            (Some(k), _, _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
-            (None, Some(before), after) => writeln!(
-                w,
-                "  kernels launched around the peak: {} before, {} after",
-                before.name,
-                after.map_or("none", |k| k.name.as_str())
-            )?,
-            (None, None, Some(k)) if !k.timed => {
-                writeln!(w, "  first kernel launched after the peak: {}", k.name)?
-            }
-            (None, None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
-            (None, None, None) if !d.kernels_traced => {
-                writeln!(w, "  kernels were not traced (recorded with --kernels off)")?
-            }
-            _ => {}
-        }
-        if let Some(f) = &d.fragmentation.worst {
-            let estimated = d.fragmentation.regions.iter().any(|r| r.estimated);
-            writeln!(
-                w,
-                "  worst fragmentation {:.2} at {}: {} free, largest free block {}{}",
-                f.fragmentation,
-                time(f.time_ns),
-                bytes(f.free_bytes),
-                bytes(f.largest_free_bytes),
-                if estimated {
-                    " (pool layout estimated)"
-                } else {
-                    ""
-                }
+                "    {:>6} {:>10} free in the segments (the allocator's cache)",
+                percent(free, d.peak_bytes),
+                bytes(free)
             )?;
         }
     }
+    Ok(())
+}
 
+/// The sites live at a device's peak (outside the allocators taken
+/// apart above, when there are any).
+fn peak_sites(a: &Analysis, d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    if d.frameworks_at_peak.is_empty() {
+        peak_lines(
+            w,
+            "",
+            &d.peak_sites,
+            d.peak_bytes,
+            |s| a.site_label(s),
+            |ids| alike_details(a, ids),
+        )?;
+    } else if !d.peak_sites.is_empty() {
+        let outside: u64 = d.peak_sites.iter().map(|s| s.bytes).sum();
+        writeln!(
+            w,
+            "  {:>6} {:>10} outside the framework allocators:",
+            percent(outside, d.peak_bytes),
+            bytes(outside)
+        )?;
+        peak_lines(
+            w,
+            "  ",
+            &d.peak_sites,
+            d.peak_bytes,
+            |s| a.site_label(s),
+            |ids| ids.iter().map(|&id| site_path(a, id)).collect(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What lay outside the framework allocators at a device's peak, where
+/// the peak list above did not already say it.
+fn outside_frameworks(a: &Analysis, d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    // Where the peak list already is what lies outside (the
+    // allocators' segments were taken apart above), it is not said twice.
+    if let Some(o) = d
+        .outside_frameworks
+        .as_ref()
+        .filter(|_| d.frameworks_at_peak.is_empty())
+    {
+        let top: Vec<String> = o
+            .sites
+            .iter()
+            .take(3)
+            .map(|s| {
+                let via = a
+                    .sites
+                    .get(s.site as usize)
+                    .and_then(|site| crate::format::library_via("", &site.via))
+                    .map_or_else(String::new, |v| format!(" via {v}"));
+                format!("{} {}{via}", bytes(s.bytes), a.site_label(s.site))
+            })
+            .collect();
+        writeln!(
+            w,
+            "  outside the framework allocators at the peak: {}{}",
+            bytes(o.bytes),
+            if top.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", top.join("; "))
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// The kernel running at a device's peak, or launched around it.
+fn kernels_at_peak(d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    let running = d.kernels_at_peak.first();
+    let launched = d.kernels_launched_before_peak.last();
+    let next = d.next_kernel_after_peak.as_ref();
+    match (running, launched, next) {
+        (Some(k), _, _) => writeln!(w, "  kernel running at the peak: {}", k.name)?,
+        (None, Some(before), after) => writeln!(
+            w,
+            "  kernels launched around the peak: {} before, {} after",
+            before.name,
+            after.map_or("none", |k| k.name.as_str())
+        )?,
+        (None, None, Some(k)) if !k.timed => {
+            writeln!(w, "  first kernel launched after the peak: {}", k.name)?
+        }
+        (None, None, Some(k)) => writeln!(w, "  next kernel after the peak: {}", k.name)?,
+        (None, None, None) if !d.kernels_traced => {
+            writeln!(w, "  kernels were not traced (recorded with --kernels off)")?
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A device's worst fragmentation over the run.
+fn worst_fragmentation(d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
+    if let Some(f) = &d.fragmentation.worst {
+        let estimated = d.fragmentation.regions.iter().any(|r| r.estimated);
+        writeln!(
+            w,
+            "  worst fragmentation {:.2} at {}: {} free, largest free block {}{}",
+            f.fragmentation,
+            time(f.time_ns),
+            bytes(f.free_bytes),
+            bytes(f.largest_free_bytes),
+            if estimated {
+                " (pool layout estimated)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// Memory mapped from other processes, and the inside of the framework
+/// allocators and pools.
+fn inside_allocators(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for line in a.processes.iter().filter_map(crate::format::ipc_mapped) {
         writeln!(w, "\n{line}")?;
     }
     crate::framework::summary(a, w)?;
     crate::pools::summary(a, w)?;
+    Ok(())
+}
 
+/// What was still held when the processes ended: leaks, and what is not
+/// a leak (caches, libraries, module globals).
+fn held_at_exit(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let leaked = a.leaked_bytes();
     let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();
     let cached = a.cached_bytes();
@@ -428,6 +510,11 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             p.pid
         )?;
     }
+    Ok(())
+}
+
+/// Sites that keep growing after the warm-up.
+fn growth(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let growing = a.growing();
     if growing.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
@@ -445,6 +532,11 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// The errors the allocators raised and the failed allocations.
+fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {
         writeln!(
@@ -487,6 +579,11 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// The input's warnings (damage, lost records, late events).
+fn warnings(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for warning in &a.input.warnings {
         writeln!(w, "warning: {warning}")?;
     }
