@@ -664,6 +664,17 @@ pub struct FrameworkState {
     last_alloc: Option<(u64, u32, u64)>,
 }
 
+/// The view of an event's device, made on its first event, taking the
+/// event's allocator: one lookup per event. It borrows the map alone, so the
+/// rest of the state stays free to use beside the view.
+fn view_of<'a>(devices: &'a mut BTreeMap<u32, DeviceView>, ev: &AllocatorEv) -> &'a mut DeviceView {
+    let dev = devices
+        .entry(ev.device())
+        .or_insert_with(|| DeviceView::new(ev.allocator));
+    dev.allocator = ev.allocator;
+    dev
+}
+
 impl FrameworkState {
     pub fn new(config: AllocConfig) -> FrameworkState {
         FrameworkState {
@@ -731,15 +742,10 @@ impl FrameworkState {
             );
             return freed.or(completed);
         }
-        let device = ev.device();
         let site = match ev.action {
-            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, device)),
+            AllocatorAction::ALLOC | AllocatorAction::OOM => Some(self.site(ev.stack, ev.device())),
             _ => None,
         };
-        self.devices
-            .entry(device)
-            .or_insert_with(|| DeviceView::new(ev.allocator))
-            .allocator = ev.allocator;
         match ev.action {
             AllocatorAction::ALLOC => {
                 return Some(self.alloc(t, axis, ev, site.unwrap_or(0), library));
@@ -747,30 +753,25 @@ impl FrameworkState {
             AllocatorAction::FREE_REQUESTED => return self.free_requested(axis, ev),
             AllocatorAction::FREE_COMPLETED => return self.free_completed(axis, ev),
             AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
-                self.device(device).segment_added(t, axis, ev, driver);
+                view_of(&mut self.devices, ev).segment_added(t, axis, ev, driver);
             }
             AllocatorAction::SEGMENT_FREE | AllocatorAction::SEGMENT_UNMAP => {
-                self.device(device).segment_removed(t, axis, ev);
+                view_of(&mut self.devices, ev).segment_removed(t, axis, ev);
             }
             AllocatorAction::OOM => self.oom(t, ev, site),
             AllocatorAction::SNAPSHOT => {
-                let dev = self.device(device);
+                let dev = view_of(&mut self.devices, ev);
                 if dev.snapshots.len() < MAX_SNAPSHOTS {
                     let extents = dev.extents();
                     dev.snapshots.push((t, extents));
                 }
             }
             AllocatorAction::OOM_REPORT => self.oom_report(t, ev),
-            _ => {}
+            _ => {
+                view_of(&mut self.devices, ev);
+            }
         }
         None
-    }
-
-    /// The view of a device `apply` has seen.
-    fn device(&mut self, device: u32) -> &mut DeviceView {
-        self.devices
-            .get_mut(&device)
-            .expect("apply adds the device first")
     }
 
     /// A tensor handed out (`ALLOC`) by site `site`.
@@ -782,10 +783,7 @@ impl FrameworkState {
         site: u32,
         library: bool,
     ) -> TensorChange {
-        let dev = self
-            .devices
-            .get_mut(&ev.device())
-            .expect("apply adds the device first");
+        let dev = view_of(&mut self.devices, ev);
         let rounded = self.config.round_size(ev.bytes);
         let size = dev.block_size(ev.address, rounded, &self.config);
         let key = PoolKey {
@@ -848,10 +846,7 @@ impl FrameworkState {
     /// The program freed a tensor (`FREE_REQUESTED`): it is no longer
     /// allocated, though its block may wait for its stream's work.
     fn free_requested(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
-        let dev = self
-            .devices
-            .get_mut(&ev.device())
-            .expect("apply adds the device first");
+        let dev = view_of(&mut self.devices, ev);
         // Leaving a peak: what was live at it is settled now.
         settle_peak(dev, &self.sites);
         dev.at_device_peak.settle(&dev.sites, &self.sites);
@@ -883,10 +878,7 @@ impl FrameworkState {
 
     /// A freed block's memory is free again (`FREE_COMPLETED`).
     fn free_completed(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
-        let dev = self
-            .devices
-            .get_mut(&ev.device())
-            .expect("apply adds the device first");
+        let dev = view_of(&mut self.devices, ev);
         if let Some(b) = dev.blocks.remove(&ev.address) {
             if b.allocated {
                 // Completed without a request seen: both at once.
@@ -911,10 +903,7 @@ impl FrameworkState {
 
     /// The allocator could not serve a request (`OOM`): what it held then.
     fn oom(&mut self, t: u64, ev: &AllocatorEv, site: Option<u32>) {
-        let dev = self
-            .devices
-            .get_mut(&ev.device())
-            .expect("apply adds the device first");
+        let dev = view_of(&mut self.devices, ev);
         let rounded = self.config.round_size(ev.bytes);
         let extents = dev.extents();
         let pool = PoolKey {
@@ -953,10 +942,7 @@ impl FrameworkState {
 
     /// The allocator's own report of the error it raised (`OOM_REPORT`).
     fn oom_report(&mut self, t: u64, ev: &AllocatorEv) {
-        let dev = self
-            .devices
-            .get_mut(&ev.device())
-            .expect("apply adds the device first");
+        let dev = view_of(&mut self.devices, ev);
         // The report of the error just raised on this device.
         let last = self
             .ooms
