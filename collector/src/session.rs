@@ -380,20 +380,22 @@ impl WriterEnv for Env<'_> {
 }
 
 impl Collector {
-    /// When the loaded CUPTI is of a newer CUDA than the driver supports:
-    /// the words that say so, to follow a failure to start it.
+    /// When the loaded CUPTI is of a newer CUDA major than the driver
+    /// supports: the words that say so, to follow a failure to start it. (A
+    /// newer minor works: CUPTI 13.1 to 13.5 record on a driver for CUDA
+    /// 13.0, measured on the H100.)
     fn newer_than_driver(&self) -> String {
         let (Some(l), Some(driver)) = (self.layout, cupti::driver_cuda_version()) else {
             return String::new();
         };
         let mut parts = l.cupti.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if major * 1000 + minor * 10 <= driver {
+        if major <= driver / 1000 {
             return String::new();
         }
         format!(
             ". This CUPTI is CUDA {major}.{minor}'s and the driver supports CUDA {}.{}: a \
-             driver refuses a CUPTI of a newer CUDA than its own. Use the CUPTI of CUDA {}.{} or \
+             driver refuses a CUPTI of a newer CUDA major version than its own. Use the CUPTI of CUDA {}.{} or \
              older (--cupti, GMEM_PROF_CUPTI, or pip install \"nvidia-cuda-cupti{}=={}.{}.*\"), \
              or update the driver",
             driver / 1000,
@@ -408,7 +410,20 @@ impl Collector {
 
     fn enable_cupti(&self) -> Result<(), String> {
         let v2 = self.layout.and_then(|l| l.subscribe_v2.as_ref());
-        let sub = self.cupti.subscribe(on_api, v2).map_err(|e| {
+        let can_share = v2.is_some_and(|l| l.allow_multiple_subscribers.is_some());
+        let mut sub = self.cupti.subscribe(on_api, v2, can_share);
+        // A CUPTI that can share (13.2 and later) may still refuse to, with
+        // the same code as "another client holds it" but naming no holder:
+        // CUPTI 13.4 and 13.5 on a CUDA 13.0 driver do, with no other client
+        // in the process. Asked to hold CUPTI alone, they subscribe; where
+        // another client does hold it, the second answer says so again.
+        let refused_to_share = can_share
+            && matches!(&sub, Err(e) if e.code == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                && e.holder.is_none());
+        if refused_to_share {
+            sub = self.cupti.subscribe(on_api, v2, false);
+        }
+        let sub = sub.map_err(|e| {
             if e.code == cupti::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
                 let who = match &e.holder {
                     Some(h) => format!("another CUPTI client ({h})"),
@@ -433,6 +448,21 @@ impl Collector {
                 )
             }
         })?;
+        if !can_share || refused_to_share {
+            let why = if can_share {
+                "this CUPTI would not share it here"
+            } else {
+                "CUPTI before 13.2 serves one client"
+            };
+            self.report(
+                0,
+                format!(
+                    "gmem-prof holds CUPTI in this process alone ({why}): a CUPTI client \
+                     started later in it, such as torch.profiler's CUDA activities, is \
+                     refused and sees no GPU activity, while gmem-prof records on"
+                ),
+            );
+        }
         let _ = self.subscriber.set(SubscriberHandle(sub));
         for cbid in self.event_callbacks() {
             self.cupti

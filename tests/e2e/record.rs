@@ -548,31 +548,41 @@ fn every_known_cupti_release_gives_the_same_analysis() {
     }
 }
 
-/// A CUPTI of a newer CUDA than the driver supports (CUDA 13.4's with a
-/// driver for 13.0) is refused by the driver: the report says so, with
-/// what to use instead; the program runs on.
+/// A CUPTI of a newer CUDA major than the driver supports (CUDA 13.4's
+/// with a driver for 12.8) is refused by the driver: the report says so,
+/// with what to use instead; the program runs on. A newer minor records
+/// (13.4 with a driver for 13.0, as on the H100 with driver 580), alone:
+/// that CUPTI refused there to share, and the trace says gmem-prof holds it.
 #[test]
 fn a_cupti_newer_than_the_driver_is_named_with_what_to_use() {
     let dir = scratch("newer-than-driver");
     let out = run(record_cmd(&dir, "t.bin", &["basic"])
         .env("FAKE_CUPTI_VERSION", "130401")
-        .env("FAKE_DRIVER_CUDA", "13000"));
+        .env("FAKE_DRIVER_CUDA", "12080"));
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("CUDA 13.4's and the driver supports CUDA 13.0")
-            && err.contains("nvidia-cuda-cupti==13.0.*"),
+        err.contains("CUDA 13.4's and the driver supports CUDA 12.8")
+            && err.contains("nvidia-cuda-cupti-cu12==12.8.*"),
         "{err}"
     );
     let recs = dump_json(&dir.join("t.bin"));
     assert!(of_type(&recs, "Memory").is_empty());
-    // The same CUPTI with a driver for 13.4 records.
-    let dir = scratch("driver-new-enough");
-    let out = run(record_cmd(&dir, "t.bin", &["basic"])
-        .env("FAKE_CUPTI_VERSION", "130401")
-        .env("FAKE_DRIVER_CUDA", "13040"));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(!of_type(&dump_json(&dir.join("t.bin")), "Memory").is_empty());
+    for (driver, alone) in [("13000", true), ("13040", false)] {
+        let dir = scratch(&format!("driver-{driver}"));
+        let out = run(record_cmd(&dir, "t.bin", &["basic"])
+            .env("FAKE_CUPTI_VERSION", "130401")
+            .env("FAKE_DRIVER_CUDA", driver));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        assert!(!of_type(&recs, "Memory").is_empty(), "driver {driver}");
+        let says_alone = of_type(&recs, "Message").iter().any(|m| {
+            m["text"].as_str().is_some_and(|t| {
+                t.contains("holds CUPTI in this process alone (this CUPTI would not share it here)")
+            })
+        });
+        assert_eq!(says_alone, alone, "driver {driver}");
+    }
 }
 
 /// Where CUPTI lets several clients subscribe (13.2 and later, when the

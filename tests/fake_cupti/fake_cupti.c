@@ -18,8 +18,12 @@
  * (that client lets others subscribe: cuptiSubscribe_v2 succeeds when
  * asked to share), FAKE_CUPTI_DROPPED=N (CUPTI reports N activity records
  * dropped), FAKE_DRIVER_CUDA (the CUDA version cuDriverGetVersion reports,
- * default 13000: a CUPTI of a newer CUDA than the driver's is refused, as a
- * real driver refuses it).
+ * default 13000). Against the driver it plays what was measured on the H100
+ * with driver 580 (CUDA 13.0): CUPTI 13.1, 13.4 and 13.5 subscribe (a newer
+ * minor of the driver's CUDA), but 13.4 and 13.5 asked to share answer
+ * MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED naming no holder, so a CUPTI newer
+ * than the driver here refuses to share; a CUPTI of a newer CUDA major than
+ * the driver's is refused outright.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -153,7 +157,8 @@ static int release_cuda(void) {
 static uint32_t subscribe(void **sub, api_cb cb, void *ud, int share) {
     int driver;
     cuDriverGetVersion(&driver);
-    if (release_cuda() > driver) return 999; /* what a driver older than CUPTI does */
+    if (release_cuda() / 1000 > driver / 1000) return 999; /* a driver of an older CUDA major */
+    if (share && release_cuda() > driver) return 39; /* as 13.4 and 13.5 on a 13.0 driver */
     if (knob("FAKE_CUPTI_TAKEN") && !(share && knob("FAKE_CUPTI_SHARES"))) return 39;
     /* As a real CUPTI does when its buffers fill under load. */
     const char *d = getenv("FAKE_CUPTI_DROPPED");

@@ -175,8 +175,9 @@ impl Cupti {
     }
 
     /// Subscribes `callback`. With `cuptiSubscribe_v2` and its parameters'
-    /// layout (`v2`: the release has it), asks to share CUPTI with other
-    /// subscribers where the release allows it, and names gmem-prof.
+    /// layout (`v2`: the release has it), names gmem-prof and, with `share`
+    /// where the release has the field, asks to share CUPTI with other
+    /// subscribers.
     /// `Err` carries CUPTI's code, so the caller can recognise "another
     /// client holds the subscriber slot", its text, and the name CUPTI gave
     /// of that client, when it gave one.
@@ -184,6 +185,7 @@ impl Cupti {
         &self,
         callback: ApiCallback,
         v2: Option<&crate::cuda::layouts::SubscribeLayout>,
+        share: bool,
     ) -> Result<Subscriber, SubscribeError> {
         let mut sub: Subscriber = ptr::null_mut();
         let (rc, holder) = match (self.subscribe_v2, v2) {
@@ -207,7 +209,7 @@ impl Cupti {
                     );
                     ptr::write_unaligned(base.add(l.old_subscriber_size).cast(), holder.len());
                     if let Some(at) = l.allow_multiple_subscribers {
-                        *base.add(at) = 1;
+                        *base.add(at) = u8::from(share);
                     }
                 }
                 // SAFETY: sub is a valid out pointer; callback lives forever;
