@@ -6,7 +6,8 @@
 #                                   deviceview ums pools remedies
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
-#                                   cupti (the programs through every CUPTI at hand)
+#                                   cupti (the programs through every CUPTI at hand;
+#                                   CUPTIS="13.4.92 toolkit" picks some)
 #                                   overhead, or one of overhead's: events resnet alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
@@ -260,7 +261,22 @@ private_pools_phase() {
 # The libcupti copies at hand: the toolkit's, Triton's (CUDA 12), and
 # those the run carries, xz-compressed, in .gpu-extra/cupti/VERSION/
 # (tests/gpu/stage_cupti.sh unpacks them from the registry's wheels).
+# CUPTIS="13.4.92 toolkit ..." keeps only the copies of those tags.
 cupti_copies() {
+    local lib
+    for lib in $(all_cupti_copies); do
+        case " ${CUPTIS:-$(cupti_tag "$lib")} " in
+            *" $(cupti_tag "$lib") "*) echo "$lib" ;;
+        esac
+    done
+}
+
+# A copy's tag in file names and tables: its release, `triton` or `toolkit`.
+cupti_tag() {
+    echo "$1" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|'
+}
+
+all_cupti_copies() {
     ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null
     local triton
     triton=$(python3 -c 'import os, triton; print(os.path.dirname(triton.__file__))' 2>/dev/null) \
@@ -285,9 +301,9 @@ cupti_phase() {
     libs=$(cupti_copies)
     printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' cupti api program allocs frees failed launches check >"$table"
     for lib in $libs; do
+        local tag
+        tag=$(cupti_tag "$lib")
         for name in kinds oom threads children; do
-            local tag
-            tag=$(echo "$lib" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|')
             RECORD_FLAGS="--cupti $lib" record "cupti-$tag-$name" "bin/$name"
             local trace="$WORK/traces/cupti-$tag-$name.bin"
             local ok=pass
@@ -313,7 +329,7 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
     # beside the collector (what each of the two saw), through each CUPTI.
     for lib in $libs; do
         local tag
-        tag=$(echo "$lib" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|')
+        tag=$(cupti_tag "$lib")
         RECORD_FLAGS="--cupti $lib" record "cupti-$tag-torch" python3 "$ROOT/tests/gpu/torch_train.py" "$WORK/cupti-$tag-torch.json" 20
         (cd "$ROOT/tests/gpu" && python3 torch_check.py "$GMEM" "$WORK/traces/cupti-$tag-torch.bin" "$WORK/cupti-$tag-torch.json") >"$WORK/logs/cupti-$tag-torch.check" 2>&1 \
             && echo "    torch_check: pass" || { echo "    torch_check: FAIL"; tail -5 "$WORK/logs/cupti-$tag-torch.check"; FAILED=1; }
@@ -326,7 +342,7 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
     # compute-sanitizer's leak report of the same programs, against ours
     # from each CUPTI's trace.
     for name in kinds threads; do
-        (cd "$WORK" && compute-sanitizer --leak-check full "bin/$name" >"logs/sanitizer-$name.txt" 2>&1)
+        (cd "$WORK" && compute-sanitizer --leak-check full --print-limit 10000 "bin/$name" >"logs/sanitizer-$name.txt" 2>&1)
         grep -h "LEAK SUMMARY\|ERROR SUMMARY" "$WORK/logs/sanitizer-$name.txt" | sed 's/^/    /'
         local args=()
         for t in "$WORK"/traces/cupti-*-"$name".bin; do
