@@ -328,9 +328,21 @@ def rust(entries):
     return "\n".join(lines) + "\n"
 
 
-# Releases run on the GPU machine, with what (docs/compatibility.md).
-# By API version: releases of one API version share their layouts.
-VERIFIED_ON_GPU = {130001: "verified on the GPU (torch 2.11's CUPTI 13.0, driver 580, H200)"}
+# Releases run on the GPU machine, with what (docs/compatibility.md), by
+# release: only those run are called verified, though releases of one API
+# version share their layouts. `tests/gpu/run.sh cupti` on 2026-12-05.
+_RUN = ("verified on the GPU (H100, driver 580: kinds, oom, threads, children as "
+        "their programs say; leaks equal compute-sanitizer's")
+VERIFIED_ON_GPU = {
+    "12.0.146": _RUN + ")",
+    "12.4.127": _RUN + ")",
+    "12.8.90": _RUN + ")",
+    "12.9.79": _RUN + ")",
+    "13.0.85": "verified on the GPU (torch 2.11's CUPTI 13.0, driver 580, H200 and H100)",
+    "13.1.115": _RUN + ")",
+    "13.4.92": _RUN + "; it would not share CUPTI on this driver: held alone)",
+    "13.5.25": _RUN + "; it would not share CUPTI on this driver: held alone)",
+}
 
 
 def compatibility_rows(entries):
@@ -345,7 +357,7 @@ def compatibility_rows(entries):
         share = ("yes, where the other allows it (cuptiSubscribe_v2)"
                  if e["allow_multiple_subscribers"] is not None
                  else "no (names the client holding it)" if e["subscribe_v2"] else "no")
-        status = VERIFIED_ON_GPU.get(e["api_version"], "checked offline")
+        status = VERIFIED_ON_GPU.get(e["cupti"], "checked offline")
         rows.append(f"| {e['cupti']} | {e['api_version']} | {records} | {share} | {status} |")
     return "\n".join(rows)
 

@@ -52,6 +52,50 @@ fn kinds_every_memory_kind_at_its_site() {
     assert!(dev["total_memory"].as_u64().unwrap() > 140_000_000_000);
 }
 
+/// kinds.cu through CUPTI 12.8 and 13.5 on the H100 with driver 580
+/// (`tests/gpu/run.sh cupti`): the trace names the CUPTI it recorded
+/// through, holds the program's allocations and its 3 kernel launches, and
+/// says gmem-prof held CUPTI alone, for the reason each release gave.
+#[test]
+fn kinds_through_other_cuptis_names_them_and_who_held_cupti() {
+    for (name, api, lib, why) in [
+        (
+            "kinds_cupti12.bin",
+            26,
+            "12.8.90/libcupti.so.12",
+            "CUPTI before 13.2 serves one client",
+        ),
+        (
+            "kinds_cupti13_5.bin",
+            130_500,
+            "13.5.25/libcupti.so.13",
+            "this CUPTI would not share it here",
+        ),
+    ] {
+        let r = dump_json(&sample(name));
+        let p = &of_type(&r, "Process")[0];
+        assert_eq!(p["cupti_api_version"], api, "{name}");
+        assert!(p["cupti_path"].as_str().unwrap().ends_with(lib), "{name}");
+        assert_eq!(
+            site_figures(&r, DEVICE, "alloc_device_buffers"),
+            (4, 4 * MIB, 3, 3 * MIB),
+            "{name}"
+        );
+        assert_eq!(of_type(&r, "KernelLaunch").len(), 3, "{name}");
+        assert!(
+            of_type(&r, "Message").iter().any(|m| m["text"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("holds CUPTI in this process alone ({why})"))),
+            "{name}"
+        );
+        assert!(of_type(&r, "Device")[0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("NVIDIA H100"));
+    }
+}
+
 /// kinds.cu recorded twice in a row by the same build: kernels traced as
 /// launches, then timed. Each launch is the kernel CUPTI saw run: the same
 /// name, stream, correlation id and geometry, in the same order.

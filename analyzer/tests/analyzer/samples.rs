@@ -348,3 +348,19 @@ fn jax_preallocation_is_an_allocator_cache_of_jaxs_pool_size() {
     // The trace cannot see inside the block: the report says so.
     assert!(d.fragmentation.blind_spots[0].contains("XLA's BFC"));
 }
+
+/// kinds.cu recorded through CUPTI 12.8 (API version 26) and 13.5 (130500)
+/// on the H100 with driver 580: every site figure of its `expect:` lines
+/// holds, as through CUPTI 13.0, and so do the two leaks.
+#[test]
+fn kinds_through_cupti_12_8_and_13_5_has_the_same_sites() {
+    for name in ["kinds_cupti12.bin", "kinds_cupti13_5.bin"] {
+        check_program(name, "kinds.cu");
+        let p = &sample(name).processes[0];
+        assert_eq!(
+            (p.at_exit.leaked_bytes, p.at_exit.leaked_count),
+            (2 * MIB, 2),
+            "{name}"
+        );
+    }
+}
