@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use gmem_prof_traces::record::{device_memory, DeviceMemory};
 
 use crate::engine::Engine;
-use crate::model::{SampleReason, SmiMoment, SmiView};
+use crate::model::{DeviceView, DeviceViewMoment, SampleReason};
 use crate::timeline::Axis;
 
 /// One sample with what the trace tracked then.
@@ -74,7 +74,7 @@ impl<'a> Samples<'a> {
         }
     }
 
-    fn moment(&self, s: &Sample) -> SmiMoment {
+    fn moment(&self, s: &Sample) -> DeviceViewMoment {
         let m = s.m;
         let known = |b: u64| (b != u64::MAX).then_some(b);
         let ours: Vec<u64> = m
@@ -92,7 +92,7 @@ impl<'a> Samples<'a> {
         let other_bytes: u64 = others.iter().sum();
         let run_bytes = (!ours.is_empty()).then(|| ours.iter().sum::<u64>());
         let tracked = s.tracked + s.pools_unused;
-        SmiMoment {
+        DeviceViewMoment {
             time_ns: m.time.0.saturating_sub(self.start),
             pid: s.pid,
             reason: match m.reason {
@@ -122,7 +122,7 @@ impl<'a> Samples<'a> {
         device: u32,
         axis: &Axis,
         buckets: usize,
-    ) -> Option<SmiView> {
+    ) -> Option<DeviceView> {
         let all = self.by_device.get(&device)?;
         let highest = all
             .iter()
@@ -131,9 +131,9 @@ impl<'a> Samples<'a> {
         let used_curve = engine
             .devices
             .get(device)
-            .map(|d| d.smi_used.clone().finish(axis, buckets))
+            .map(|d| d.device_view_used.clone().finish(axis, buckets))
             .unwrap_or_default();
-        Some(SmiView {
+        Some(DeviceView {
             samples: all.len() as u64,
             used_curve,
             highest: self.moment(highest),
@@ -144,7 +144,7 @@ impl<'a> Samples<'a> {
     /// The sample a process's collector took right after an allocation
     /// failed on `device` at `time` (the first failed-allocation sample at
     /// or after it, within a second).
-    pub fn after_failure(&self, pid: u32, device: u32, time: u64) -> Option<SmiMoment> {
+    pub fn after_failure(&self, pid: u32, device: u32, time: u64) -> Option<DeviceViewMoment> {
         self.by_device
             .get(&device)?
             .iter()

@@ -304,7 +304,7 @@ pub struct DeviceState {
     /// (time, F, free, largest) at the worst sample.
     pub frag_worst: Option<(u64, f64, u64, u64)>,
     /// Used on the device as NVML said (`nvidia-smi`), where sampled.
-    pub smi_used: Samples<u64>,
+    pub device_view_used: Samples<u64>,
     /// Kernels started in each bucket.
     pub kernel_counts: Counts,
 }
@@ -338,7 +338,7 @@ impl DeviceState {
             frag: Samples::default(),
             largest_free: Samples::default(),
             frag_worst: None,
-            smi_used: Samples::default(),
+            device_view_used: Samples::default(),
             kernel_counts: Counts::default(),
         }
     }
@@ -973,7 +973,7 @@ impl Engine {
                 });
                 if let Some(axis) = &self.axis {
                     let dev = self.devices.get_or_insert(device);
-                    dev.smi_used.put(axis, axis.current, Some(used));
+                    dev.device_view_used.put(axis, axis.current, Some(used));
                 }
             }
             &Event::CallDevice { device } => {

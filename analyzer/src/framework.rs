@@ -256,7 +256,7 @@ pub struct FrameworkOomRaw {
 
 /// The allocator of one process on one device.
 #[derive(Debug)]
-pub struct DeviceView {
+pub struct AllocatorOnDevice {
     pub allocator: u8,
     segments: BTreeMap<u64, Segment>,
     blocks: BTreeMap<u64, Block>,
@@ -362,7 +362,7 @@ impl AtDevicePeak {
     }
 }
 
-impl DeviceView {
+impl AllocatorOnDevice {
     /// A segment taken from CUDA, or pages mapped into an expandable one
     /// (`SEGMENT_ALLOC`, `SEGMENT_MAP`).
     fn segment_added(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv, driver: &dyn DriverMemory) {
@@ -450,8 +450,8 @@ impl DeviceView {
         self.frag_dirty = true;
     }
 
-    fn new(allocator: u8) -> DeviceView {
-        DeviceView {
+    fn new(allocator: u8) -> AllocatorOnDevice {
+        AllocatorOnDevice {
             allocator,
             segments: BTreeMap::new(),
             blocks: BTreeMap::new(),
@@ -650,7 +650,7 @@ pub fn allocator_name(id: u8) -> &'static str {
 /// Everything seen inside framework allocators in one process.
 #[derive(Debug)]
 pub struct FrameworkState {
-    pub devices: BTreeMap<u32, DeviceView>,
+    pub devices: BTreeMap<u32, AllocatorOnDevice>,
     pub sites: Vec<TensorSiteStats>,
     site_index: FastMap<(u32, u32), u32>,
     pub ooms: Vec<FrameworkOomRaw>,
@@ -667,10 +667,13 @@ pub struct FrameworkState {
 /// The view of an event's device, made on its first event, taking the
 /// event's allocator: one lookup per event. It borrows the map alone, so the
 /// rest of the state stays free to use beside the view.
-fn view_of<'a>(devices: &'a mut BTreeMap<u32, DeviceView>, ev: &AllocatorEv) -> &'a mut DeviceView {
+fn view_of<'a>(
+    devices: &'a mut BTreeMap<u32, AllocatorOnDevice>,
+    ev: &AllocatorEv,
+) -> &'a mut AllocatorOnDevice {
     let dev = devices
         .entry(ev.device())
-        .or_insert_with(|| DeviceView::new(ev.allocator));
+        .or_insert_with(|| AllocatorOnDevice::new(ev.allocator));
     dev.allocator = ev.allocator;
     dev
 }
@@ -702,7 +705,7 @@ impl FrameworkState {
         self.site_index.insert((stack, device), i);
         self.devices
             .entry(device)
-            .or_insert_with(|| DeviceView::new(0))
+            .or_insert_with(|| AllocatorOnDevice::new(0))
             .sites
             .push(i);
         i
@@ -981,7 +984,7 @@ impl FrameworkState {
         let dev = self
             .devices
             .entry(device)
-            .or_insert_with(|| DeviceView::new(allocator));
+            .or_insert_with(|| AllocatorOnDevice::new(allocator));
         if dev.reserved != bytes {
             dev.set_reserved(t, axis, bytes);
         }
@@ -1060,7 +1063,7 @@ impl FrameworkState {
 
 /// Copies the live sites into the peak's breakdown if a new peak was
 /// reached since it was last copied.
-fn settle_peak(dev: &mut DeviceView, sites: &[TensorSiteStats]) {
+fn settle_peak(dev: &mut AllocatorOnDevice, sites: &[TensorSiteStats]) {
     if !dev.peak_dirty {
         return;
     }

@@ -475,7 +475,7 @@ fn device_view(
 }
 
 /// Each pool of a device's view with its fragmentation over time.
-fn pools_of(dev: &mut crate::framework::DeviceView, axis: &Axis) -> Vec<PoolFragmentation> {
+fn pools_of(dev: &mut crate::framework::AllocatorOnDevice, axis: &Axis) -> Vec<PoolFragmentation> {
     let buckets = axis.buckets();
     dev.pools
         .iter_mut()
@@ -504,7 +504,7 @@ fn pools_of(dev: &mut crate::framework::DeviceView, axis: &Axis) -> Vec<PoolFrag
 }
 
 /// The pools at each memory snapshot the program took.
-fn snapshots_of(dev: &crate::framework::DeviceView, start: u64) -> Vec<PoolsAt> {
+fn snapshots_of(dev: &crate::framework::AllocatorOnDevice, start: u64) -> Vec<PoolsAt> {
     dev.snapshots
         .iter()
         .map(|(t, pools)| PoolsAt {

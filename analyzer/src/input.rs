@@ -76,7 +76,7 @@ pub struct ApiEv {
 }
 
 /// Id of PyTorch's cudaMallocAsync backend in `AllocatorEv::allocator` and
-/// `DeviceView::allocator` (after the trace's ids, `allocator::*`): the
+/// `AllocatorOnDevice::allocator` (after the trace's ids, `allocator::*`): the
 /// collector records no events of it; the analyzer makes them from the
 /// process's stream-ordered allocations (`Engine`), the tensors of that
 /// backend.

@@ -324,11 +324,11 @@ fn jax_preallocation(a: &Analysis, out: &mut Vec<Remedy>) {
                         .any(|j| p.start_ns < j.end_ns && j.start_ns < p.end_ns)
                 })
                 .count() as u32;
-            let others_of_nvml = d
+            let others_in_device_view = d
                 .device_view
                 .as_ref()
                 .map_or(0, |v| v.highest.other_processes.max(v.last.other_processes));
-            let other_processes = others_of_run + others_of_nvml;
+            let other_processes = others_of_run + others_in_device_view;
             if failed_allocations == 0 && other_processes == 0 {
                 continue;
             }

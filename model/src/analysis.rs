@@ -496,7 +496,7 @@ pub struct DeviceReport {
     /// What `nvidia-smi` showed for the device, when the collector could
     /// read NVML.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_view: Option<SmiView>,
+    pub device_view: Option<DeviceView>,
     /// The largest sites at the peak (at most eight), each with its live
     /// bytes at the end of each bucket: the bands of the report's timeline.
     pub timeline_sites: Vec<SiteCurve>,
@@ -912,26 +912,26 @@ pub struct Oom {
     /// The device as `nvidia-smi` showed it right after the failure (the
     /// collector samples NVML then), when it could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_view: Option<SmiMoment>,
+    pub device_view: Option<DeviceViewMoment>,
 }
 
 /// What `nvidia-smi` showed for a device (NVML, sampled by the collector at
 /// its flush ticks, right after failed allocations and at exit), beside
 /// what the trace tracked.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SmiView {
+pub struct DeviceView {
     pub samples: u64,
     /// Used on the device by everyone at the end of each bucket where it
     /// was sampled (`None` before the first sample).
     pub used_curve: Vec<Option<u64>>,
     /// The sample where `nvidia-smi` showed the most used.
-    pub highest: SmiMoment,
+    pub highest: DeviceViewMoment,
     /// The last sample (normally taken as a process of the run ended).
-    pub last: SmiMoment,
+    pub last: DeviceViewMoment,
 }
 
 vocabulary! {
-    /// Why the collector sampled the device's own view (`SmiMoment::reason`).
+    /// Why the collector sampled the device's own view (`DeviceViewMoment::reason`).
     pub enum SampleReason {
         /// Its periodic flush.
         FlushTick => "flush tick",
@@ -944,7 +944,7 @@ vocabulary! {
 
 /// One sample of the device's own view, taken apart.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SmiMoment {
+pub struct DeviceViewMoment {
     pub time_ns: u64,
     /// The process whose collector took the sample.
     pub pid: u32,

@@ -152,7 +152,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
     }
     // What nvidia-smi showed (everyone's use of the device), from its first
     // sample on.
-    let smi: Vec<u64> = d
+    let device_used: Vec<u64> = d
         .device_view
         .as_ref()
         .map(|v| v.used_curve.iter().map(|u| u.unwrap_or(0)).collect())
@@ -164,7 +164,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
     {
         series.push(Series {
             label: "used on the device (nvidia-smi)".into(),
-            values: &smi,
+            values: &device_used,
             from: first,
             area: false,
             step_s: step(a),

@@ -1,12 +1,12 @@
 //! The device's own view in words: what `nvidia-smi` showed, taken apart
 //! into what the trace tracked and what it did not.
 
-use gmem_prof_model::SmiMoment;
+use gmem_prof_model::DeviceViewMoment;
 
 use crate::format::{bytes, time};
 
 /// "nvidia-smi showed 6.00 GiB used of 80.0 GiB: …", one sentence.
-pub fn sentence(m: &SmiMoment) -> String {
+pub fn sentence(m: &DeviceViewMoment) -> String {
     let head = format!(
         "nvidia-smi showed {} used of {} ({} free) at {} ({}, pid {})",
         bytes(m.used_bytes),

@@ -152,7 +152,7 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
         ))
     } else {
         let o = driver?;
-        let smi = o.device_view.as_ref().map_or_else(String::new, |m| {
+        let device_view = o.device_view.as_ref().map_or_else(String::new, |m| {
             format!(
                 "; nvidia-smi right after: {} used, {} free",
                 bytes(m.used_bytes),
@@ -173,7 +173,7 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
             } else {
                 String::new()
             },
-            smi
+            device_view
         ))
     }
 }

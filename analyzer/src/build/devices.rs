@@ -20,15 +20,15 @@ pub(super) fn device_reports(
     engine: &mut Engine,
     axis: &Axis,
     sites: &SiteTable,
-) -> (Vec<DeviceReport>, Vec<Option<SmiMoment>>) {
+) -> (Vec<DeviceReport>, Vec<Option<DeviceViewMoment>>) {
     let buckets = axis.buckets();
     let device_ids = engine.devices.ids();
     let samples = device_view::Samples::new(engine, axis.start);
-    let mut smi_views: BTreeMap<u32, SmiView> = device_ids
+    let mut device_views: BTreeMap<u32, DeviceView> = device_ids
         .iter()
         .filter_map(|&d| Some((d, samples.view(engine, d, axis, buckets)?)))
         .collect();
-    let oom_views: Vec<Option<SmiMoment>> = engine
+    let oom_views: Vec<Option<DeviceViewMoment>> = engine
         .ooms
         .iter()
         .map(|o| samples.after_failure(engine.procs[o.proc as usize].pid(), o.device, o.time))
@@ -36,8 +36,8 @@ pub(super) fn device_reports(
     let devices = device_ids
         .into_iter()
         .map(|d| {
-            let smi = smi_views.remove(&d);
-            device_report(engine, d, axis, sites, smi)
+            let view = device_views.remove(&d);
+            device_report(engine, d, axis, sites, view)
         })
         .collect();
     (devices, oom_views)
@@ -48,7 +48,7 @@ fn device_report(
     d: u32,
     axis: &Axis,
     sites: &SiteTable,
-    device_view: Option<SmiView>,
+    device_view: Option<DeviceView>,
 ) -> DeviceReport {
     let buckets = axis.buckets();
     let start = axis.start;

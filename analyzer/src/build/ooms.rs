@@ -18,7 +18,7 @@ pub(super) fn oom_reports(
     axis: &Axis,
     sites: &SiteTable,
     devices: &[DeviceReport],
-    device_views: Vec<Option<SmiMoment>>,
+    device_views: Vec<Option<DeviceViewMoment>>,
 ) -> Vec<Oom> {
     let device_total = |d: u32| {
         devices
