@@ -89,19 +89,9 @@ BENCHES=${*:-events resnet alloc}
 mkdir -p "$WORK/overhead"
 RES="$WORK/overhead/results.jsonl"
 
-# The libcupti of release V (`cupti-V` variants): the toolkit's for
-# `toolkit`, else the copy tests/gpu/stage_cupti.sh put in .gpu-extra/.
-cupti_lib() {  # cupti_lib V
-    if [ "$1" = toolkit ]; then
-        echo /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13
-        return
-    fi
-    local xz so
-    xz=$(ls "$ROOT"/.gpu-extra/cupti/"$1"/libcupti.so.*.xz)
-    so="$WORK/cupti/$1/$(basename "$xz" .xz)"
-    [ -f "$so" ] || { mkdir -p "$WORK/cupti/$1" && xz -dc "$xz" >"$so"; }
-    echo "$so"
-}
+# cupti_lib V, the library of the `cupti-V` variants.
+# shellcheck source=tests/gpu/cupti_copies.sh
+. "$ROOT/tests/gpu/cupti_copies.sh"
 
 one() {  # one BENCH VARIANT ROUND COMMAND...
     local bench=$1 variant=$2 round=$3 line flags=()

@@ -258,38 +258,8 @@ private_pools_phase() {
     "$GMEM" dump "$WORK/traces/torch_private_pools.bin" | grep " allocator_event " | awk '{for(i=1;i<=NF;i++) if ($i ~ /^pool=/) print $i}' | sort | uniq -c | sed 's/^/    /'
 }
 
-# The libcupti copies at hand: the toolkit's, Triton's (CUDA 12), and
-# those the run carries, xz-compressed, in .gpu-extra/cupti/VERSION/
-# (tests/gpu/stage_cupti.sh unpacks them from the registry's wheels).
-# CUPTIS="13.4.92 toolkit ..." keeps only the copies of those tags.
-cupti_copies() {
-    local lib
-    for lib in $(all_cupti_copies); do
-        case " ${CUPTIS:-$(cupti_tag "$lib")} " in
-            *" $(cupti_tag "$lib") "*) echo "$lib" ;;
-        esac
-    done
-}
-
-# A copy's tag in file names and tables: its release, `triton` or `toolkit`.
-cupti_tag() {
-    echo "$1" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|'
-}
-
-all_cupti_copies() {
-    ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null
-    local triton
-    triton=$(python3 -c 'import os, triton; print(os.path.dirname(triton.__file__))' 2>/dev/null) \
-        && find "$triton" -name 'libcupti.so.12' 2>/dev/null | head -1
-    for xz in "$ROOT"/.gpu-extra/cupti/*/libcupti.so.*.xz; do
-        [ -f "$xz" ] || continue
-        local v=$(basename "$(dirname "$xz")")
-        mkdir -p "$WORK/cupti/$v"
-        local so="$WORK/cupti/$v/$(basename "$xz" .xz)"
-        [ -f "$so" ] || xz -dc "$xz" >"$so"
-        echo "$so"
-    done
-}
+# shellcheck source=tests/gpu/cupti_copies.sh
+. "$ROOT/tests/gpu/cupti_copies.sh"
 
 # Issue 36, first run: the same programs through each CUPTI, each trace
 # checked against its program's `expect:` lines, and what each recorded
