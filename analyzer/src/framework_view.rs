@@ -455,12 +455,7 @@ fn device_view(
         },
         pools,
         fragmentation: dev.frag.finish(axis, buckets),
-        largest_free: dev
-            .largest_free
-            .finish(axis, buckets)
-            .into_iter()
-            .map(|v| v.unwrap_or(0))
-            .collect(),
+        largest_free: dev.largest_free.finish_or_zero(axis, buckets),
         worst_fragmentation,
         snapshots: snapshots_of(dev, start),
         segments: SegmentCheck {
@@ -486,12 +481,7 @@ fn pools_of(dev: &mut crate::framework::AllocatorOnDevice, axis: &Axis) -> Vec<P
             private_pool: record_pool_id(k.private),
             reserved_peak: p.reserved_peak,
             curve: p.frag.finish(axis, buckets),
-            largest_free: p
-                .largest
-                .finish(axis, buckets)
-                .into_iter()
-                .map(|v| v.unwrap_or(0))
-                .collect(),
+            largest_free: p.largest.finish_or_zero(axis, buckets),
             worst: p.worst.map(|(t, e)| FragmentationAt {
                 time_ns: t.saturating_sub(axis.start),
                 fragmentation: e.fragmentation(),

@@ -208,6 +208,18 @@ impl<T: Copy> Samples<T> {
         out
     }
 
+    /// The curve with buckets before the first sample at zero (largest
+    /// free blocks: nothing free before anything was held).
+    pub fn finish_or_zero(&mut self, axis: &Axis, buckets: usize) -> Vec<T>
+    where
+        T: Default,
+    {
+        self.finish(axis, buckets)
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect()
+    }
+
     /// Merges bucket pairs once per doubling of the axis's width; a merged
     /// bucket ends where its second half ends.
     fn catch_up(&mut self, axis: &Axis) {

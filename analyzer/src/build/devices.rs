@@ -148,12 +148,7 @@ fn device_report(
         fragmentation: Fragmentation {
             regions,
             curve: dev.frag.finish(axis, buckets),
-            largest_free: dev
-                .largest_free
-                .finish(axis, buckets)
-                .into_iter()
-                .map(|v| v.unwrap_or(0))
-                .collect(),
+            largest_free: dev.largest_free.finish_or_zero(axis, buckets),
             worst: dev.frag_worst.map(fragmentation_at(start)),
             blind_spots,
         },
