@@ -20,11 +20,6 @@ use crate::cli::CheckArgs;
 
 /// Exit code when a budget is exceeded.
 pub const EXIT_OVER_BUDGET: i32 = 1;
-/// Exit code when part of a run was not profiled (and that was not allowed):
-/// its figures cannot be trusted either way. Not 2 (bad input, gmem-prof
-/// failed) so that CI can tell "the run proves nothing" from "the job is
-/// broken"; `diff` uses it too.
-pub const EXIT_NOT_PROFILED: i32 = 3;
 
 /// Budgets from a TOML file.
 pub fn budgets_from_file(path: &Path) -> Result<Budgets> {
@@ -106,7 +101,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
             "gmem-prof check: part of the run was not profiled, so its budgets prove nothing \
              (above: why); pass --allow-unprofiled if that is acceptable\n"
         ))?;
-        Ok(EXIT_NOT_PROFILED)
+        Ok(crate::EXIT_NOT_PROFILED)
     } else if failed == 0 {
         crate::out(format_args!(
             "gmem-prof check: every budget holds ({} checked)\n",

@@ -429,7 +429,7 @@ pub struct DiffArgs {
     /// Exit 1 when a figure judged (--fail-on) grew by more than this share
     /// of the base (e.g. 5%), or grew at all from zero.
     #[arg(long, value_name = "PERCENT")]
-    pub fail_above: Option<crate::diff::Percent>,
+    pub fail_above: Option<Percent>,
     /// The figures --fail-above judges, comma-separated, of: peak (each
     /// device's), allocated (tensors' peak), leaked, library (held by CUDA
     /// libraries at exit), ooms, fragmentation (the worst pool's), growth
@@ -486,4 +486,21 @@ pub struct SymbolizeArgs {
     /// Replace the output file if it exists.
     #[arg(short, long)]
     pub force: bool,
+}
+
+/// A percentage threshold: "5%", "5", "0.5%".
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Percent(pub f64);
+
+impl std::str::FromStr for Percent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().trim_end_matches('%').trim();
+        match t.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Percent(v)),
+            _ => Err(format!(
+                "{s:?} is not a percentage (examples: 5%, 0.5%, 10)"
+            )),
+        }
+    }
 }

@@ -16,23 +16,6 @@ use crate::cli::DiffArgs;
 /// Exit code when a change is above `--fail-above`.
 pub const EXIT_ABOVE_THRESHOLD: i32 = 1;
 
-/// A percentage threshold: "5%", "5", "0.5%".
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Percent(pub f64);
-
-impl std::str::FromStr for Percent {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let t = s.trim().trim_end_matches('%').trim();
-        match t.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Percent(v)),
-            _ => Err(format!(
-                "{s:?} is not a percentage (examples: 5%, 0.5%, 10)"
-            )),
-        }
-    }
-}
-
 /// One run's analysis; `label` leads its progress line, shown on a
 /// terminal unless `quiet`.
 fn load(
@@ -129,7 +112,7 @@ pub fn run(a: DiffArgs) -> Result<i32> {
                 "gmem-prof diff: part of a run was not profiled, so the comparison proves \
                  nothing (above: why); pass --allow-unprofiled if that is acceptable\n"
             ))?;
-            return Ok(crate::check::EXIT_NOT_PROFILED);
+            return Ok(crate::EXIT_NOT_PROFILED);
         }
     }
     let above: Vec<_> = d.verdicts.iter().filter(|v| v.above).collect();

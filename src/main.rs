@@ -24,6 +24,11 @@ use clap::Parser;
 
 /// Exit code when gmem-prof itself fails or the input is bad.
 pub const EXIT_FAILURE: i32 = 2;
+/// Exit code of `check` and `diff` when part of a run was not profiled
+/// (and that was not allowed): its figures cannot be trusted either way.
+/// Not 2 (bad input, gmem-prof failed) so that CI can tell "the run proves
+/// nothing" from "the job is broken".
+pub const EXIT_NOT_PROFILED: i32 = 3;
 
 fn main() {
     let cli = cli::Cli::parse();

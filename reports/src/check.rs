@@ -11,7 +11,7 @@ use gmem_prof_model::{Analysis, Category, OomOutcome};
 use serde::Serialize;
 
 use crate::format::{bytes, markdown as md};
-use crate::framework::oom_limit;
+use crate::words::oom_limit;
 
 /// Version of the check JSON summary; bumped when a field changes meaning or
 /// disappears.
@@ -199,7 +199,7 @@ pub fn details(o: &Outcome) -> Vec<String> {
             .map(|e| match e {
                 OomError::Framework { oom, site } => format!(
                     "PyTorch OutOfMemoryError for {} from {site}: refused by {}",
-                    crate::framework::oom_request(oom),
+                    crate::words::oom_request(oom),
                     oom_limit(oom)
                 ),
                 OomError::Driver {

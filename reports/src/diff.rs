@@ -116,7 +116,7 @@ fn changed_sites(w: &mut dyn Write, sites: &[SiteDiff], title: &str) -> io::Resu
         // caching allocator's segments) say how they allocated.
         let alike = moved.iter().filter(|o| o.label == s.label).count() > 1;
         let detail = alike
-            .then(|| crate::text::path_words(&s.category, &s.label, &s.via))
+            .then(|| crate::words::path_words(&s.category, &s.label, &s.via))
             .flatten()
             .map_or_else(String::new, |d| format!(", {d}"));
         writeln!(

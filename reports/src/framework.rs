@@ -14,7 +14,7 @@ use gmem_prof_model::{
 use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
 use crate::chart::{framework_stem, Chart};
 use crate::format::{bytes, escape, time};
-use crate::text::peak_lines;
+use crate::words::{oom_limit, oom_request, peak_lines};
 
 fn tensor_link(a: &Analysis, id: u32) -> String {
     format!(
@@ -79,23 +79,6 @@ pub fn at_device_peak_words(f: &FrameworkAtPeak) -> String {
         bytes(f.tensor_bytes),
         time(f.tensor_time_ns)
     )
-}
-
-/// The request behind an error, in words: "more than N" when the
-/// allocator refused it before any CUDA call that would show it (the
-/// cudaMallocAsync backend against its memory fraction).
-pub fn oom_request(o: &FrameworkOom) -> String {
-    request_words(o.request_seen, o.requested_bytes)
-}
-
-/// `requested` bytes in words; when not `seen`, it is the least the
-/// request could have been.
-pub fn request_words(seen: bool, requested: u64) -> String {
-    match (seen, requested) {
-        (true, n) => bytes(n),
-        (false, 0) => "a request of unknown size".into(),
-        (false, n) => format!("more than {}", bytes(n - 1)),
-    }
 }
 
 /// What the allocator held when it raised an error, in words.
@@ -175,24 +158,6 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
             },
             device_view
         ))
-    }
-}
-
-/// One line saying what limit refused an allocator's request.
-pub fn oom_limit(o: &FrameworkOom) -> String {
-    match (o.limit.as_str(), o.limit_bytes) {
-        ("memory fraction", Some(l)) => format!(
-            "the memory fraction: {} allowed of {} (torch.cuda.set_per_process_memory_fraction), with {} free on the device",
-            bytes(l),
-            bytes(o.device_total_bytes),
-            bytes(o.device_free_bytes)
-        ),
-        ("device full", _) => format!(
-            "the device: {} free of {}",
-            bytes(o.device_free_bytes),
-            bytes(o.device_total_bytes)
-        ),
-        _ => format!("{} free on the device", bytes(o.device_free_bytes)),
     }
 }
 

@@ -42,10 +42,10 @@ fn site_frames(s: &Site) -> String {
 }
 
 /// Links to `ids`, each with what tells it apart from the others of the
-/// same label among them (`text::alike_details`).
+/// same label among them (`words::alike_details`).
 fn site_links(a: &Analysis, ids: &[u32]) -> Vec<String> {
     ids.iter()
-        .zip(crate::text::alike_details(a, ids))
+        .zip(crate::words::alike_details(a, ids))
         .map(|(&id, detail)| match detail {
             Some(d) => format!("{}, {}", site_link(a, id), escape(&d)),
             None => site_link(a, id),

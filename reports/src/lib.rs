@@ -27,15 +27,16 @@ pub mod remedies;
 pub mod runs;
 mod text;
 mod timeline;
+mod words;
 
 use std::io::{self, Write};
 
 use gmem_prof_model::Analysis;
 
 pub use chart::Chart;
-pub use framework::oom_limit as framework_oom_limit;
 pub use html::html;
 pub use text::summary;
+pub use words::oom_limit as framework_oom_limit;
 
 /// The SVG charts of the report, each with the file name it is written as.
 pub fn charts(a: &Analysis) -> Vec<Chart> {

@@ -59,7 +59,7 @@ pub fn advice(r: &Remedy) -> Advice {
                 "pid {pid} ran out on device {device} against its memory fraction {fraction:.2} ({} of {}), asking for {}{} with {} allocated, while the device had {} free",
                 bytes(*limit_bytes),
                 bytes(*device_total_bytes),
-                crate::framework::request_words(*request_seen, *requested_bytes),
+                crate::words::request_words(*request_seen, *requested_bytes),
                 site.as_ref().map_or_else(String::new, |s| format!(" at {s}")),
                 bytes(*allocated_bytes),
                 bytes(*device_free_bytes)

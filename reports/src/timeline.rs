@@ -188,7 +188,7 @@ fn framework_ooms<'a>(
         .flat_map(|v| v.ooms.iter())
         .map(|o| Mark {
             t: o.time_ns as f64 / 1e9,
-            label: format!("OutOfMemoryError for {}", crate::framework::oom_request(o)),
+            label: format!("OutOfMemoryError for {}", crate::words::oom_request(o)),
         })
 }
 
