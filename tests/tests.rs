@@ -28,6 +28,8 @@
 //!   or a clear error, never a panic.
 //! - `docs`: the repository stands alone (no file cites a document outside
 //!   it).
+//! - `repeats`: no run of nine lines of code is written twice in the
+//!   crates' sources.
 //!
 //! The GPU itself is tested by tests/gpu/run.sh on the GPU machine.
 
@@ -72,3 +74,6 @@ mod mangled;
 
 #[path = "e2e/docs.rs"]
 mod docs;
+
+#[path = "e2e/repeats.rs"]
+mod repeats;

@@ -4,21 +4,6 @@
 
 use crate::util::*;
 
-/// The repository's tracked files.
-fn tracked_files() -> Vec<std::path::PathBuf> {
-    let out = std::process::Command::new("git")
-        .args(["ls-files", "-z"])
-        .current_dir(repo())
-        .output()
-        .expect("git lists the repository's files");
-    assert!(out.status.success());
-    out.stdout
-        .split(|&b| b == 0)
-        .filter(|f| !f.is_empty())
-        .map(|f| repo().join(String::from_utf8_lossy(f).as_ref()))
-        .collect()
-}
-
 #[test]
 fn no_file_cites_a_document_outside_the_repository() {
     // Spelled in two pieces, so that this file does not cite them itself.

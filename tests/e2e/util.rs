@@ -441,3 +441,18 @@ pub fn site_figures(recs: &[Value], kind: u64, site: &str) -> (u64, u64, u64, u6
     }
     (n, bytes, freed, freed_bytes)
 }
+
+/// The repository's tracked files.
+pub fn tracked_files() -> Vec<std::path::PathBuf> {
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(repo())
+        .output()
+        .expect("git lists the repository's files");
+    assert!(out.status.success());
+    out.stdout
+        .split(|&b| b == 0)
+        .filter(|f| !f.is_empty())
+        .map(|f| repo().join(String::from_utf8_lossy(f).as_ref()))
+        .collect()
+}
