@@ -61,6 +61,10 @@
 #   bareallcb    bareall with launch callbacks in place of kernel activity
 #   barefloor    what a paused collector keeps enabled: memory, pool and
 #                device activity, the resource callback, the flush thread
+# bareX@V runs bare variant X through CUPTI release V (a staged release or
+# `toolkit`, as cupti-V below): bare_cupti.c linked against that copy, to
+# tell what each release's own path costs (bareallcb@12.8.90 against
+# bareallcb@toolkit).
 #
 # Variant inprocess records with recording paused and resumed every
 # PAUSE_EVERY steps (default 10) inside the run (recording_switch.py): its
@@ -75,7 +79,10 @@
 #
 # Variant cupti-V records through CUPTI release V (`record --cupti`): V is
 # a release tests/gpu/stage_cupti.sh staged (12.8.90, ...) or `toolkit`,
-# the machine's own CUDA 13.0 one (what `full` finds by itself).
+# the machine's own CUDA 13.0 one (what `full` finds by itself). Not in a
+# PyTorch program whose wheel brings its own libcupti (torch 2.11 cu13):
+# torch loads it before CUDA starts and the collector uses that one, so
+# every cupti-V is the same run there; bareX@V is not so deferred.
 #
 # Variant with-NAME records with another collector build,
 # $GMEM_BIN/alt/NAME.so (`record --collector`): builds compared in the same
@@ -139,7 +146,12 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     elif [ "${what#bare}" != "$what" ]; then
         # A missing library would make CUDA skip the injection silently and
         # the run would pass for free: refuse instead.
-        [ -f "$WORK/libbare_cupti.so" ] || { echo "  $bench $variant: $WORK/libbare_cupti.so was not built" >&2; return; }
+        local bare_lib="$WORK/libbare_cupti.so"
+        if [ "${what#*@}" != "$what" ]; then
+            bare_lib=$(bare_through "${what#*@}")
+            what=${what%@*}
+        fi
+        [ -f "$bare_lib" ] || { echo "  $bench $variant: $bare_lib was not built" >&2; return; }
         local kinds=memory cbs=none resource=0 flush=0 wrap=0 hw=0 devbuf=0 pt=0
         case $what in
             barekernels) kinds=kernel ;;
@@ -159,7 +171,7 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
             barefloor) kinds=memory,pool,device resource=1 flush=200 ;;
             *) echo "  $bench $variant: unknown variant" >&2; return ;;
         esac
-        line=$(CUDA_INJECTION64_PATH="$WORK/libbare_cupti.so" BARE_CUPTI_KINDS=$kinds \
+        line=$(CUDA_INJECTION64_PATH="$bare_lib" BARE_CUPTI_KINDS=$kinds \
             BARE_CUPTI_CALLBACKS=$cbs BARE_CUPTI_RESOURCE=$resource BARE_CUPTI_FLUSH_MS=$flush BARE_CUPTI_WRAP=$wrap BARE_CUPTI_HWTRACE=$hw \
             BARE_CUPTI_DEVBUF_MB=$devbuf BARE_CUPTI_PER_THREAD=$pt \
             "${pause[@]}" "$@" 2>"$trace.log" | tail -1)
@@ -168,6 +180,21 @@ one() {  # one BENCH VARIANT ROUND COMMAND...
     fi
     echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $line}" >>"$RES"
     echo "  $bench $variant round $round: $line"
+}
+
+# bare_cupti.c linked against CUPTI release V's copy (cupti_lib V), built
+# once: prints the library's path. Built with the toolkit's headers: the
+# functions and values it uses are the same in CUPTI 12 and 13.
+bare_through() {  # bare_through V
+    local lib out="$WORK/libbare_cupti-$1.so"
+    if [ ! -f "$out" ]; then
+        lib=$(cupti_lib "$1") || return
+        gcc -O2 -shared -fPIC -pthread -o "$out" "$ROOT/tests/gpu/bare_cupti.c" \
+            -I/usr/local/cuda/targets/x86_64-linux/include -I/usr/local/cuda/extras/CUPTI/include \
+            -L/usr/local/cuda/targets/x86_64-linux/lib -L"$(dirname "$lib")" -l:"$(basename "$lib")" \
+            -Wl,-rpath,"$(dirname "$lib")" >&2 || echo "bare_cupti through $1 did not build" >&2
+    fi
+    echo "$out"
 }
 
 # The variants of round R: in the order given in odd rounds, reversed in
