@@ -431,7 +431,7 @@ impl Collector {
                              compute-sanitizer, torch.profiler/Kineto, …)"
                         .to_string(),
                 };
-                let shared = if v2.is_some_and(|l| l.allow_multiple_subscribers.is_some()) {
+                let shared = if can_share {
                     "and does not share it"
                 } else {
                     "and this CUPTI allows only one (CUPTI 13.2 and later can share it with \

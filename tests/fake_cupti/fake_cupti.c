@@ -155,10 +155,10 @@ static int release_cuda(void) {
     return 12000;
 }
 static uint32_t subscribe(void **sub, api_cb cb, void *ud, int share) {
-    int driver;
+    int driver, release = release_cuda();
     cuDriverGetVersion(&driver);
-    if (release_cuda() / 1000 > driver / 1000) return 999; /* a driver of an older CUDA major */
-    if (share && release_cuda() > driver) return 39; /* as 13.4 and 13.5 on a 13.0 driver */
+    if (release / 1000 > driver / 1000) return 999; /* a driver of an older CUDA major */
+    if (share && release > driver) return 39; /* as 13.4 and 13.5 on a 13.0 driver */
     if (knob("FAKE_CUPTI_TAKEN") && !(share && knob("FAKE_CUPTI_SHARES"))) return 39;
     /* As a real CUPTI does when its buffers fill under load. */
     const char *d = getenv("FAKE_CUPTI_DROPPED");

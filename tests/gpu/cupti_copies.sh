@@ -21,22 +21,18 @@ cupti_lib() {  # cupti_lib TAG
     esac
 }
 
-# A copy's tag in file names and tables: its release, `triton` or `toolkit`.
-cupti_tag() {
-    echo "$1" | sed -E 's|.*/cupti/([^/]+)/.*|\1|; s|.*triton.*|triton|; s|.*/usr/local/cuda.*|toolkit|'
-}
-
-# Every copy at hand, or, with CUPTIS="13.4.92 toolkit ...", those only.
-cupti_copies() {
-    local tags=${CUPTIS:-} xz
+# The tags of every copy at hand (a release, `triton`, `toolkit`: the name
+# of its traces and table rows), or, with CUPTIS="13.4.92 toolkit ...",
+# those of them only.
+cupti_tags() {
+    local tags=${CUPTIS:-} xz tag
     if [ -z "$tags" ]; then
         tags="toolkit triton"
         for xz in "$ROOT"/.gpu-extra/cupti/*/libcupti.so.*.xz; do
             [ -f "$xz" ] && tags="$tags $(basename "$(dirname "$xz")")"
         done
     fi
-    local tag
     for tag in $tags; do
-        cupti_lib "$tag"
+        [ -n "$(cupti_lib "$tag")" ] && echo "$tag"
     done
 }

@@ -267,12 +267,12 @@ private_pools_phase() {
 cupti_phase() {
     note "the programs through every CUPTI at hand"
     build
-    local table="$OUT/cupti-table.txt" libs
-    libs=$(cupti_copies)
+    local table="$OUT/cupti-table.txt" tags
+    tags=$(cupti_tags)
     printf '%-12s %-8s %-10s %7s %7s %7s %8s %s\n' cupti api program allocs frees failed launches check >"$table"
-    for lib in $libs; do
-        local tag
-        tag=$(cupti_tag "$lib")
+    for tag in $tags; do
+        local lib
+        lib=$(cupti_lib "$tag")
         for name in kinds oom threads children; do
             RECORD_FLAGS="--cupti $lib" record "cupti-$tag-$name" "bin/$name"
             local trace="$WORK/traces/cupti-$tag-$name.bin"
@@ -297,9 +297,9 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
     # A PyTorch training loop (default caching allocator) checked against
     # its own memory_stats, and torch.profiler with profile_memory=True
     # beside the collector (what each of the two saw), through each CUPTI.
-    for lib in $libs; do
-        local tag
-        tag=$(cupti_tag "$lib")
+    for tag in $tags; do
+        local lib
+        lib=$(cupti_lib "$tag")
         RECORD_FLAGS="--cupti $lib" record "cupti-$tag-torch" python3 "$ROOT/tests/gpu/torch_train.py" "$WORK/cupti-$tag-torch.json" 20
         (cd "$ROOT/tests/gpu" && python3 torch_check.py "$GMEM" "$WORK/traces/cupti-$tag-torch.bin" "$WORK/cupti-$tag-torch.json") >"$WORK/logs/cupti-$tag-torch.check" 2>&1 \
             && echo "    torch_check: pass" || { echo "    torch_check: FAIL"; tail -5 "$WORK/logs/cupti-$tag-torch.check"; FAILED=1; }
