@@ -372,10 +372,12 @@ const CUDA_LIBRARIES: [&str; 13] = [
 /// Functions of a framework that create a CUDA library's handles and their
 /// workspaces, kept per thread and stream for the process's life (PyTorch's
 /// cuBLAS, cuBLASLt, cuDNN, cuSPARSE and cuSOLVER handle pools).
-const LIBRARY_STATE: [&str; 6] = [
+const LIBRARY_STATE: [&str; 8] = [
     "getCurrentCUDABlasHandle",
     "getCUDABlasLtWorkspace",
+    "getNewCUDABlasLtWorkspace",
     "setWorkspaceForHandle",
+    "cuda::getNewWorkspace",
     "getCudnnHandle",
     "getCurrentCUDASparseHandle",
     "getCurrentCUDASolverDnHandle",

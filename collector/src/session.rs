@@ -84,6 +84,19 @@ pub const EVENT_PARTS: [&str; 4] = [
     "queueing",
 ];
 
+/// Which stack a framework allocator's event takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventStack {
+    /// None (a free: its allocation's stack is its site).
+    None,
+    /// As `--tensor-stacks` asks (`Collector::capture_framework_stack`).
+    Framework,
+    /// The whole stack, native and Python frames, if it runs through a
+    /// function that allocates a CUDA library's workspace
+    /// (`torch/workspaces.rs`); else as `Framework`.
+    Workspace,
+}
+
 /// CUPTI's subscriber handle, kept to switch callbacks later.
 struct SubscriberHandle(cupti::Subscriber);
 // SAFETY: an opaque handle CUPTI accepts from any thread.
@@ -618,13 +631,13 @@ impl Collector {
         self.torch_pool_ids.store(yes, Ordering::Relaxed);
     }
 
-    /// A framework allocator's event, with the calling thread's stack when
-    /// `with_stack`. `parts`: for an event being timed, its parts so far
+    /// A framework allocator's event, with the calling thread's stack as
+    /// `stack` asks. `parts`: for an event being timed, its parts so far
     /// (the stack's and the queueing's are marked here).
     pub fn push_allocator_event(
         &self,
         event: gmem_prof_traces::record::AllocatorEvent,
-        with_stack: bool,
+        stack: EventStack,
         mut parts: Option<&mut PartClock<4>>,
     ) {
         if let Some(p) = parts.as_mut() {
@@ -642,26 +655,44 @@ impl Collector {
                 p.mark(EVENT_QUEUE);
             }
         };
-        if with_stack {
-            // The thread's own buffer: zeroing 4 KiB on the stack for every
-            // event was a measurable part of its cost.
-            let mut event = Some(event);
-            EVENT_FRAMES.with(|frames| {
-                if let Ok(mut frames) = frames.try_borrow_mut() {
-                    let (n, truncated) = self.capture_framework_stack(&mut frames);
-                    if let Some(event) = event.take() {
-                        push(event, &frames[..n], truncated);
-                    }
-                }
-            });
-            if let Some(event) = event {
-                let mut frames = [0u64; crate::stacks::MAX_FRAMES];
-                let (n, truncated) = self.capture_framework_stack(&mut frames);
-                push(event, &frames[..n], truncated);
-            }
-        } else {
+        if stack == EventStack::None {
             push(event, &[], false);
+            return;
         }
+        // The thread's own buffer: zeroing 4 KiB on the stack for every
+        // event was a measurable part of its cost.
+        let mut event = Some(event);
+        EVENT_FRAMES.with(|frames| {
+            if let Ok(mut frames) = frames.try_borrow_mut() {
+                let (n, truncated) = self.capture_event_stack(stack, &mut frames);
+                if let Some(event) = event.take() {
+                    push(event, &frames[..n], truncated);
+                }
+            }
+        });
+        if let Some(event) = event {
+            let mut frames = [0u64; crate::stacks::MAX_FRAMES];
+            let (n, truncated) = self.capture_event_stack(stack, &mut frames);
+            push(event, &frames[..n], truncated);
+        }
+    }
+
+    /// The stack `push_allocator_event` records: a likely workspace's
+    /// whole stack when the walk confirms it (`torch/workspaces.rs`), else
+    /// the framework's choice.
+    fn capture_event_stack(
+        &self,
+        stack: EventStack,
+        out: &mut [u64; crate::stacks::MAX_FRAMES],
+    ) -> (usize, bool) {
+        if stack == EventStack::Workspace {
+            let whole = self.capture_stack(out);
+            let workspaces = self.torch.workspaces.get().and_then(|w| w.as_ref().ok());
+            if workspaces.is_some_and(|w| w.confirm(&out[..whole.0])) {
+                return whole;
+            }
+        }
+        self.capture_framework_stack(out)
     }
 
     /// A message for the trace (and for stderr when no CLI will show it).
@@ -836,6 +867,21 @@ impl Collector {
                     self.event_split.describe(EVENT_PARTS)
                 ),
             );
+        }
+        match self.torch.workspaces.get() {
+            Some(Ok(w)) => {
+                if let Some(found) = w.describe() {
+                    self.report(0, found);
+                }
+            }
+            Some(Err(why)) => self.report(
+                0,
+                format!(
+                    "CUDA library workspaces among PyTorch's blocks are told apart only by \
+                     the library's own allocation just before: {why}"
+                ),
+            ),
+            None => {}
         }
         let (launches, micros) = self.launch_timer.summary();
         if launches > 0 {

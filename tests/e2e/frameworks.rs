@@ -801,6 +801,81 @@ fn tensor_stacks_choose_the_frames_of_each_thread() {
     }
 }
 
+/// A CUDA library's workspace that the caching allocator hands out on a
+/// thread running Python (fake_app.py `torch_workspace`: the stand-in
+/// libtorch_cuda's `getCUDABlasLtWorkspace` asks for 1 MiB once, and two
+/// matmuls keep 2 MiB of output each, all from the same Python line) is
+/// the library's, not a tensor left live: by default its stack is walked
+/// whole because the allocator's caller holds the workspace function, and
+/// only its stack; with `--tensor-stacks python` no native frame says so.
+#[test]
+fn a_library_workspace_from_python_is_the_librarys() {
+    let lines = marked_lines(&app());
+    let lib = fake_torch();
+    for (mode, library_bytes) in [("auto", 1u64 << 20), ("python", 0)] {
+        let dir = scratch(&format!("workspace-{mode}"));
+        let out = run(&mut record_python(
+            &dir,
+            "t.bin",
+            &["--tensor-stacks", mode],
+            Path::new("python3"),
+            &[OsStr::new("torch_workspace"), lib.as_os_str()],
+        ));
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        let recs = dump_json(&dir.join("t.bin"));
+        let allocs: Vec<&Value> = of_type(&recs, "AllocatorEvent")
+            .into_iter()
+            .filter(|e| e["action"] == 1)
+            .collect();
+        assert_eq!(allocs.len(), 3, "{mode}: {allocs:?}");
+        // Every block names the program's line; only the workspace, and
+        // only by default, carries native frames.
+        for (i, e) in allocs.iter().enumerate() {
+            let functions = stack_functions(&recs, 0, e["stack"].as_u64().unwrap());
+            let stack = frames(&recs, 0, e["stack"].as_u64().unwrap());
+            assert!(
+                stack
+                    .iter()
+                    .any(|f| matches!(f, Ok((_, _, l)) if *l == lines["matmul"])),
+                "{mode} {i}: {stack:?}"
+            );
+            let native = stack.iter().any(|f| f.is_err());
+            assert_eq!(
+                native,
+                mode == "auto" && i == 0,
+                "{mode} {i}: {functions:?}"
+            );
+            if native {
+                assert!(
+                    functions
+                        .iter()
+                        .any(|f| f.contains("getCUDABlasLtWorkspace")),
+                    "{functions:?}"
+                );
+            }
+        }
+        let a = export_json(&dir.join("t.bin"), &dir);
+        let e = &a["frameworks"][0]["at_exit"];
+        assert_eq!(e["library_bytes"], library_bytes, "{mode}: {e}");
+        assert_eq!(
+            e["live_tensor_bytes"],
+            (4u64 << 20) + (1 << 20) - library_bytes,
+            "{mode}: {e}"
+        );
+        // The collector's note says what its scan found.
+        let notes: Vec<String> = of_type(&recs, "Message")
+            .iter()
+            .filter_map(|m| m["text"].as_str().map(String::from))
+            .filter(|t| t.contains("CUDA library workspaces"))
+            .collect();
+        assert_eq!(
+            notes.iter().any(|t| t.contains(": 1 found by their stack")),
+            mode == "auto",
+            "{mode}: {notes:?}"
+        );
+    }
+}
+
 /// The collector attaches from a segment allocation of the caching
 /// allocator itself (then its initialization is complete and no driver
 /// lock is held), not from another CUDA allocation of the process.

@@ -140,8 +140,9 @@ pub fn fake_nvml() -> &'static Path {
 /// The stand-in for PyTorch's libc10_cuda.so (tests/fake_cupti/fake_torch.cpp),
 /// built with the system C++ compiler once per test run, at
 /// `<dir>/torch/lib/libc10_cuda.so` beside a `torch/version.py` that says
-/// 2.11.0+fake, as in a torch install, and beside the stand-in for
-/// libtorch_cpu.so's autograd engine (fake_autograd.cpp).
+/// 2.11.0+fake, as in a torch install, and beside the stand-ins for
+/// libtorch_cpu.so's autograd engine (fake_autograd.cpp) and
+/// libtorch_cuda.so's cuBLASLt workspace (fake_blas.cpp).
 pub fn fake_torch() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -163,8 +164,10 @@ pub fn fake_torch() -> &'static Path {
             out
         };
         let lib = library("libc10_cuda.so", "fake_torch.cpp", &[f.cupti.as_os_str()]);
-        // Beside it, as in a PyTorch install: the autograd engine's part.
+        // Beside it, as in a PyTorch install: the autograd engine's part,
+        // and cuBLASLt's workspace.
         library("libtorch_cpu.so", "fake_autograd.cpp", &[]);
+        library("libtorch_cuda.so", "fake_blas.cpp", &[]);
         lib
     })
 }

@@ -8,7 +8,8 @@ argv[3]), `torch_direct_first` (the same after a CUDA allocation of its
 own), `paused` (recording paused and resumed by the program),
 `torch_threads` (a tensor from Python, two from a thread without
 Python, and two from a thread evaluating an autograd node and then none,
-as PyTorch's autograd threads allocate) or
+as PyTorch's autograd threads allocate), `torch_workspace` (a cuBLASLt
+workspace and tensors from the stand-in libtorch_cuda of fake_blas.cpp),
 `torch_fragmented_oom` (an out-of-memory error with enough free in
 the segment but in pieces), `torch_async_fraction_oom` (the
 cudaMallocAsync backend refusing a tensor against the memory fraction), `shapes`
@@ -102,6 +103,18 @@ def torch_threads(library):
     malloc = ctypes.cast(c10.fake_torch_malloc, ctypes.c_void_p)
     print("node uses", autograd.fake_autograd_backward(malloc, 2 << 20))
     return kept
+
+
+def torch_workspace(library):
+    """Two matmuls of the stand-in libtorch_cuda (fake_blas.cpp): the first
+    gives cuBLASLt its 1 MiB workspace, kept to the end, as torch's does;
+    both keep their 2 MiB output."""
+    blas = ctypes.CDLL(os.path.join(os.path.dirname(library), "libtorch_cuda.so"))
+    blas.fake_blas_matmul.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    blas.fake_blas_matmul.restype = ctypes.c_uint64
+    c10 = load_c10(library)
+    malloc = ctypes.cast(c10.fake_torch_malloc, ctypes.c_void_p)
+    return [blas.fake_blas_matmul(malloc, 2 << 20) for _ in range(2)]  # line:matmul
 
 
 def torch_fragmented_oom(library):
@@ -306,6 +319,8 @@ elif sys.argv[2:3] == ["torch_threads"]:
     torch_threads(sys.argv[3])
 elif sys.argv[2:3] == ["torch_async_fraction_oom"]:
     torch_async_fraction_oom(sys.argv[3])
+elif sys.argv[2:3] == ["torch_workspace"]:
+    kept = torch_workspace(sys.argv[3])
 elif sys.argv[2:3] == ["torch_fragmented_oom"]:
     torch_fragmented_oom(sys.argv[3])
 elif sys.argv[2:3] == ["torch_direct_first"]:

@@ -122,6 +122,26 @@ pub fn find_symbols(
     slots: usize,
     pick: impl Fn(&[u8]) -> Option<usize>,
 ) -> Result<Vec<Option<FileSymbol>>, String> {
+    let mut found: Vec<Option<FileSymbol>> = vec![None; slots];
+    each_symbol(file, |name, _, symbol| {
+        if let Some(slot) = pick(name) {
+            if let Some(entry @ None) = found.get_mut(slot) {
+                *entry = Some(symbol);
+            }
+        }
+    })?;
+    Ok(found)
+}
+
+/// `STT_FUNC`: a symbol's type (`st_info`'s low nibble) for code.
+pub const SYMBOL_FUNCTION: u8 = 2;
+
+/// Every named symbol of an ELF file's symbol tables (`.symtab`, then
+/// `.dynsym`) with its type (`SYMBOL_FUNCTION`, ...), in table order.
+pub fn each_symbol(
+    file: &[u8],
+    mut visit: impl FnMut(&[u8], u8, FileSymbol),
+) -> Result<(), String> {
     let bad = |what: &str| format!("not an ELF file we can read ({what})");
     let u16_at = |at: usize| -> Option<u64> {
         Some(u16::from_le_bytes(file.get(at..at + 2)?.try_into().ok()?).into())
@@ -141,7 +161,6 @@ pub fn find_symbols(
     if shentsize < 64 {
         return Err(bad("section header size"));
     }
-    let mut found: Vec<Option<FileSymbol>> = vec![None; slots];
     for wanted_type in [SHT_SYMTAB, SHT_DYNSYM] {
         for i in 0..shnum {
             let sh = shoff + i * shentsize;
@@ -172,8 +191,8 @@ pub fn find_symbols(
             let count = (size / entsize) as usize;
             for k in 0..count {
                 let s = off as usize + k * entsize as usize;
-                let (Some(name), Some(value), Some(sym_size)) =
-                    (u32_at(s), u64_at(s + 8), u64_at(s + 16))
+                let (Some(name), Some(info), Some(value), Some(sym_size)) =
+                    (u32_at(s), file.get(s + 4), u64_at(s + 8), u64_at(s + 16))
                 else {
                     return Err(bad("symbol table"));
                 };
@@ -184,18 +203,73 @@ pub fn find_symbols(
                     continue;
                 };
                 let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
-                if let Some(slot) = pick(&rest[..end]) {
-                    if let Some(entry @ None) = found.get_mut(slot) {
-                        *entry = Some(FileSymbol {
-                            value,
-                            size: sym_size,
-                        });
-                    }
-                }
+                visit(
+                    &rest[..end],
+                    info & 0xf,
+                    FileSymbol {
+                        value,
+                        size: sym_size,
+                    },
+                );
             }
         }
     }
-    Ok(found)
+    Ok(())
+}
+
+/// A file mapped read-only into memory: a large library's symbol tables
+/// are read where they lie, without copying the file (libtorch_cuda.so is
+/// over a gigabyte, most of it GPU code).
+pub struct MappedFile {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl MappedFile {
+    pub fn open(path: &str) -> Result<MappedFile, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("cannot read {path}: {e}"))?
+            .len() as usize;
+        if len == 0 {
+            return Err(format!("{path} is empty"));
+        }
+        // SAFETY: a private read-only mapping of an open file descriptor;
+        // the mapping outlives the descriptor, and is unmapped on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!(
+                "cannot map {path}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(MappedFile { ptr, len })
+    }
+}
+
+impl Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable at `ptr` until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, unmapped once.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
 }
 
 #[cfg(test)]

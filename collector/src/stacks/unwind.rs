@@ -565,7 +565,7 @@ fn current_regs() -> (u64, u64, u64) {
 }
 
 /// The top (highest address) of the calling thread's stack, cached per thread.
-fn thread_stack_end() -> u64 {
+pub fn thread_stack_end() -> u64 {
     STACK_END.with(|c| {
         if c.get() == 0 {
             c.set(query_stack_end());

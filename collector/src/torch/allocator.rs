@@ -37,12 +37,15 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::Record;
 
 use crate::clock::{EventTimer, PartClock, Sample};
+use crate::config::TensorStacks;
 use crate::cuda::callbacks::current_tid;
-use crate::session::{self, Collector};
+use crate::session::{self, Collector, EventStack};
 use crate::stacks::elf::{self, FileSymbol};
 use crate::stacks::modules;
+use crate::stacks::unwind::thread_stack_end;
 use crate::torch::async_backend::AsyncBackend;
 use crate::torch::autograd::Autograd;
+use crate::torch::workspaces::Workspaces;
 
 const LIBRARY: &str = "libc10_cuda.so";
 
@@ -71,6 +74,9 @@ pub struct TorchHook {
     pub autograd: OnceLock<Option<Autograd>>,
     /// Set when the process runs the cudaMallocAsync backend.
     pub async_backend: OnceLock<AsyncBackend>,
+    /// The functions that allocate CUDA libraries' workspaces, looked up
+    /// once attached (`workspaces.rs`, beside this file); Err: why not.
+    pub workspaces: OnceLock<Result<Workspaces, String>>,
 }
 
 impl Default for TorchHook {
@@ -82,6 +88,7 @@ impl Default for TorchHook {
             without_stack: EventTimer::default(),
             autograd: OnceLock::new(),
             async_backend: OnceLock::new(),
+            workspaces: OnceLock::new(),
         }
     }
 }
@@ -239,8 +246,15 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         };
         let oom = action == AllocatorAction::OOM;
         let started = c.clock.now();
+        let stack = if !stack {
+            EventStack::None
+        } else if action == AllocatorAction::ALLOC && c.torch.workspace_on_stack(c, entry) {
+            EventStack::Workspace
+        } else {
+            EventStack::Framework
+        };
         // Counting is part of what an event costs: inside the time taken.
-        let timer = if stack {
+        let timer = if stack != EventStack::None {
             &c.torch.with_stack
         } else {
             &c.torch.without_stack
@@ -308,7 +322,7 @@ unsafe extern "C" fn on_oom(
             device_free: free,
             limit,
         };
-        c.push_allocator_event(event, true, None);
+        c.push_allocator_event(event, EventStack::Framework, None);
         c.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
     });
 }
@@ -403,6 +417,7 @@ impl TorchHook {
                 // Events other threads record before this is set take
                 // their native stack.
                 self.autograd.get_or_init(Autograd::find);
+                self.workspaces.get_or_init(Workspaces::find);
                 self.state.store(ATTACHED, Ordering::Release);
                 c.sink.push(Record::Allocator(info(true, detail)));
             }
@@ -422,6 +437,21 @@ impl TorchHook {
 }
 
 impl TorchHook {
+    /// Whether an allocation whose trace entry lies at `entry` is likely a
+    /// CUDA library's workspace (`workspaces.rs`). Only by default
+    /// (`--tensor-stacks auto`) and where Python runs: `all` walks every
+    /// stack anyway, `python` asked for no native frames, and without
+    /// Python every tensor's stack is native.
+    fn workspace_on_stack(&self, c: &Collector, entry: *const u8) -> bool {
+        c.config.tensor_stacks == TensorStacks::Auto
+            && c.python.is_some()
+            && self
+                .workspaces
+                .get()
+                .and_then(|w| w.as_ref().ok())
+                .is_some_and(|w| w.on_stack(entry as u64, thread_stack_end()))
+    }
+
     /// Whether attaching is still to be tried.
     pub fn waiting(&self) -> bool {
         self.state.load(Ordering::Acquire) == WAITING

@@ -26,7 +26,7 @@ use gmem_prof_traces::record::{allocator, AllocatorAction, AllocatorEvent, Bytes
 use crate::config::MAX_STACK_DEPTH;
 use crate::cuda::callbacks::{current_tid, OFF_CONTEXT, OFF_PARAMS, OFF_RETURN, OFF_SITE};
 use crate::cuda::cupti::{field, SITE_EXIT};
-use crate::session::Collector;
+use crate::session::{Collector, EventStack};
 
 /// `cuMemGetInfo_v2`'s callback id (CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2).
 pub const MEM_GET_INFO_CBID: u32 =
@@ -136,7 +136,15 @@ impl Collector {
                 device_free: free,
                 limit,
             };
-            self.push_allocator_event(event, action == AllocatorAction::OOM, None);
+            self.push_allocator_event(
+                event,
+                if action == AllocatorAction::OOM {
+                    EventStack::Framework
+                } else {
+                    EventStack::None
+                },
+                None,
+            );
         }
         self.sample_devices(gmem_prof_traces::record::device_memory::FAILED_ALLOCATION);
     }
