@@ -204,6 +204,11 @@ fn merge_tensor_sites(engine: &Engine, rules: &CodeRules) -> MergedSites {
             let m = groups.entry(key.clone()).or_insert_with(|| Merged {
                 label: if frames.is_empty() {
                     "tensors with no stack".into()
+                } else if let Some(library) = sites::library_function(&frames) {
+                    format!(
+                        "CUDA library workspace ({library}) under {}",
+                        sites::label(SiteClass::Call, "tensor", &frames, rules)
+                    )
                 } else {
                     sites::label(SiteClass::Call, "tensor", &frames, rules)
                 },
@@ -235,8 +240,13 @@ fn merge_tensor_sites(engine: &Engine, rules: &CodeRules) -> MergedSites {
     });
     let mut labels: Vec<String> = order.iter().map(|(_, m)| m.label.clone()).collect();
     let frames: Vec<&[FrameText]> = order.iter().map(|(_, m)| m.frames.as_slice()).collect();
-    let one_group = vec![String::new(); labels.len()];
-    sites::tell_apart(&mut labels, &one_group, &frames, rules);
+    // Workspaces apart: a line's own tensors are not numbered as call paths
+    // because a library also allocated under it.
+    let groups: Vec<String> = frames
+        .iter()
+        .map(|f| sites::library_function(f).unwrap_or_default())
+        .collect();
+    sites::tell_apart(&mut labels, &groups, &frames, rules);
     let id_of: BTreeMap<&String, u32> = order
         .iter()
         .enumerate()

@@ -19,7 +19,7 @@
 //! - several processes on one device that came close to its memory, or
 //!   one ran out of what the others held → a share per process.
 
-use crate::model::{Analysis, FrameText, OomLimit, Remedy};
+use crate::model::{Analysis, FrameText, OomLimit, Remedy, TensorSite};
 
 /// Several processes on a device are a finding when together they came
 /// this close to its memory.
@@ -231,6 +231,13 @@ fn in_forward(frames: &[FrameText]) -> bool {
     })
 }
 
+/// A CUDA library's workspace that PyTorch made inside a module call
+/// (cuBLASLt's, made lazily by the first matmul that needs it): not an
+/// activation, and checkpointing does not shrink it.
+fn is_library_workspace(t: &TensorSite) -> bool {
+    t.library_at_exit_bytes > 0 || t.frames.iter().any(crate::sites::is_cuda_library)
+}
+
 /// What the forward pass allocated and still held at the allocated peak,
 /// in a process that ran a backward pass: there the forward's tensors are
 /// kept for it, and checkpointing trades recomputation for them. Without
@@ -254,7 +261,7 @@ fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
             .filter(|s| {
                 a.tensor_sites
                     .get(s.site as usize)
-                    .is_some_and(|t| in_forward(&t.frames))
+                    .is_some_and(|t| in_forward(&t.frames) && !is_library_workspace(t))
             })
             .map(|s| (a.tensor_site_label(s.site), s.bytes))
             .collect();

@@ -383,6 +383,19 @@ const LIBRARY_STATE: [&str; 8] = [
     "getCurrentCUDASolverDnHandle",
 ];
 
+/// The innermost frame of a stack that is a CUDA library's or keeps its
+/// state (`is_cuda_library`), named without its parameters: what made a
+/// framework's block a library's workspace.
+pub fn library_function(frames: &[FrameText]) -> Option<String> {
+    let f = frames.iter().find(|f| is_cuda_library(f))?;
+    let name = if f.function.is_empty() {
+        &f.module
+    } else {
+        &f.function
+    };
+    Some(name.split('(').next().unwrap_or(name).to_string())
+}
+
 /// Whether a module (its file name) is one of `CUDA_LIBRARIES`.
 pub fn is_cuda_library_module(file_name: &str) -> bool {
     CUDA_LIBRARIES.iter().any(|l| file_name.starts_with(l))

@@ -862,6 +862,28 @@ fn a_library_workspace_from_python_is_the_librarys() {
             (4u64 << 20) + (1 << 20) - library_bytes,
             "{mode}: {e}"
         );
+        // The workspace is named as one; the line's own tensors are one
+        // site, not numbered as call paths beside it.
+        let labels: Vec<&str> = a["tensor_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["label"].as_str().unwrap())
+            .collect();
+        let line = format!("fake_app.py:{}", lines["matmul"]);
+        let workspace = "CUDA library workspace (at::cuda::getCUDABlasLtWorkspace) under ";
+        assert_eq!(
+            labels
+                .iter()
+                .filter(|l| l.starts_with(workspace) && l.ends_with(&line))
+                .count(),
+            usize::from(mode == "auto"),
+            "{mode}: {labels:?}"
+        );
+        assert!(
+            labels.iter().all(|l| !l.contains("call path")),
+            "{mode}: {labels:?}"
+        );
         // The collector's note says what its scan found.
         let notes: Vec<String> = of_type(&recs, "Message")
             .iter()

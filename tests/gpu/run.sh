@@ -243,6 +243,7 @@ remedies_phase() {
         echo "    $name: $(stat -c %s "$WORK/traces/$name.bin" 2>/dev/null) bytes"
         "$GMEM" report "$WORK/traces/$name.bin" -o "$WORK/logs/$name-report" | head -40 | sed 's/^/    /'
     done
+    python3 "$g/framework_check.py" "$GMEM" torch_activations "$WORK/traces/torch_activations.bin" "$WORK/torch_activations.json" || FAILED=1
 }
 
 private_pools_phase() {

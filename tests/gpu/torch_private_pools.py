@@ -6,7 +6,9 @@ tensor outside the pool can use. Then an MLP's forward pass is captured in a
 CUDA graph: its intermediates live in the pool the graph made for itself,
 and stay there after capture. The memory snapshot taken after each step is
 the ground truth: each private pool's id (as torch numbers it), segments,
-free bytes and largest free block.
+free bytes and largest free block; and what stays allocated once the
+program has dropped its objects (the workspaces cuBLAS got for the side
+stream and the capture: torch's, not the program's).
 Writes the truth to argv[1].
 usage: torch_private_pools.py TRUTH_JSON
 """
@@ -14,7 +16,7 @@ import sys
 
 import torch
 
-from truth import marked_lines, pools_from_snapshot, torch_state, write
+from truth import left_allocated, marked_lines, pools_from_snapshot, torch_state, write
 
 MIB = 1 << 20
 
@@ -69,6 +71,8 @@ def main():
         "output_bytes": y.numel() * y.element_size(),
         "torch": torch_state(torch),
     }
+    del kept, pool, model, x, y, graph, side
+    truth["left_allocated"] = left_allocated(torch)
     write(sys.argv[1], truth)
 
 

@@ -2,6 +2,7 @@
 itself says (memory_stats, the memory snapshot's segments and blocks), the
 lines of the program marked with a `line:NAME` comment, and the fragmentation of each of
 the caching allocator's pools computed from the snapshot's blocks."""
+import gc
 import json
 import sys
 
@@ -65,6 +66,19 @@ def torch_state(torch):
                          "segment_type": s["segment_type"], "stream": s["stream"],
                          "allocated_size": s["allocated_size"]} for s in snap["segments"]]
     return keep
+
+
+def left_allocated(torch):
+    """What PyTorch's allocator still hands out once the program has dropped
+    every tensor it made: torch's own blocks, the cuBLAS and cuBLASLt
+    workspaces it keeps per handle and stream for the process's life. Call
+    it after deleting the program's objects; the trace must count exactly
+    this as the library's at exit, and no tensor."""
+    gc.collect()
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    return {"bytes": stats.get("allocated_bytes.all.current", 0),
+            "blocks": stats.get("allocation.all.current", 0)}
 
 
 def write(path, truth):

@@ -45,12 +45,20 @@ const WORKSPACE_FUNCTIONS: [&[u8]; 5] = [
 /// `malloc`, its `allocate` and the dispatch between them.
 pub const SCAN_BYTES: u64 = 4096;
 
+/// Bits of `Workspaces::pages`: with a few dozen functions' pages set, a
+/// return address elsewhere in libtorch_cuda shares a bit about once in a
+/// hundred.
+const PAGE_BITS: usize = 4096;
+
 /// The workspace functions where they are loaded in this process.
 pub struct Workspaces {
     /// Their address ranges, sorted by start.
     ranges: Vec<Range<u64>>,
     /// From the lowest start to the highest end: most words fall outside.
     span: Range<u64>,
+    /// One bit per 4 KiB page the functions occupy (page number modulo
+    /// `PAGE_BITS`): a word on no such page is turned away with one load.
+    pages: [u64; PAGE_BITS / 64],
     /// What the scans found: blocks whose stack held a workspace function's
     /// address, those a walk then confirmed, and the farthest such address
     /// above the trace entry, in bytes (for the trace's notes).
@@ -84,15 +92,40 @@ impl Workspaces {
 
     fn from_ranges(mut ranges: Vec<Range<u64>>) -> Option<Workspaces> {
         ranges.sort_by_key(|r| r.start);
-        ranges.dedup();
-        let span = ranges.first()?.start..ranges.iter().map(|r| r.end).max()?;
+        // Aliases and overlaps merged: `holds` searches them in order.
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        let ranges = merged;
+        let span = ranges.first()?.start..ranges.last()?.end;
+        let mut pages = [0u64; PAGE_BITS / 64];
+        for r in &ranges {
+            // Few pages: a function spanning many is rare and cheap to mark.
+            for page in r.start >> 12..=(r.end - 1) >> 12 {
+                let bit = page as usize % PAGE_BITS;
+                pages[bit / 64] |= 1 << (bit % 64);
+            }
+        }
         Some(Workspaces {
             ranges,
             span,
+            pages,
             candidates: AtomicU64::new(0),
             confirmed: AtomicU64::new(0),
             farthest: AtomicU64::new(0),
         })
+    }
+
+    /// Whether `address` lies on a 4 KiB page that one of the functions
+    /// occupies, or on one that shares its bit in `pages`.
+    #[inline]
+    fn on_a_page(&self, address: u64) -> bool {
+        let bit = (address >> 12) as usize % PAGE_BITS;
+        self.pages[bit / 64] & (1 << (bit % 64)) != 0
     }
 
     /// Whether a return address is one of a call in one of the functions
@@ -101,7 +134,14 @@ impl Workspaces {
     #[inline]
     pub fn holds(&self, return_address: u64) -> bool {
         let call = return_address.wrapping_sub(1);
-        self.span.contains(&call) && self.ranges.iter().any(|r| r.contains(&call))
+        // Most words of a stack fall outside the span; those inside it are
+        // mostly other return addresses into libtorch_cuda: the page filter
+        // turns nearly all of them away with one load, the rest are
+        // searched among the ranges.
+        self.span.contains(&call) && self.on_a_page(call) && {
+            let i = self.ranges.partition_point(|r| r.end <= call);
+            self.ranges.get(i).is_some_and(|r| r.contains(&call))
+        }
     }
 
     /// Whether the stack from `from` up `SCAN_BYTES` (no further than
@@ -151,10 +191,11 @@ impl Workspaces {
         (candidates > 0).then(|| {
             format!(
                 "CUDA library workspaces among PyTorch's blocks: {} found by their stack \
-                 ({candidates} blocks held a workspace function's address within {SCAN_BYTES} \
+                 ({candidates} {} held a workspace function's address within {SCAN_BYTES} \
                  bytes above the allocator's frame, the farthest {} bytes up; the others' \
                  were left there by earlier calls)",
                 self.confirmed.load(Ordering::Relaxed),
+                if candidates == 1 { "block" } else { "blocks" },
                 self.farthest.load(Ordering::Relaxed),
             )
         })
@@ -177,8 +218,16 @@ mod tests {
 
     #[test]
     fn finds_an_address_of_the_functions_on_the_stack_and_nothing_else() {
-        let w = Workspaces::from_ranges(vec![0x9000..0x9100, 0x1000..0x1080]).unwrap();
+        let w = Workspaces::from_ranges(vec![
+            0x9000..0x9100,
+            0x1000..0x1080,
+            0x1000..0x1040,
+            0x3000..0x3010,
+        ])
+        .unwrap();
         assert_eq!(w.span, 0x1000..0x9100);
+        assert_eq!(w.ranges, [0x1000..0x1080, 0x3000..0x3010, 0x9000..0x9100]);
+        assert!(w.holds(0x3005) && !w.holds(0x3011) && !w.holds(0x2000));
         // Return addresses: one past a call.
         assert!(w.holds(0x1001) && w.holds(0x1080) && w.holds(0x9100));
         assert!(!w.holds(0x1000) && !w.holds(0x1081) && !w.holds(0x5000));
