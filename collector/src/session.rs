@@ -15,8 +15,9 @@ use gmem_prof_traces::Record;
 use crate::clock::{Clock, CostSplit, EventTimer, PartClock, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
 use crate::cuda::activity::{self, Names};
-use crate::cuda::callbacks::{self, current_tid, WATCHED};
+use crate::cuda::callbacks::{self, current_tid};
 use crate::cuda::cupti::{self, Cupti};
+use crate::cuda::watched::WATCHED;
 use crate::nvml::Nvml;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
@@ -610,8 +611,8 @@ impl Collector {
     fn event_callbacks(&self) -> Vec<u32> {
         let mut cbids: Vec<u32> = WATCHED
             .iter()
-            .filter(|(_, func)| !callbacks::release_in_activity(*func) || self.config.free_stacks)
-            .map(|(cbid, _)| *cbid as u32)
+            .filter(|w| !callbacks::release_in_activity(w.func) || self.config.free_stacks)
+            .map(|w| w.cbid as u32)
             .collect();
         if self.config.kernels == KernelMode::Launches {
             cbids.extend(callbacks::LAUNCHES.iter().map(|cbid| *cbid as u32));

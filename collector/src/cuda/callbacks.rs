@@ -17,135 +17,8 @@ use gmem_prof_traces::Record;
 
 use crate::clock::{PartClock, Sample};
 use crate::cuda::cupti::{field, SITE_ENTER, SITE_EXIT};
+use crate::cuda::watched::{Params, Watched, WATCHED};
 use crate::session::Collector;
-
-/// The driver callbacks we enable, with the function each stands for.
-pub const WATCHED: &[(Cb, ApiFunc)] = &[
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
-        ApiFunc::MEM_ALLOC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
-        ApiFunc::MEM_ALLOC_PITCH,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
-        ApiFunc::MEM_ALLOC_MANAGED,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-        ApiFunc::MEM_ALLOC_HOST,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
-        ApiFunc::MEM_HOST_ALLOC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
-        ApiFunc::MEM_ALLOC_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
-        ApiFunc::MEM_ALLOC_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
-        ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
-        ApiFunc::MEM_ALLOC_FROM_POOL_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2,
-        ApiFunc::ARRAY_CREATE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2,
-        ApiFunc::ARRAY_3D_CREATE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate,
-        ApiFunc::MIPMAPPED_ARRAY_CREATE,
-    ),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemCreate, ApiFunc::MEM_CREATE),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemMap, ApiFunc::MEM_MAP),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve,
-        ApiFunc::MEM_ADDRESS_RESERVE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
-        ApiFunc::MEM_HOST_REGISTER,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode,
-        ApiFunc::GRAPH_ADD_MEM_ALLOC_NODE,
-    ),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, ApiFunc::MEM_FREE),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
-        ApiFunc::MEM_FREE_HOST,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-        ApiFunc::MEM_FREE_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
-        ApiFunc::MEM_FREE_ASYNC,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy,
-        ApiFunc::ARRAY_DESTROY,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy,
-        ApiFunc::MIPMAPPED_ARRAY_DESTROY,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
-        ApiFunc::MEM_RELEASE,
-    ),
-    (Cb::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, ApiFunc::MEM_UNMAP),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree,
-        ApiFunc::MEM_ADDRESS_FREE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
-        ApiFunc::MEM_HOST_UNREGISTER,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode,
-        ApiFunc::GRAPH_ADD_MEM_FREE_NODE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate,
-        ApiFunc::MEM_POOL_CREATE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy,
-        ApiFunc::MEM_POOL_DESTROY,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo,
-        ApiFunc::MEM_POOL_TRIM_TO,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle,
-        ApiFunc::IPC_OPEN_MEM_HANDLE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
-        ApiFunc::IPC_OPEN_MEM_HANDLE,
-    ),
-    (
-        Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle,
-        ApiFunc::IPC_CLOSE_MEM_HANDLE,
-    ),
-];
 
 /// The parts of a launch's cost (`Collector::launch_split`): reading
 /// CUPTI's data and the launch's parameters, finding the name's id, the
@@ -192,293 +65,23 @@ pub fn release_in_activity(func: ApiFunc) -> bool {
 }
 
 /// Callback ids are small integers: a table indexed by cbid keeps the lookup
-/// on the hot path to one load.
+/// on the hot path to one load (entry index + 1 in `WATCHED`, 0 for none).
 const CBID_TABLE_LEN: usize = 1024;
-static FUNC_BY_CBID: std::sync::LazyLock<[u16; CBID_TABLE_LEN]> = std::sync::LazyLock::new(|| {
-    let mut t = [0u16; CBID_TABLE_LEN];
-    for (cbid, func) in WATCHED {
-        if let Some(slot) = t.get_mut(*cbid as usize) {
-            *slot = func.0;
+static WATCHED_BY_CBID: std::sync::LazyLock<[u8; CBID_TABLE_LEN]> =
+    std::sync::LazyLock::new(|| {
+        let mut t = [0u8; CBID_TABLE_LEN];
+        for (i, w) in WATCHED.iter().enumerate() {
+            if let Some(slot) = t.get_mut(w.cbid as usize) {
+                *slot = u8::try_from(i + 1).expect("WATCHED has fewer than 255 entries");
+            }
         }
-    }
-    t
-});
+        t
+    });
 
-fn func_of(cbid: u32) -> Option<ApiFunc> {
-    match FUNC_BY_CBID.get(cbid as usize) {
-        Some(&f) if f != 0 => Some(ApiFunc(f)),
+fn watched_of(cbid: u32) -> Option<&'static Watched> {
+    match WATCHED_BY_CBID.get(cbid as usize) {
+        Some(&i) if i != 0 => WATCHED.get(usize::from(i) - 1),
         _ => None,
-    }
-}
-
-/// What a call's parameters tell: requested bytes, the address returned or
-/// passed, a handle (stream-ordered pool, VMM handle, array), the stream.
-#[derive(Default)]
-struct Params {
-    bytes: u64,
-    address: u64,
-    handle: u64,
-    stream: u64,
-}
-
-/// Reads an output parameter if the call succeeded.
-///
-/// # Safety
-/// `p` must be NULL or point to a readable T.
-unsafe fn out<T: Copy + Into<u64>>(p: *const T, ok: bool) -> u64 {
-    if ok && !p.is_null() {
-        // SAFETY: non-null, and the caller guarantees it is readable.
-        unsafe { std::ptr::read_unaligned(p) }.into()
-    } else {
-        0
-    }
-}
-
-/// # Safety
-/// `p` must point to the parameter struct CUPTI documents for `cbid`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: the watched calls' parameters should come from one table (issue 37's collector by source)"
-)]
-unsafe fn params(cbid: u32, p: *const c_void, ok: bool) -> Params {
-    macro_rules! rd {
-        ($t:ty) => {
-            std::ptr::read_unaligned(p as *const $t)
-        };
-    }
-    let ptr_u64 = |v: *mut c_void| v as u64;
-    // SAFETY: `p` points to this cbid's parameter struct (caller), which
-    // `rd!` copies out; the pointers `out` and `read_unaligned` follow are the
-    // call's own output parameters, valid at API exit when the call succeeded.
-    unsafe {
-        match cbid {
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 as u32 => {
-                let q = rd!(cs::cuMemAlloc_v2_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.dptr, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2 as u32 => {
-                let q = rd!(cs::cuMemAllocPitch_v2_params);
-                let pitch = out(q.pPitch as *const usize as *const u64, ok);
-                let bytes = if pitch > 0 {
-                    pitch * q.Height as u64
-                } else {
-                    (q.WidthInBytes * q.Height) as u64
-                };
-                Params {
-                    bytes,
-                    address: out(q.dptr, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged as u32 => {
-                let q = rd!(cs::cuMemAllocManaged_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.dptr, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 as u32 => {
-                let q = rd!(cs::cuMemAllocHost_v2_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.pp as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc as u32 => {
-                let q = rd!(cs::cuMemHostAlloc_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.pp as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync as u32
-                || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz as u32 =>
-            {
-                let q = rd!(cs::cuMemAllocAsync_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.dptr, ok),
-                    stream: q.hStream as u64,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync as u32
-                || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz as u32 =>
-            {
-                let q = rd!(cs::cuMemAllocFromPoolAsync_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: out(q.dptr, ok),
-                    handle: q.pool as u64,
-                    stream: q.hStream as u64,
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2 as u32 => {
-                let q = rd!(cs::cuArrayCreate_v2_params);
-                Params {
-                    handle: out(q.pHandle as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2 as u32 => {
-                let q = rd!(cs::cuArray3DCreate_v2_params);
-                Params {
-                    handle: out(q.pHandle as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayCreate as u32 => {
-                let q = rd!(cs::cuMipmappedArrayCreate_params);
-                Params {
-                    handle: out(q.pHandle as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemCreate as u32 => {
-                let q = rd!(cs::cuMemCreate_params);
-                Params {
-                    bytes: q.size as u64,
-                    handle: out(q.handle, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemMap as u32 => {
-                let q = rd!(cs::cuMemMap_params);
-                Params {
-                    bytes: q.size as u64,
-                    address: q.ptr,
-                    handle: q.handle,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle as u32
-                || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2 as u32 =>
-            {
-                // v1 and v2 share their leading field, the output pointer.
-                let q = rd!(cs::cuIpcOpenMemHandle_v2_params);
-                Params {
-                    address: out(q.pdptr, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle as u32 => {
-                let q = rd!(cs::cuIpcCloseMemHandle_params);
-                Params {
-                    address: q.dptr,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressReserve as u32 => {
-                let q = rd!(cs::cuMemAddressReserve_params);
-                Params {
-                    bytes: q.size as u64,
-                    address: out(q.ptr, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2 as u32 => {
-                let q = rd!(cs::cuMemHostRegister_v2_params);
-                Params {
-                    bytes: q.bytesize as u64,
-                    address: ptr_u64(q.p),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemAllocNode as u32 => {
-                let q = rd!(cs::cuGraphAddMemAllocNode_params);
-                if q.nodeParams.is_null() {
-                    Params::default()
-                } else {
-                    let np = std::ptr::read_unaligned(q.nodeParams);
-                    Params {
-                        bytes: np.bytesize as u64,
-                        address: if ok { np.dptr } else { 0 },
-                        ..Default::default()
-                    }
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 as u32 => Params {
-                address: rd!(cs::cuMemFree_v2_params).dptr,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost as u32 => Params {
-                address: ptr_u64(rd!(cs::cuMemFreeHost_params).p),
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync as u32
-                || x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz as u32 =>
-            {
-                let q = rd!(cs::cuMemFreeAsync_params);
-                Params {
-                    address: q.dptr,
-                    stream: q.hStream as u64,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy as u32 => Params {
-                handle: rd!(cs::cuArrayDestroy_params).hArray as u64,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy as u32 => Params {
-                handle: rd!(cs::cuMipmappedArrayDestroy_params).hMipmappedArray as u64,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemRelease as u32 => Params {
-                handle: rd!(cs::cuMemRelease_params).handle,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap as u32 => {
-                let q = rd!(cs::cuMemUnmap_params);
-                Params {
-                    bytes: q.size as u64,
-                    address: q.ptr,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree as u32 => {
-                let q = rd!(cs::cuMemAddressFree_params);
-                Params {
-                    bytes: q.size as u64,
-                    address: q.ptr,
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister as u32 => Params {
-                address: ptr_u64(rd!(cs::cuMemHostUnregister_params).p),
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode as u32 => Params {
-                address: rd!(cs::cuGraphAddMemFreeNode_params).dptr,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate as u32 => {
-                let q = rd!(cs::cuMemPoolCreate_params);
-                Params {
-                    handle: out(q.pool as *const u64, ok),
-                    ..Default::default()
-                }
-            }
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy as u32 => Params {
-                handle: rd!(cs::cuMemPoolDestroy_params).pool as u64,
-                ..Default::default()
-            },
-            x if x == Cb::CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo as u32 => {
-                let q = rd!(cs::cuMemPoolTrimTo_params);
-                Params {
-                    bytes: q.minBytesToKeep as u64,
-                    handle: q.pool as u64,
-                    ..Default::default()
-                }
-            }
-            _ => Params::default(),
-        }
     }
 }
 
@@ -713,7 +316,10 @@ impl Collector {
     /// `data` must be the CUpti_CallbackData CUPTI passed for a driver API
     /// callback.
     pub unsafe fn on_driver_call(&self, cbid: u32, data: *const u8) {
-        let Some(func) = func_of(cbid) else { return };
+        let Some(watched) = watched_of(cbid) else {
+            return;
+        };
+        let func = watched.func;
         // SAFETY: data is a CUpti_CallbackData; the offsets come from its
         // bindgen layout and the fields are plain integers and pointers.
         let (site, params_ptr, ret_ptr, corr_data, corr) = unsafe {
@@ -753,8 +359,9 @@ impl Collector {
         let p = if params_ptr.is_null() {
             Params::default()
         } else {
-            // SAFETY: CUPTI's parameter struct for this cbid.
-            unsafe { params(cbid, params_ptr, result == 0) }
+            // SAFETY: CUPTI's parameter struct for this cbid, the one
+            // `watched` reads.
+            unsafe { (watched.read)(params_ptr, result == 0) }
         };
         let call = ApiCall {
             time: Nanos(now),
@@ -989,24 +596,29 @@ mod tests {
     fn launches_are_told_apart_from_watched_calls() {
         for cbid in LAUNCHES {
             assert!(is_launch(*cbid as u32));
-            assert_eq!(func_of(*cbid as u32), None, "{cbid:?} is also watched");
+            assert!(
+                watched_of(*cbid as u32).is_none(),
+                "{cbid:?} is also watched"
+            );
         }
-        for (cbid, _) in WATCHED {
-            assert!(!is_launch(*cbid as u32), "{cbid:?}");
+        for w in WATCHED {
+            assert!(!is_launch(w.cbid as u32), "{:?}", w.cbid);
         }
     }
 
     #[test]
     fn every_watched_cbid_maps_to_its_function() {
-        for (cbid, func) in WATCHED {
+        for w in WATCHED {
             assert!(
-                (*cbid as usize) < CBID_TABLE_LEN,
-                "{cbid:?} beyond the table"
+                (w.cbid as usize) < CBID_TABLE_LEN,
+                "{:?} beyond the table",
+                w.cbid
             );
-            assert_eq!(func_of(*cbid as u32), Some(*func));
+            let found = watched_of(w.cbid as u32).unwrap();
+            assert_eq!((found.cbid, found.func), (w.cbid, w.func));
         }
-        assert_eq!(func_of(0), None);
-        assert_eq!(func_of(u32::MAX), None);
+        assert!(watched_of(0).is_none());
+        assert!(watched_of(u32::MAX).is_none());
     }
 
     /// The fake CUPTI used by the CLI tests writes records with these

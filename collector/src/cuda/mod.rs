@@ -1,7 +1,8 @@
 //! CUDA through CUPTI: `cupti` loads libcupti and is the one module that
 //! calls it, with each release's struct layouts (`layouts`, from the
-//! generated `cupti_layouts`); `callbacks` records the driver calls the
-//! collector watches (parameters, result, thread, stack); `activity` turns
+//! generated `cupti_layouts`); `watched` lists the driver calls the
+//! collector watches and how each one's parameters are read; `callbacks`
+//! records them (parameters, result, thread, stack); `activity` turns
 //! CUPTI's records (memory, pools, kernels, devices) into trace records.
 
 pub mod activity;
@@ -11,3 +12,4 @@ pub mod cupti;
 #[rustfmt::skip]
 pub mod cupti_layouts;
 pub mod layouts;
+pub mod watched;
