@@ -10,7 +10,7 @@
 //! name) the trace simply has no device view, and says why once.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use gmem_prof_traces::record::{Bytes, DeviceMemory, Nanos, ProcessMemory};
 
@@ -59,6 +59,53 @@ struct ProcessInfo {
     used_gpu_memory: u64,
     gpu_instance_id: c_uint,
     compute_instance_id: c_uint,
+}
+
+/// The device view as the collector keeps it: NVML once opened (on the
+/// flush thread: loading a library from a program's thread inside a CUDA
+/// call could wait on a loader lock another thread holds while it waits on
+/// CUDA), and the devices CUPTI reported, which each sample covers.
+#[derive(Default)]
+pub struct DeviceView {
+    /// `Some(None)` once opening failed (said once) or was not asked for.
+    nvml: OnceLock<Option<Nvml>>,
+    /// (CUDA number, UUID) of each device CUPTI reported.
+    seen: Mutex<Vec<(u32, [u8; 16])>>,
+}
+
+impl DeviceView {
+    /// Opens NVML the first time (`path`: a library instead of the
+    /// driver's); `None` leaves the view off for good. Err: why it could not
+    /// be opened, on the call that tried.
+    pub fn open(&self, path: Option<Option<&str>>) -> Result<(), String> {
+        let mut failed = None;
+        self.nvml
+            .get_or_init(|| Nvml::open(path?).map_err(|e| failed = Some(e)).ok());
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// A device CUPTI reported: sampled from now on.
+    pub fn device_seen(&self, device: u32, uuid: [u8; 16]) {
+        if let Ok(mut seen) = self.seen.lock() {
+            if !seen.iter().any(|(d, _)| *d == device) {
+                seen.push((device, uuid));
+            }
+        }
+    }
+
+    /// The view of every device seen (`reason`: `device_memory::*`), at
+    /// `now()`, once NVML is open; with what NVML would not tell, to report.
+    pub fn sample(&self, now: impl Fn() -> u64, reason: u8) -> (Vec<DeviceMemory>, Vec<String>) {
+        let Some(Some(n)) = self.nvml.get() else {
+            return (Vec::new(), Vec::new());
+        };
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let errors = seen
+            .into_iter()
+            .filter_map(|(device, uuid)| n.add_device(device, uuid).err())
+            .collect();
+        (n.sample(now(), reason), errors)
+    }
 }
 
 /// A device the collector knows: its CUDA number and NVML handle (none

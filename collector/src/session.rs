@@ -18,7 +18,7 @@ use crate::cuda::activity::{self, Names};
 use crate::cuda::callbacks::{self, current_tid};
 use crate::cuda::cupti::{self, Cupti};
 use crate::cuda::watched::WATCHED;
-use crate::nvml::Nvml;
+use crate::nvml::DeviceView;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
 use crate::stacks::unwind::Stacks;
@@ -49,11 +49,8 @@ pub struct Collector {
     /// The parts of a framework allocator event's cost (`EVENT_PARTS`), on
     /// the events its hook times.
     pub event_split: CostSplit<4>,
-    /// The device's own view (NVML), opened at first use; `None` inside
-    /// when it could not be (the trace says why once).
-    nvml: OnceLock<Option<Nvml>>,
-    /// Devices CUPTI reported: (CUDA number, UUID).
-    devices_seen: Mutex<Vec<(u32, [u8; 16])>>,
+    /// The device's own view (NVML) of the devices CUPTI reported.
+    device_view: DeviceView,
     pid: u32,
     /// Callbacks record only while this is set (cleared at exit, in a fork
     /// child, and when CUPTI could not be set up).
@@ -219,8 +216,7 @@ fn start_with(config: Config) -> Result<(), String> {
         launch_timer: EventTimer::default(),
         launch_split: CostSplit::default(),
         event_split: CostSplit::default(),
-        nvml: OnceLock::new(),
-        devices_seen: Mutex::new(Vec::new()),
+        device_view: DeviceView::default(),
         pid,
         enabled: AtomicBool::new(false),
         paused: AtomicBool::new(false),
@@ -708,46 +704,30 @@ impl Collector {
         }));
     }
 
-    /// Opens NVML for the device view, on the flush thread only: loading a
-    /// library from an app thread inside a CUDA call could wait on a
-    /// loader lock another thread holds while it waits on CUDA.
+    /// Opens NVML for the device view, on the flush thread only
+    /// (`DeviceView` says why).
     fn open_nvml(&self) {
-        self.nvml.get_or_init(|| {
-            if !self.config.device_view {
-                return None;
-            }
-            Nvml::open(self.config.nvml.as_deref())
-                .map_err(|e| self.report(0, format!("no device view (nvidia-smi's figures): {e}")))
-                .ok()
-        });
+        let path = self
+            .config
+            .device_view
+            .then_some(self.config.nvml.as_deref());
+        if let Err(e) = self.device_view.open(path) {
+            self.report(0, format!("no device view (nvidia-smi's figures): {e}"));
+        }
     }
 
     /// A device CUPTI reported: the device view samples it from now on.
     pub fn device_seen(&self, device: u32, uuid: [u8; 16]) {
-        if let Ok(mut seen) = self.devices_seen.lock() {
-            if !seen.iter().any(|(d, _)| *d == device) {
-                seen.push((device, uuid));
-            }
-        }
+        self.device_view.device_seen(device, uuid);
     }
 
     /// Records the device view of every known device (`reason`:
     /// `device_memory::*`), once NVML is open.
     pub fn sample_devices(&self, reason: u8) {
-        let Some(Some(n)) = self.nvml.get() else {
-            return;
-        };
-        let seen = self
-            .devices_seen
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        for (device, uuid) in seen {
-            if let Err(e) = n.add_device(device, uuid) {
-                self.report(1, e);
-            }
+        let (samples, errors) = self.device_view.sample(|| self.clock.now(), reason);
+        for e in errors {
+            self.report(1, e);
         }
-        let samples = n.sample(self.clock.now(), reason);
         self.sink
             .push_records(samples.into_iter().map(Record::DeviceMemory).collect());
     }
