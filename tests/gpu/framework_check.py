@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 failures = 0
 
@@ -23,13 +24,14 @@ def check(ok, what):
 
 
 def analysis(gmem, trace):
-    out = trace + ".analysis.json"
-    if os.path.exists(out):
-        os.remove(out)
-    subprocess.run([gmem, "export", trace, "--format", "json", "-o", out, "-q"],
-                   check=True)
-    with open(out) as f:
-        return json.load(f)
+    """The trace's analysis, exported into a scratch folder: nothing is left
+    beside the trace (which may be a shipped sample)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "analysis.json")
+        subprocess.run([gmem, "export", trace, "--format", "json", "-o", out, "-q"],
+                       check=True)
+        with open(out) as f:
+            return json.load(f)
 
 
 def label_has(label, file, line):
