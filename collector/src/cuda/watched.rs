@@ -214,15 +214,19 @@ pub const WATCHED: &[Watched] = watched! {
             }
         }
     CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2
-        => MEM_FREE, cuMemFree_v2_params, |q, ok| { Params {
-            address: q.dptr,
-            ..Default::default()
-        } }
+        => MEM_FREE, cuMemFree_v2_params, |q, ok| {
+            Params {
+                address: q.dptr,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost
-        => MEM_FREE_HOST, cuMemFreeHost_params, |q, ok| { Params {
-            address: ptr_u64(q.p),
-            ..Default::default()
-        } }
+        => MEM_FREE_HOST, cuMemFreeHost_params, |q, ok| {
+            Params {
+                address: ptr_u64(q.p),
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync | CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz
         => MEM_FREE_ASYNC, cuMemFreeAsync_params, |q, ok| {
             Params {
@@ -232,20 +236,26 @@ pub const WATCHED: &[Watched] = watched! {
             }
         }
     CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy
-        => ARRAY_DESTROY, cuArrayDestroy_params, |q, ok| { Params {
-            handle: q.hArray as u64,
-            ..Default::default()
-        } }
+        => ARRAY_DESTROY, cuArrayDestroy_params, |q, ok| {
+            Params {
+                handle: q.hArray as u64,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayDestroy
-        => MIPMAPPED_ARRAY_DESTROY, cuMipmappedArrayDestroy_params, |q, ok| { Params {
-            handle: q.hMipmappedArray as u64,
-            ..Default::default()
-        } }
+        => MIPMAPPED_ARRAY_DESTROY, cuMipmappedArrayDestroy_params, |q, ok| {
+            Params {
+                handle: q.hMipmappedArray as u64,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemRelease
-        => MEM_RELEASE, cuMemRelease_params, |q, ok| { Params {
-            handle: q.handle,
-            ..Default::default()
-        } }
+        => MEM_RELEASE, cuMemRelease_params, |q, ok| {
+            Params {
+                handle: q.handle,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemUnmap
         => MEM_UNMAP, cuMemUnmap_params, |q, ok| {
             Params {
@@ -263,15 +273,19 @@ pub const WATCHED: &[Watched] = watched! {
             }
         }
     CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister
-        => MEM_HOST_UNREGISTER, cuMemHostUnregister_params, |q, ok| { Params {
-            address: ptr_u64(q.p),
-            ..Default::default()
-        } }
+        => MEM_HOST_UNREGISTER, cuMemHostUnregister_params, |q, ok| {
+            Params {
+                address: ptr_u64(q.p),
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuGraphAddMemFreeNode
-        => GRAPH_ADD_MEM_FREE_NODE, cuGraphAddMemFreeNode_params, |q, ok| { Params {
-            address: q.dptr,
-            ..Default::default()
-        } }
+        => GRAPH_ADD_MEM_FREE_NODE, cuGraphAddMemFreeNode_params, |q, ok| {
+            Params {
+                address: q.dptr,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate
         => MEM_POOL_CREATE, cuMemPoolCreate_params, |q, ok| {
             Params {
@@ -280,10 +294,12 @@ pub const WATCHED: &[Watched] = watched! {
             }
         }
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy
-        => MEM_POOL_DESTROY, cuMemPoolDestroy_params, |q, ok| { Params {
-            handle: q.pool as u64,
-            ..Default::default()
-        } }
+        => MEM_POOL_DESTROY, cuMemPoolDestroy_params, |q, ok| {
+            Params {
+                handle: q.pool as u64,
+                ..Default::default()
+            }
+        }
     CUPTI_DRIVER_TRACE_CBID_cuMemPoolTrimTo
         => MEM_POOL_TRIM_TO, cuMemPoolTrimTo_params, |q, ok| {
             Params {

@@ -30,8 +30,9 @@ const LIBRARY: &str = "libtorch_cuda.so";
 /// The functions of libtorch_cuda.so that allocate a library's workspace
 /// from the caching allocator, as their mangled names spell them (length
 /// and identifier, so `getCUDABlasLtWorkspaceSize` is not one). In torch
-/// 2.11 the first two hold the allocation (the others are inlined into
-/// them); the others are where other builds keep it.
+/// 2.11's traces the allocation sits in `setWorkspaceForHandle` (called by
+/// `getCurrentCUDABlasHandle`) and in `getCUDABlasLtWorkspace`, with the
+/// `getNew…` helpers inlined into them; other builds may keep those apart.
 const WORKSPACE_FUNCTIONS: [&[u8]; 5] = [
     b"24getCurrentCUDABlasHandle",
     b"22getCUDABlasLtWorkspace",
