@@ -63,7 +63,12 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         let files = crate::inputs::expand(std::slice::from_ref(t))?;
         let label = crate::progress::run_label(i, a.traces.len());
         let analysis = crate::report::analyze_with_progress(&files, tty, &label, &a.code)?;
-        for w in &analysis.input.warnings {
+        for w in analysis
+            .input
+            .warnings
+            .iter()
+            .map(gmem_prof_reports::reasons::input_warning)
+        {
             eprintln!("gmem-prof: warning: {}: {w}", t.display());
         }
         runs.push(Run {
@@ -74,7 +79,10 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     let mut outcomes = Vec::new();
     for r in &runs {
         let (o, warnings) = evaluate(&r.name, &r.analysis, &budgets, a.allow_unprofiled);
-        for w in warnings {
+        for w in warnings
+            .iter()
+            .map(gmem_prof_reports::reasons::unmatched_budget)
+        {
             eprintln!("gmem-prof: warning: {}: {w}", r.name);
         }
         outcomes.extend(o);

@@ -27,7 +27,12 @@ fn load(
     let files = crate::inputs::expand(std::slice::from_ref(path))?;
     let tty = std::io::stderr().is_terminal() && !quiet;
     let a = crate::report::analyze_with_progress(&files, tty, label, code)?;
-    for w in &a.input.warnings {
+    for w in a
+        .input
+        .warnings
+        .iter()
+        .map(gmem_prof_reports::reasons::input_warning)
+    {
         eprintln!("gmem-prof: warning: {}: {w}", path.display());
     }
     Ok((crate::report::report_stem(&files), a))
@@ -85,16 +90,16 @@ pub fn run(a: DiffArgs) -> Result<i32> {
         .into_iter()
         .flat_map(|(name, a, totals)| {
             let unseen = if judges_tensors {
-                a.tensors_unseen_reasons()
+                a.tensors_unseen_parts()
             } else {
                 Vec::new()
             };
             totals
                 .not_profiled
                 .iter()
-                .cloned()
-                .chain(unseen)
-                .map(move |m| format!("{name}: {m}"))
+                .chain(&unseen)
+                .map(|m| format!("{name}: {}", gmem_prof_reports::reasons::unprofiled_part(m)))
+                .collect::<Vec<_>>()
         })
         .collect();
     if !missing.is_empty() {

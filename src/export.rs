@@ -109,8 +109,11 @@ fn write(
     }
 }
 
-fn warn(warnings: &[String]) {
-    for w in warnings {
+fn warn(warnings: &[gmem_prof_model::InputWarning]) {
+    for w in warnings
+        .iter()
+        .map(gmem_prof_reports::reasons::input_warning)
+    {
         eprintln!("gmem-prof: warning: {w}");
     }
 }

@@ -46,7 +46,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
             )?;
         }
         if several {
-            for w in &analysis.input.warnings {
+            for w in analysis
+                .input
+                .warnings
+                .iter()
+                .map(gmem_prof_reports::reasons::input_warning)
+            {
                 eprintln!("gmem-prof: warning: {stem}: {w}");
             }
         }

@@ -44,14 +44,14 @@ pub fn evaluate(
     a: &Analysis,
     b: &Budgets,
     allow_unprofiled: bool,
-) -> (Vec<Outcome>, Vec<String>) {
+) -> (Vec<Outcome>, Vec<UnmatchedBudget>) {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut missing = a.not_profiled();
     if b.judges_tensors() {
         // Over every process, whichever the budgets name: a process whose
         // tensors are unseen would pass any of them at 0 B.
-        missing.extend(a.tensors_unseen_reasons());
+        missing.extend(a.tensors_unseen_parts());
     }
     if !missing.is_empty() {
         let n = missing.len() as f64;
@@ -74,9 +74,7 @@ pub fn evaluate(
     // Per device: peak, pinned, allocated, fragmentation, OOMs.
     for (d, _) in b.devices() {
         if !a.devices.iter().any(|x| x.device == d) {
-            warnings.push(format!(
-                "the budget for device {d} checks nothing: the trace has no device {d}"
-            ));
+            warnings.push(UnmatchedBudget::Device(d));
         }
     }
     for d in &a.devices {
@@ -173,7 +171,7 @@ pub fn evaluate(
             })
             .collect();
         if matching.is_empty() {
-            warnings.push(format!("the budget for process {key:?} checks nothing: no process's command line contains it"));
+            warnings.push(UnmatchedBudget::Process(key.clone()));
         }
         for p in matching {
             let target = Target::Process {

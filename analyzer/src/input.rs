@@ -208,7 +208,7 @@ pub struct ChunkRef<'a> {
 pub fn frame<'a>(
     files: &[&'a [u8]],
     names: &[String],
-) -> Result<(Vec<ChunkRef<'a>>, u32, Vec<String>), crate::AnalyzeError> {
+) -> Result<(Vec<ChunkRef<'a>>, u32, Vec<crate::model::InputWarning>), crate::AnalyzeError> {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut next_proc = 0u32;
@@ -261,7 +261,10 @@ pub fn frame<'a>(
         for w in reader.warnings {
             // A missing trailer is reported per process (clean exit or not).
             if !matches!(w, Warning::NoTrailer) {
-                warnings.push(format!("{}: {w}", names[i]));
+                warnings.push(crate::model::InputWarning::DamagedFile {
+                    file: names[i].clone(),
+                    damage: w.to_string(),
+                });
             }
         }
     }

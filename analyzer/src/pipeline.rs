@@ -117,9 +117,10 @@ pub fn run(
         for d in decoded {
             records += d.records;
             if let Some((offset, why)) = d.error {
-                warnings.push(format!(
-                    "skipped the rest of a damaged chunk at byte {offset}: {why}"
-                ));
+                warnings.push(crate::model::InputWarning::DamagedChunk {
+                    offset,
+                    reason: why.to_string(),
+                });
             }
             engine.apply_defs(d.proc, d.defs);
             cursors[s].insert(d.events);

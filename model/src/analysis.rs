@@ -7,9 +7,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::reasons::{
+    typed_or_worded, BlindSpot, InputWarning, NotProfiled, ProcessMessage, UnprofiledPart,
+};
+
 /// Version of this model's JSON form; bumped when a field changes meaning or
 /// disappears (adding fields does not bump it).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Analysis {
@@ -191,16 +195,12 @@ impl Analysis {
         v
     }
 
-    /// Every reason a part of the run was not profiled, as "pid N (program):
-    /// reason", in process order; empty when everything was.
-    pub fn not_profiled(&self) -> Vec<String> {
+    /// Every reason a part of the run was not profiled, with its process,
+    /// in process order; empty when everything was.
+    pub fn not_profiled(&self) -> Vec<UnprofiledPart> {
         self.processes
             .iter()
-            .flat_map(|p| {
-                p.not_profiled
-                    .iter()
-                    .map(move |r| format!("pid {} ({}): {r}", p.pid, p.program()))
-            })
+            .flat_map(|p| p.not_profiled.iter().map(move |r| p.unprofiled(r.clone())))
             .collect()
     }
 
@@ -215,17 +215,14 @@ impl Analysis {
             .filter_map(|p| Some((p, p.allocator_not_attached.as_deref()?)))
     }
 
-    /// `tensors_unseen` in the words `check` and `diff` give as reasons,
-    /// one line per process.
-    pub fn tensors_unseen_reasons(&self) -> Vec<String> {
+    /// `tensors_unseen` as the reasons `check` and `diff` give, one per
+    /// process.
+    pub fn tensors_unseen_parts(&self) -> Vec<UnprofiledPart> {
         self.tensors_unseen()
             .map(|(p, why)| {
-                format!(
-                    "pid {} ({}): its tensors are not seen, so budgets on them cannot be \
-                     judged: {ALLOCATOR_UNSEEN}: {why}",
-                    p.pid,
-                    p.program()
-                )
+                p.unprofiled(NotProfiled::TensorsUnseen {
+                    detail: why.to_string(),
+                })
             })
             .collect()
     }
@@ -397,8 +394,9 @@ pub struct InputSummary {
     pub memory_events: u64,
     pub api_calls: u64,
     pub kernels: u64,
-    /// What was damaged, cut short or lost, in words.
-    pub warnings: Vec<String>,
+    /// What was damaged, cut short or lost.
+    #[serde(deserialize_with = "typed_or_worded")]
+    pub warnings: Vec<InputWarning>,
     /// Records CUPTI or the collector reported as lost while recording.
     pub dropped_records: u64,
     /// Events that arrived later than the reordering window allowed; they
@@ -573,9 +571,10 @@ pub struct Fragmentation {
     /// Largest free extent at the end of each bucket, bytes.
     pub largest_free: Vec<u64>,
     pub worst: Option<FragmentationAt>,
-    /// What the trace cannot see, said plainly (e.g. PyTorch's caching
-    /// allocator sub-allocates inside segments the trace only sees whole).
-    pub blind_spots: Vec<String>,
+    /// What the trace cannot see (e.g. PyTorch's caching allocator
+    /// sub-allocates inside segments the trace only sees whole).
+    #[serde(deserialize_with = "typed_or_worded")]
+    pub blind_spots: Vec<BlindSpot>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -608,10 +607,6 @@ pub struct RegionSummary {
     pub largest_free: Vec<Option<u64>>,
 }
 
-/// What the report, `check` and `diff` say of a process whose PyTorch
-/// allocator was found but not looked into (`ProcessReport::allocator_not_attached`).
-pub const ALLOCATOR_UNSEEN: &str = "PyTorch's caching allocator was not seen from the inside";
-
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcessReport {
     pub pid: u32,
@@ -641,15 +636,21 @@ pub struct ProcessReport {
     /// How the trace saw its allocations.
     pub allocator_view: AllocatorView,
     pub dropped_records: u64,
-    pub messages: Vec<String>,
-    /// Why this process's record is incomplete, one reason per line: the
+    /// The collector's messages, and whether it ended cleanly.
+    #[serde(deserialize_with = "typed_or_worded")]
+    pub messages: Vec<ProcessMessage>,
+    /// Why this process's record is incomplete, one reason each: the
     /// collector did not profile it (another CUPTI client, CUPTI missing or
     /// of another version, an internal error), records were dropped, or it
     /// was cut short (killed, crashed, or still running when the trace was
     /// written). Empty when it was profiled from start to end. `check`
     /// fails on any of these unless told they are acceptable.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub not_profiled: Vec<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "typed_or_worded"
+    )]
+    pub not_profiled: Vec<NotProfiled>,
     /// Why PyTorch's caching allocator, found in this process, was not seen
     /// from the inside (the collector's words), when it was not. Its
     /// cudaMallocAsync backend still gets a view, made from CUDA's
@@ -665,6 +666,15 @@ pub struct ProcessReport {
 }
 
 impl ProcessReport {
+    /// `reason` with this process named.
+    pub fn unprofiled(&self, reason: NotProfiled) -> UnprofiledPart {
+        UnprofiledPart {
+            pid: self.pid,
+            program: self.program().to_string(),
+            reason,
+        }
+    }
+
     /// The executable's file name ("?" when unknown).
     pub fn program(&self) -> &str {
         self.exe

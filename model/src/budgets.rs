@@ -296,6 +296,15 @@ impl Serialize for Target {
     }
 }
 
+/// A budget in the file that judged nothing: its target is not in the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnmatchedBudget {
+    /// `[device.N]` for a device the trace does not have.
+    Device(u32),
+    /// `[process."KEY"]` where no process's command line contains KEY.
+    Process(String),
+}
+
 /// What a figure counts.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -380,7 +389,7 @@ pub enum Evidence {
     /// Parts of the run missing from the trace, and whether that was
     /// allowed (`--allow-unprofiled`).
     NotProfiled {
-        parts: Vec<String>,
+        parts: Vec<crate::UnprofiledPart>,
         allowed: bool,
     },
     /// A device's memory peak and the largest sites live at it.
@@ -417,7 +426,7 @@ pub enum Evidence {
     RegionFragmentation {
         device: u32,
         worst: Option<FragmentedAt>,
-        blind_spots: Vec<String>,
+        blind_spots: Vec<crate::BlindSpot>,
     },
     Leaked {
         pid: Option<u32>,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::FrameText;
 
 /// Version of the diff's JSON form.
-pub const DIFF_SCHEMA_VERSION: u32 = 1;
+pub const DIFF_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Diff {
@@ -55,7 +55,7 @@ pub struct RunTotals {
     /// `check` say it (`Analysis::not_profiled`); absent when it was
     /// profiled from start to end.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_profiled: Vec<String>,
+    pub not_profiled: Vec<crate::UnprofiledPart>,
 }
 
 /// A figure of the diff `--fail-above` can judge.

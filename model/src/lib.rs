@@ -6,6 +6,8 @@
 //! - the analysis of one run ([`Analysis`], at the crate's root);
 //! - [`budgets`]: the limits of `gmem-prof check` and each budget's outcome;
 //! - [`diff`]: the comparison of two runs and its verdicts;
+//! - why figures may be short or uncertain, as facts (`InputWarning`,
+//!   `BlindSpot`, `NotProfiled`, `ProcessMessage`), worded by the reports;
 //! - the definitions the analysis and its readers share (the growth rule's
 //!   thresholds, below).
 //!
@@ -18,8 +20,12 @@ mod vocabulary;
 mod analysis;
 pub mod budgets;
 pub mod diff;
+mod reasons;
 
 pub use analysis::*;
+pub use reasons::{
+    BlindSpot, InputWarning, MessageLevel, NotProfiled, ProcessMessage, UnprofiledPart,
+};
 
 /// Sites whose live bytes rise by at least this much after the warm-up are
 /// reported as growing.

@@ -11,6 +11,7 @@ use gmem_prof_model::{Analysis, Category, OomOutcome};
 use serde::Serialize;
 
 use crate::format::{bytes, markdown as md};
+use crate::reasons::{blind_spot, unprofiled_part};
 use crate::words::oom_limit;
 
 /// Version of the check JSON summary; bumped when a field changes meaning or
@@ -156,7 +157,7 @@ pub fn details(o: &Outcome) -> Vec<String> {
             .collect()
     };
     match &o.evidence {
-        Evidence::NotProfiled { parts, .. } => parts.clone(),
+        Evidence::NotProfiled { parts, .. } => parts.iter().map(unprofiled_part).collect(),
         Evidence::DevicePeak { sites, .. } => sites
             .iter()
             .map(|s| format!("{} live at the peak from {}", bytes(s.bytes), s.label))
@@ -184,7 +185,10 @@ pub fn details(o: &Outcome) -> Vec<String> {
                 bytes(w.free_bytes),
                 bytes(w.largest_free_bytes)
             )],
-            None => blind_spots.clone(),
+            None => blind_spots
+                .iter()
+                .map(|b| blind_spot(b).to_string())
+                .collect(),
         },
         Evidence::Leaked { sites, .. } | Evidence::HeldAtExit { sites, .. } => {
             shares(sites, "allocation(s)")
@@ -346,7 +350,12 @@ fn run_summary(r: &Run) -> RunSummary {
                 leaked_bytes: s.leaked_bytes,
             })
             .collect(),
-        warnings: a.input.warnings.clone(),
+        warnings: a
+            .input
+            .warnings
+            .iter()
+            .map(crate::reasons::input_warning)
+            .collect(),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::blocks::frames_details;
 use crate::charts;
 use crate::format::{bytes, change, escape, signed_bytes};
 use crate::html::STYLE;
+use crate::reasons::unprofiled_part;
 
 /// Sites listed in the text and Markdown.
 const SITES_SHOWN: usize = 10;
@@ -27,7 +28,7 @@ fn changed(s: &&SiteDiff) -> bool {
 pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io::Result<()> {
     writeln!(w, "gmem-prof diff: {base_name} → {new_name}")?;
     for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
-        for m in &t.not_profiled {
+        for m in t.not_profiled.iter().map(unprofiled_part) {
             writeln!(w, "NOT PROFILED: {name}: {m}")?;
         }
     }
@@ -141,8 +142,8 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
         md(new_name)
     );
     for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
-        for m in &t.not_profiled {
-            let _ = writeln!(out, "> **Not profiled**, {}: {}\n", md(name), md(m));
+        for m in t.not_profiled.iter().map(unprofiled_part) {
+            let _ = writeln!(out, "> **Not profiled**, {}: {}\n", md(name), md(&m));
         }
     }
     let _ = writeln!(
@@ -213,12 +214,12 @@ pub fn html(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"
     );
     for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
-        for m in &t.not_profiled {
+        for m in t.not_profiled.iter().map(unprofiled_part) {
             let _ = write!(
                 out,
                 "<p class=\"note\"><b>Not profiled</b>, {}: {}</p>",
                 escape(name),
-                escape(m)
+                escape(&m)
             );
         }
     }

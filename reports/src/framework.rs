@@ -8,12 +8,12 @@ use std::io::{self, Write};
 
 use gmem_prof_model::{
     Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, ReservedIn, SiteBytes,
-    ALLOCATOR_UNSEEN,
 };
 
 use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
 use crate::chart::{framework_stem, Chart};
 use crate::format::{bytes, escape, time};
+use crate::reasons::ALLOCATOR_UNSEEN;
 use crate::words::{oom_limit, oom_request, peak_lines};
 
 fn tensor_link(a: &Analysis, id: u32) -> String {

@@ -13,6 +13,7 @@ use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
 use crate::chart::Chart;
 use crate::charts;
 use crate::format::{bytes, escape, percent, time};
+use crate::reasons::{blind_spot, input_warning, process_message, unprofiled_part};
 
 pub(crate) const STYLE: &str = r#"
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;padding:0 16px 48px;color:#222}
@@ -267,7 +268,7 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         out.push_str("</table>");
     }
     for b in &f.blind_spots {
-        let _ = write!(out, "<p class=\"note\">{}</p>", escape(b));
+        let _ = write!(out, "<p class=\"note\">{}</p>", escape(blind_spot(b)));
     }
 }
 
@@ -488,8 +489,8 @@ fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     }
     for p in a.processes.iter().filter(|p| !p.messages.is_empty()) {
         let _ = write!(out, "<p>pid {}:</p><ul>", p.pid);
-        for m in &p.messages {
-            let _ = write!(out, "<li>{}</li>", escape(m));
+        for m in p.messages.iter().map(process_message) {
+            let _ = write!(out, "<li>{}</li>", escape(&m));
         }
         out.push_str("</ul>");
     }
@@ -528,13 +529,13 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
             "<div class=\"warn\"><b>Part of this run was not profiled: the figures below are \
              short of what the program used.</b><ul>",
         );
-        for m in &missing {
-            let _ = write!(out, "<li>{}</li>", escape(m));
+        for m in missing.iter().map(unprofiled_part) {
+            let _ = write!(out, "<li>{}</li>", escape(&m));
         }
         out.push_str("</ul></div>");
     }
-    for warning in &a.input.warnings {
-        let _ = write!(out, "<p class=\"warn\">{}</p>", escape(warning));
+    for warning in a.input.warnings.iter().map(input_warning) {
+        let _ = write!(out, "<p class=\"warn\">{}</p>", escape(&warning));
     }
     // Why it ran out, then what to change, before the figures.
     if let Some(why) = crate::framework::why_out_of_memory(a) {

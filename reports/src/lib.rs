@@ -23,6 +23,7 @@ pub mod format;
 mod framework;
 mod html;
 mod pools;
+pub mod reasons;
 pub mod remedies;
 pub mod runs;
 mod text;

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use gmem_prof_model::{Analysis, Category, DeviceReport, OomOutcome, Site};
 
 use crate::format::{bytes, percent, time};
+use crate::reasons::{input_warning, unprofiled_part};
 use crate::words::{alike_details, peak_lines, site_path, TOP};
 
 /// The sites' labels, each with what tells it apart from the others of
@@ -55,7 +56,7 @@ fn headline(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             w,
             "NOT PROFILED: part of this run is missing from the trace, so every figure below is short of what it used:"
         )?;
-        for m in &missing {
+        for m in missing.iter().map(unprofiled_part) {
             writeln!(w, "  {m}")?;
         }
         writeln!(w)?;
@@ -462,7 +463,7 @@ fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 
 /// The input's warnings (damage, lost records, late events).
 fn warnings(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
-    for warning in &a.input.warnings {
+    for warning in a.input.warnings.iter().map(input_warning) {
         writeln!(w, "warning: {warning}")?;
     }
     Ok(())

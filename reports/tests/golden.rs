@@ -39,6 +39,40 @@ fn the_analysis_json_reads_back_whole() {
     }
 }
 
+/// An analysis written before the reasons were typed (schema 1: warnings,
+/// blind spots and messages as sentences) still reads, and renders the
+/// same page as the analysis of today (schema 2: the same reasons as
+/// facts, worded by this crate).
+#[test]
+fn a_version_1_analysis_renders_the_same_page() {
+    let v1 = read("v1/torch_oom.json");
+    let old: Analysis = serde_json::from_str(&v1).expect("schema 1 reads");
+    assert_eq!(old.schema_version, 1);
+    assert!(
+        old.processes[0]
+            .messages
+            .iter()
+            .all(|m| matches!(m, gmem_prof_model::ProcessMessage::Worded { .. })),
+        "its messages are sentences"
+    );
+    let new: Analysis = serde_json::from_str(&read("torch_oom.json")).unwrap();
+    assert_eq!(new.schema_version, gmem_prof_model::SCHEMA_VERSION);
+    assert!(new.processes[0]
+        .messages
+        .iter()
+        .all(|m| matches!(m, gmem_prof_model::ProcessMessage::Collector { .. })));
+    let page = |a: &Analysis| {
+        let mut page = Vec::new();
+        gmem_prof_reports::html(a, "torch_oom", &mut page).unwrap();
+        page
+    };
+    assert!(
+        page(&old) == page(&new),
+        "the same words from either schema"
+    );
+    assert!(page(&new) == read("torch_oom.html").as_bytes());
+}
+
 #[test]
 fn pages_render_from_the_model_alone() {
     for name in SAMPLES {

@@ -320,6 +320,35 @@ fn budget_file_per_device_and_per_process() {
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
 }
 
+/// A table for a device or a process the run does not have judges
+/// nothing: said as a warning, and the run is judged on the rest.
+#[test]
+fn a_budget_for_what_the_run_lacks_is_named() {
+    let (_dir, p) = write_budget(
+        "check-budget-unmatched",
+        r#"
+        [device.7]
+        max_peak = "1GiB"
+        [process."no-such-program"]
+        max_peak = "1GiB"
+        "#,
+    );
+    let o = check("oom.bin", &["--budget", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the budget for device 7 checks nothing: the trace has no device 7"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "the budget for process \"no-such-program\" checks nothing: no process's command \
+             line contains it"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn bad_budget_file_exits_2_with_the_reason() {
     let (_bad_dir, bad) = write_budget("check-budget-bad", "[run]\nmax_peek = \"1GiB\"\n");

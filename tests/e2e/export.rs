@@ -248,7 +248,7 @@ fn export_json_is_the_versioned_analysis() {
     let out = dir.join("a.json");
     export(&sample("oom.bin"), "json", &out);
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["devices"][0]["peak_bytes"], 8 * (16u64 << 30));
 }
 

@@ -224,7 +224,7 @@ fn blind_spots(
     sites: &SiteTable,
     has_framework: bool,
     no_regions: bool,
-) -> Vec<String> {
+) -> Vec<BlindSpot> {
     let has_cache_sites = engine
         .sites
         .iter()
@@ -239,34 +239,14 @@ fn blind_spots(
     });
     let mut blind_spots = Vec::new();
     if async_backend {
-        blind_spots.push(
-            "PyTorch's cudaMallocAsync backend: its tensors are CUDA's stream-ordered \
-             allocations, shown with the framework allocators as its allocated memory, and the \
-             pool's size as its reserved memory. CUDA does not say how the free memory inside \
-             the pool lies: its fragmentation here is estimated from addresses."
-                .to_string(),
-        );
+        blind_spots.push(BlindSpot::TorchCudaPool);
     } else if has_framework {
-        blind_spots.push(
-            "PyTorch's caching allocator was seen from the inside: its tensors and the \
-             fragmentation of each of its pools are shown with the framework allocators."
-                .to_string(),
-        );
+        blind_spots.push(BlindSpot::TorchSeenInside);
     } else if has_cache_sites {
-        blind_spots.push(
-            "A caching allocator (PyTorch's default, CuPy's pool or XLA's BFC) sub-allocates \
-             inside blocks the trace sees whole: how fragmented those blocks are is not visible. \
-             gmem-prof sees inside PyTorch's (2.1 or later) when it can attach to it; the \
-             process's messages say why it could not."
-                .to_string(),
-        );
+        blind_spots.push(BlindSpot::CachingAllocatorUnseen);
     }
     if no_regions && !has_framework {
-        blind_spots.push(
-            "No stream-ordered pool or VMM reservation was used on this device: there is no \
-             reserved region whose inside the trace sees, so no fragmentation figure."
-                .to_string(),
-        );
+        blind_spots.push(BlindSpot::NoReservedRegions);
     }
     blind_spots
 }

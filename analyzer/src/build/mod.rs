@@ -27,7 +27,7 @@ pub fn build(
     opts: &Options,
 ) -> Result<(Analysis, SiteIds), AnalyzeError> {
     let Some(axis) = engine.axis.clone() else {
-        summary.warnings.push("the trace holds no events".into());
+        summary.warnings.push(InputWarning::NoEvents);
         let analysis = Analysis {
             schema_version: SCHEMA_VERSION,
             input: summary,

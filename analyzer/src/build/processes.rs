@@ -119,48 +119,38 @@ fn held_at_exit(
     (at_exit, devices, cache_sites)
 }
 
-/// The process's messages, worded with their level; why it was not wholly
-/// profiled (empty when it was); the records it dropped.
-fn messages(st: &ProcState) -> (Vec<String>, Vec<String>, u64) {
-    let mut messages: Vec<String> = st
+/// The process's messages; why it was not wholly profiled (empty when it
+/// was); the records it dropped.
+fn messages(st: &ProcState) -> (Vec<ProcessMessage>, Vec<NotProfiled>, u64) {
+    let mut messages: Vec<ProcessMessage> = st
         .defs
         .messages
         .iter()
-        .map(|(level, text)| {
-            let l = match level {
-                0 => "info",
-                1 => "warning",
-                _ => "error",
-            };
-            format!("{l}: {text}")
+        .map(|(level, text)| ProcessMessage::Collector {
+            level: MessageLevel::of_record(*level),
+            text: text.clone(),
         })
         .collect();
     if st.ended.is_none() {
-        messages.push(
-            "warning: the process did not end cleanly (killed, crashed or still running): \
-             what it held is shown as live when the trace ends"
-                .into(),
-        );
+        messages.push(ProcessMessage::NotEndedCleanly);
     }
     let dropped_records = st.defs.dropped.0 + st.defs.dropped.1;
-    let mut not_profiled: Vec<String> = st
+    let mut not_profiled: Vec<NotProfiled> = st
         .defs
         .messages
         .iter()
-        .filter(|(level, _)| *level >= 2)
-        .map(|(_, text)| format!("the collector did not profile all of it: {text}"))
+        .filter(|(level, _)| MessageLevel::of_record(*level) == MessageLevel::Error)
+        .map(|(_, text)| NotProfiled::CollectorError {
+            message: text.clone(),
+        })
         .collect();
     if dropped_records > 0 {
-        not_profiled.push(format!(
-            "{dropped_records} records were dropped (buffers full): its figures are short of them"
-        ));
+        not_profiled.push(NotProfiled::RecordsDropped {
+            records: dropped_records,
+        });
     }
     if st.ended.is_none() {
-        not_profiled.push(
-            "it was cut short (killed, crashed, or still running when the trace was \
-             written): what it did after the collector's last flush is missing"
-                .into(),
-        );
+        not_profiled.push(NotProfiled::CutShort);
     }
     (messages, not_profiled, dropped_records)
 }

@@ -8,38 +8,32 @@ use crate::model::*;
 
 pub(super) fn add_sweep_warnings(summary: &mut InputSummary, engine: &Engine) {
     if summary.dropped_records > 0 {
-        summary.warnings.push(format!(
-            "{} records were lost while recording (CUPTI or the collector could not keep up): \
-             figures may be incomplete",
-            summary.dropped_records
-        ));
+        summary.warnings.push(InputWarning::RecordsLost {
+            records: summary.dropped_records,
+        });
     }
     if summary.late_events > 0 {
-        summary.warnings.push(format!(
-            "{} events arrived more than {} s out of order and were applied late",
-            summary.late_events,
-            input::WINDOW_NS / 1_000_000_000
-        ));
+        summary.warnings.push(InputWarning::LateEvents {
+            events: summary.late_events,
+            window_ns: input::WINDOW_NS,
+        });
     }
     if engine.impossible_sizes > 0 {
-        summary.warnings.push(format!(
-            "left out {} event(s) claiming {} bytes (1 PiB) or more: the trace is damaged \
-             or was written by a faulty collector",
-            engine.impossible_sizes,
-            engine::EVENT_BYTES_LIMIT
-        ));
+        summary.warnings.push(InputWarning::ImpossibleSizes {
+            events: engine.impossible_sizes,
+            limit_bytes: engine::EVENT_BYTES_LIMIT,
+        });
     }
-    let unmatched: u64 = engine.procs.iter().map(|s| s.unmatched_frees).sum();
-    if unmatched > 0 {
-        summary.warnings.push(format!(
-            "{unmatched} frees had no matching allocation in the trace (allocated before recording \
-             started, or their allocation record was lost)"
-        ));
+    let frees: u64 = engine.procs.iter().map(|s| s.unmatched_frees).sum();
+    if frees > 0 {
+        summary
+            .warnings
+            .push(InputWarning::UnmatchedFrees { frees });
     }
-    let unknown: u64 = engine.procs.iter().map(|s| s.defs.unknown_records).sum();
-    if unknown > 0 {
-        summary.warnings.push(format!(
-            "{unknown} records of a newer format version were skipped: use a newer gmem-prof to see them"
-        ));
+    let records: u64 = engine.procs.iter().map(|s| s.defs.unknown_records).sum();
+    if records > 0 {
+        summary
+            .warnings
+            .push(InputWarning::NewerRecords { records });
     }
 }
