@@ -34,7 +34,7 @@ const SITE_CACHE_IDS: u32 = 1 << 20;
 
 /// How many events ahead of the one applied the sweep asks for (see
 /// `prefetch_passing`): 16, 1 KB ahead. Against 8, once decoding had got
-/// faster (`traces::wide`): 0.96 of the analysis time in two series of
+/// faster (`traces`' wide decoding): 0.96 of the analysis time in two series of
 /// paired runs, 0.97 of the report's; 32 gave 0.99.
 const PREFETCH_AHEAD: usize = 16;
 

@@ -11,13 +11,10 @@
 
 use std::sync::Mutex;
 
+use gmem_prof_traces::fast;
 use gmem_prof_traces::file::RawChunk;
-use gmem_prof_traces::record::{self, allocator, tag, AllocatorAction, ApiFunc};
-#[cfg(target_arch = "x86_64")]
-use gmem_prof_traces::WINDOW;
-use gmem_prof_traces::{
-    ChunkRecords, Dec, DecodeError, Fields, RawRecord, Record, TraceReader, Warning, WinDec,
-};
+use gmem_prof_traces::record::{self, allocator, AllocatorAction, ApiFunc};
+use gmem_prof_traces::{Record, TraceReader, Warning};
 use rayon::prelude::*;
 
 /// How late (in trace time) a record may arrive after later ones of its
@@ -323,350 +320,188 @@ pub fn recycle(mut v: Vec<TimedEvent>) {
 pub fn decode(c: &ChunkRef) -> Decoded {
     SCRATCH.with(|scratch| {
         let scratch = &mut scratch.borrow_mut();
-        #[cfg(target_arch = "x86_64")]
-        if gmem_prof_traces::wide::available() {
-            // SAFETY: the processor has AVX-512 with BW, VBMI and VBMI2, and
-            // BMI2.
-            return unsafe { decode_wide(c, scratch) };
+        let mut d = Decoded {
+            proc: c.proc,
+            defs: Vec::new(),
+            events: events_vec(),
+            records: 0,
+            error: None,
+        };
+        let payload = match c.raw.payload_in(scratch) {
+            Ok(p) => p,
+            Err(e) => {
+                d.error = Some((c.raw.offset, e.to_string()));
+                return d;
+            }
+        };
+        // The vectors are moved in and out, not borrowed: each push then
+        // reaches its vector through one pointer, not two.
+        let mut sink = Events {
+            ordinal: c.ordinal,
+            events: std::mem::take(&mut d.events),
+            defs: Vec::new(),
+        };
+        let read = fast::decode_payload(payload, &mut sink);
+        (d.events, d.defs) = (sink.events, sink.defs);
+        d.records = read.records;
+        if let Some(e) = read.error {
+            d.error = Some((c.raw.offset, format!("undecodable record: {e}")));
         }
-        #[cfg(target_arch = "x86_64")]
-        if gmem_prof_traces::fast_pext() {
-            // SAFETY: the processor has BMI2.
-            return unsafe { decode_with_bmi2(c, scratch) };
+        // Within a chunk `seq` rises with every record (a chunk of at most
+        // MAX_CHUNK_BYTES holds fewer than 2^26 records of two bytes or
+        // more), so the events are in (time, seq) order exactly when their
+        // times never fall.
+        if !d.events.windows(2).all(|w| w[0].time <= w[1].time) {
+            d.events.sort_unstable_by_key(key);
         }
-        decode_with::<false, false>(c, scratch)
+        d
     })
 }
 
-/// `decode_with`, compiled for BMI2 so that varints are joined by `pext`
-/// (about a tenth fewer instructions in decoding).
-///
-/// # Safety
-/// The processor must have BMI2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "bmi2")]
-unsafe fn decode_with_bmi2(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
-    decode_with::<true, false>(c, scratch)
-}
-
-/// `decode_with`, compiled for AVX-512 so that the frequent records are
-/// decoded sixteen fields at a time (`gmem_prof_traces::wide`).
-///
-/// # Safety
-/// The processor must have what `gmem_prof_traces::wide::available` asks for.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "bmi2,avx512f,avx512bw,avx512vbmi,avx512vbmi2")]
-unsafe fn decode_wide(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
-    decode_with::<true, true>(c, scratch)
-}
-
-/// Appends the event a frequent record makes to `out` and returns true, or
-/// returns false for any other record (left to `Record::decode`).
+/// A chunk's records as they are decoded: the frequent kinds straight into
+/// events, the rest kept as definitions (two of them also events).
 ///
 /// Each kind of record is pushed where it is decoded: building the event
 /// first and pushing it after (one value for every kind) went through a
 /// copy on the stack that the processor could not forward, which cost
 /// more than decoding the fields.
-#[inline(always)]
-fn push_event(
-    tag: u8,
-    d: &mut impl Fields,
-    base: u64,
-    seq: u64,
-    out: &mut Vec<TimedEvent>,
-) -> Result<bool, DecodeError> {
-    Ok(match tag {
-        tag::MEMORY => {
-            push_memory(out, seq, &record::decode_memory(d, base)?);
-            true
-        }
-        tag::API => {
-            push_api(out, seq, &record::decode_api(d, base)?);
-            true
-        }
-        tag::POOL => {
-            let p = record::decode_pool(d, base)?;
-            out.push(TimedEvent {
-                time: p.time.0,
-                seq,
-                event: Event::Pool {
-                    op: p.op,
-                    address: p.address,
-                    size: p.size.0,
-                    device: p.device,
-                },
-            });
-            true
-        }
-        tag::KERNEL => {
-            push_kernel(out, seq, &record::decode_kernel_span(d, base)?);
-            true
-        }
-        tag::KERNEL_LAUNCH => {
-            let k = record::decode_kernel_launch(d, base)?;
-            let at_launch = record::KernelSpan {
-                start: k.time,
-                end: k.time,
-                name: k.name,
+struct Events {
+    /// The chunk's place in the input: the high bits of each event's `seq`.
+    ordinal: u64,
+    events: Vec<TimedEvent>,
+    defs: Vec<Record>,
+}
+
+impl Events {
+    #[inline(always)]
+    fn seq(&self, index: u64) -> u64 {
+        (self.ordinal << 26) | index
+    }
+
+    #[inline(always)]
+    fn push(&mut self, time: u64, index: u64, event: Event) {
+        let seq = self.seq(index);
+        self.events.push(TimedEvent { time, seq, event });
+    }
+}
+
+impl fast::Sink for Events {
+    #[inline(always)]
+    fn memory(&mut self, index: u64, m: &record::MemoryEvent) {
+        self.push(
+            m.time.0,
+            index,
+            Event::Memory(MemoryEv {
+                alloc: m.alloc,
+                kind: m.kind,
+                address: m.address,
+                bytes: m.bytes.0,
+                device: m.device,
+                context: m.context,
+                correlation: m.correlation,
+                pooled: m.pool_type != 0,
+                pool_address: m.pool_address,
+                pool_size: m.pool_size,
+            }),
+        );
+    }
+
+    #[inline(always)]
+    fn api(&mut self, index: u64, a: &record::ApiCall) {
+        self.push(
+            // Placed at the call's entry: the device-side record of what it
+            // allocated falls inside the call, and must find the call first.
+            a.time.0.saturating_sub(a.duration.0),
+            index,
+            Event::Api(ApiEv {
+                func: a.func,
+                result: a.result,
+                bytes: a.bytes.0,
+                address: a.address,
+                tid: a.tid,
+                correlation: a.correlation,
+                stack: a.stack.0,
+                internal: a.internal,
+            }),
+        );
+    }
+
+    #[inline(always)]
+    fn pool(&mut self, index: u64, p: &record::PoolEvent) {
+        self.push(
+            p.time.0,
+            index,
+            Event::Pool {
+                op: p.op,
+                address: p.address,
+                size: p.size.0,
+                device: p.device,
+            },
+        );
+    }
+
+    #[inline(always)]
+    fn kernel(&mut self, index: u64, k: &record::KernelSpan) {
+        self.push(
+            k.start.0,
+            index,
+            Event::Kernel {
+                end: k.end.0,
+                name: k.name.0,
                 device: k.device,
-                context: k.context,
                 stream: k.stream,
-            };
-            push_kernel_as(out, seq, &at_launch, true);
-            true
-        }
-        tag::ALLOCATOR_EVENT => {
-            let a = record::decode_allocator_event(d, base)?;
-            out.push(TimedEvent {
-                time: a.time.0,
-                seq,
-                event: Event::Allocator(AllocatorEv::from_record(&a)),
-            });
-            true
-        }
-        tag::PROCESS_END => {
-            let e = record::decode_process_end(d, base)?;
-            out.push(TimedEvent {
-                time: e.time.0,
-                seq,
-                event: Event::End,
-            });
-            true
-        }
-        _ => false,
-    })
-}
-
-/// `push_event` for the memory, API and kernel records, decoded sixteen
-/// fields at a time (`gmem_prof_traces::wide`): true when it pushed the
-/// event; false for other records, and for bodies that way leaves to
-/// `push_event`.
-///
-/// # Safety
-/// The processor has what `gmem_prof_traces::wide::available` asks for.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn push_wide(
-    tag: u8,
-    w: &[u8; WINDOW],
-    len: usize,
-    base: u64,
-    seq: u64,
-    out: &mut Vec<TimedEvent>,
-) -> bool {
-    let push: PushWide = match tag {
-        tag::MEMORY => push_memory_wide,
-        tag::API => push_api_wide,
-        tag::KERNEL => push_kernel_wide,
-        _ => return false,
-    };
-    // Called through a pointer the compiler cannot see through, so that it
-    // stays a call: rustc inlines `#[target_feature]` functions whatever
-    // their `#[inline]` says, and inlined into the decoding loop their
-    // vector registers spilled; reloading a spilled 512-bit register stalls
-    // (the wide decoding then took longer than the scalar one).
-    // SAFETY: the caller's promise.
-    unsafe { std::hint::black_box(push)(w, len, base, seq, out) }
-}
-
-/// One of the functions `push_wide` calls; unsafe for its promise.
-#[cfg(target_arch = "x86_64")]
-type PushWide = unsafe fn(&[u8; WINDOW], usize, u64, u64, &mut Vec<TimedEvent>) -> bool;
-
-/// Defines a `PushWide`: `$push` of the body that `$decode` decodes.
-macro_rules! push_wide_fn {
-    ($name:ident, $decode:path, $push:ident) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "bmi2,avx512f,avx512bw,avx512vbmi,avx512vbmi2")]
-        unsafe fn $name(
-            w: &[u8; WINDOW],
-            len: usize,
-            base: u64,
-            seq: u64,
-            out: &mut Vec<TimedEvent>,
-        ) -> bool {
-            // SAFETY: the caller's promise (`push_wide`'s).
-            match unsafe { $decode(w, len, base) } {
-                Some(r) => {
-                    $push(out, seq, &r);
-                    true
-                }
-                None => false,
-            }
-        }
-    };
-}
-push_wide_fn!(
-    push_memory_wide,
-    gmem_prof_traces::wide::memory,
-    push_memory
-);
-push_wide_fn!(push_api_wide, gmem_prof_traces::wide::api, push_api);
-push_wide_fn!(
-    push_kernel_wide,
-    gmem_prof_traces::wide::kernel_span,
-    push_kernel
-);
-
-#[inline(always)]
-fn push_memory(out: &mut Vec<TimedEvent>, seq: u64, m: &record::MemoryEvent) {
-    out.push(TimedEvent {
-        time: m.time.0,
-        seq,
-        event: Event::Memory(MemoryEv {
-            alloc: m.alloc,
-            kind: m.kind,
-            address: m.address,
-            bytes: m.bytes.0,
-            device: m.device,
-            context: m.context,
-            correlation: m.correlation,
-            pooled: m.pool_type != 0,
-            pool_address: m.pool_address,
-            pool_size: m.pool_size,
-        }),
-    });
-}
-
-#[inline(always)]
-fn push_api(out: &mut Vec<TimedEvent>, seq: u64, a: &record::ApiCall) {
-    out.push(TimedEvent {
-        // Placed at the call's entry: the device-side record of what it
-        // allocated falls inside the call, and must find the call first.
-        time: a.time.0.saturating_sub(a.duration.0),
-        seq,
-        event: Event::Api(ApiEv {
-            func: a.func,
-            result: a.result,
-            bytes: a.bytes.0,
-            address: a.address,
-            tid: a.tid,
-            correlation: a.correlation,
-            stack: a.stack.0,
-            internal: a.internal,
-        }),
-    });
-}
-
-#[inline(always)]
-fn push_kernel(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan) {
-    push_kernel_as(out, seq, k, false);
-}
-
-/// A kernel's run, or (`launch`) its launch: a span of no length.
-#[inline(always)]
-fn push_kernel_as(out: &mut Vec<TimedEvent>, seq: u64, k: &record::KernelSpan, launch: bool) {
-    out.push(TimedEvent {
-        time: k.start.0,
-        seq,
-        event: Event::Kernel {
-            end: k.end.0,
-            name: k.name.0,
-            device: k.device,
-            stream: k.stream,
-            launch,
-        },
-    });
-}
-
-#[inline(always)]
-fn decode_with<const BMI2: bool, const WIDE: bool>(c: &ChunkRef, scratch: &mut Vec<u8>) -> Decoded {
-    let mut d = Decoded {
-        proc: c.proc,
-        defs: Vec::new(),
-        events: events_vec(),
-        records: 0,
-        error: None,
-    };
-    let payload = match c.raw.payload_in(scratch) {
-        Ok(p) => p,
-        Err(e) => {
-            d.error = Some((c.raw.offset, e.to_string()));
-            return d;
-        }
-    };
-    let mut records = ChunkRecords::new(payload);
-    let base = records.base();
-    let mut i = 0u64;
-    // The frequent records are decoded straight into events, through a
-    // window without per-read checks when there is one; the rest
-    // (definitions, messages) as whole records.
-    while let Some(raw) = records.next_raw_window() {
-        let seq = (c.ordinal << 26) | i;
-        i += 1;
-        let decoded = raw.and_then(|r| decode_record::<BMI2, WIDE>(r, base, seq, &mut d));
-        match decoded {
-            Ok(()) => d.records += 1,
-            Err(e) => {
-                d.error = Some((c.raw.offset, format!("undecodable record: {e}")));
-                break;
-            }
-        }
+                launch: false,
+            },
+        );
     }
-    // Within a chunk `seq` rises with every record (a chunk of at most
-    // MAX_CHUNK_BYTES holds fewer than 2^26 records of two bytes or more),
-    // so the events are in (time, seq) order exactly when their times never
-    // fall.
-    if !d.events.windows(2).all(|w| w[0].time <= w[1].time) {
-        d.events.sort_unstable_by_key(key);
-    }
-    d
-}
 
-/// One record into `d`: an event, or a definition.
-#[inline(always)]
-fn decode_record<const BMI2: bool, const WIDE: bool>(
-    r: RawRecord,
-    base: u64,
-    seq: u64,
-    d: &mut Decoded,
-) -> Result<(), DecodeError> {
-    let events = &mut d.events;
-    let pushed = match r.window {
-        // SAFETY: WIDE is only asked for on processors that have what it
-        // needs (`decode`).
-        #[cfg(target_arch = "x86_64")]
-        Some(w) if WIDE && unsafe { push_wide(r.tag, w, r.body.len(), base, seq, events) } => true,
-        Some(w) => {
-            // SAFETY: BMI2 is only asked for on processors that have it
-            // (`decode`).
-            let win = &mut unsafe { WinDec::<BMI2>::new_generic(w, r.body.len()) };
-            let pushed = push_event(r.tag, win, base, seq, events)?;
-            if let Err(e) = win.finish() {
-                // What the window held past the record was garbage: the
-                // event pushed from it must not stay.
-                if pushed {
-                    events.pop();
-                }
-                return Err(e);
-            }
-            pushed
-        }
-        None => push_event(r.tag, &mut Dec::new(r.body), base, seq, events)?,
-    };
-    if !pushed {
-        let record = Record::decode(r.tag, r.body, base)?;
+    /// A launch: a span of no length at the launch.
+    #[inline(always)]
+    fn kernel_launch(&mut self, index: u64, k: &record::KernelLaunch) {
+        self.push(
+            k.time.0,
+            index,
+            Event::Kernel {
+                end: k.time.0,
+                name: k.name.0,
+                device: k.device,
+                stream: k.stream,
+                launch: true,
+            },
+        );
+    }
+
+    #[inline(always)]
+    fn allocator_event(&mut self, index: u64, a: &record::AllocatorEvent) {
+        self.push(
+            a.time.0,
+            index,
+            Event::Allocator(AllocatorEv::from_record(a)),
+        );
+    }
+
+    #[inline(always)]
+    fn process_end(&mut self, index: u64, e: &record::ProcessEnd) {
+        self.push(e.time.0, index, Event::End);
+    }
+
+    fn other(&mut self, index: u64, record: Record) {
         if let Record::CallDevice(c) = &record {
-            d.events.push(TimedEvent {
-                time: c.time.0,
-                seq,
-                event: Event::CallDevice { device: c.device },
-            });
+            self.push(c.time.0, index, Event::CallDevice { device: c.device });
         }
         if let Record::DeviceMemory(m) = &record {
             // In the sweep too: what the trace tracked at that moment.
-            d.events.push(TimedEvent {
-                time: m.time.0,
-                seq,
-                event: Event::DeviceView {
+            self.push(
+                m.time.0,
+                index,
+                Event::DeviceView {
                     device: m.device,
                     used: m.used.0,
                 },
-            });
+            );
         }
-        d.defs.push(record);
+        self.defs.push(record);
     }
-    Ok(())
 }
 
 /// Merges two sorted runs into one sorted vector.

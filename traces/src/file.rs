@@ -402,7 +402,7 @@ impl<'p> ChunkRecords<'p> {
     }
 
     /// The next record's tag and body, not decoded (for readers that decode
-    /// only some records, with `record::decode_memory` and its siblings).
+    /// only some records, with `Record::decode`; for speed, `fast`).
     /// After an error the chunk's framing is lost and iteration ends.
     #[inline]
     pub fn next_raw(&mut self) -> Option<Result<(u8, &'p [u8]), DecodeError>> {
@@ -410,12 +410,12 @@ impl<'p> ChunkRecords<'p> {
     }
 
     /// Like `next_raw`, and also the payload from the body's start on as a
-    /// `WinDec` window, when the body is short enough and the payload holds
+    /// `WinDec` window (for `fast`), when the body is short enough and the payload holds
     /// a whole window from there (all records but a chunk's last few).
-    // Always inlined: the analyzer's decoding loop, compiled three ways,
+    // Always inlined: the fast decoding loop, compiled three ways,
     // otherwise calls it (3% more instructions).
     #[inline(always)]
-    pub fn next_raw_window(&mut self) -> Option<Result<RawRecord<'p>, DecodeError>> {
+    pub(crate) fn next_raw_window(&mut self) -> Option<Result<RawRecord<'p>, DecodeError>> {
         if self.failed {
             self.failed = false;
             self.dec = Dec::new(&[]);
@@ -445,7 +445,7 @@ impl<'p> ChunkRecords<'p> {
 
 /// A record's tag and undecoded body, and a window for `WinDec` when there
 /// is one.
-pub struct RawRecord<'p> {
+pub(crate) struct RawRecord<'p> {
     pub tag: u8,
     pub body: &'p [u8],
     pub window: Option<&'p [u8; WINDOW]>,

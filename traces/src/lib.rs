@@ -30,14 +30,15 @@
 pub mod build_id;
 mod codec;
 pub mod env;
+pub mod fast;
 pub mod file;
 pub mod record;
-pub mod wide;
+mod wide;
 
-pub use codec::{fast_pext, Dec, Enc, Fields, WinDec, WINDOW, WINDOW_BODY};
+pub use codec::Enc;
 pub use file::{
     decode_chunk, file_header, read_all, ChunkEncoder, ChunkRecords, DecodedChunk, RawChunk,
-    RawRecord, TraceReader, TraceWriter, Warning, CHUNK_HEADER_LEN, FORMAT_VERSION,
+    TraceReader, TraceWriter, Warning, CHUNK_HEADER_LEN, FORMAT_VERSION,
 };
 pub use record::Record;
 

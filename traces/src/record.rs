@@ -726,7 +726,7 @@ fn put_time(e: &mut Enc, t: Nanos, base: u64) {
 
 /// Decodes the body of an `API` record.
 #[inline(always)]
-pub fn decode_api(d: &mut impl Fields, base: u64) -> Result<ApiCall, DecodeError> {
+pub(crate) fn decode_api(d: &mut impl Fields, base: u64) -> Result<ApiCall, DecodeError> {
     Ok(ApiCall {
         time: get_time(d, base)?,
         duration: Nanos(d.var()?),
@@ -746,7 +746,7 @@ pub fn decode_api(d: &mut impl Fields, base: u64) -> Result<ApiCall, DecodeError
 
 /// Decodes the body of a `MEMORY` record.
 #[inline(always)]
-pub fn decode_memory(d: &mut impl Fields, base: u64) -> Result<MemoryEvent, DecodeError> {
+pub(crate) fn decode_memory(d: &mut impl Fields, base: u64) -> Result<MemoryEvent, DecodeError> {
     let mut m = MemoryEvent {
         time: get_time(d, base)?,
         alloc: d.bool()?,
@@ -773,7 +773,7 @@ pub fn decode_memory(d: &mut impl Fields, base: u64) -> Result<MemoryEvent, Deco
 
 /// Decodes the body of a `POOL` record.
 #[inline(always)]
-pub fn decode_pool(d: &mut impl Fields, base: u64) -> Result<PoolEvent, DecodeError> {
+pub(crate) fn decode_pool(d: &mut impl Fields, base: u64) -> Result<PoolEvent, DecodeError> {
     Ok(PoolEvent {
         time: get_time(d, base)?,
         op: d.u8()?,
@@ -803,7 +803,10 @@ pub struct KernelSpan {
 /// leaves the rest unread: most of a kernel record is launch geometry, which
 /// a reader of memory events has no use for.
 #[inline(always)]
-pub fn decode_kernel_span(d: &mut impl Fields, base: u64) -> Result<KernelSpan, DecodeError> {
+pub(crate) fn decode_kernel_span(
+    d: &mut impl Fields,
+    base: u64,
+) -> Result<KernelSpan, DecodeError> {
     let start = get_time(d, base)?;
     Ok(KernelSpan {
         start,
@@ -817,7 +820,7 @@ pub fn decode_kernel_span(d: &mut impl Fields, base: u64) -> Result<KernelSpan, 
 
 /// Decodes the body of a `KERNEL` record.
 #[inline]
-pub fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError> {
+pub(crate) fn decode_kernel(d: &mut Dec, base: u64) -> Result<KernelEvent, DecodeError> {
     let KernelSpan {
         start,
         end,
@@ -884,7 +887,10 @@ fn decode_process(d: &mut Dec, base: u64) -> Result<ProcessInfo, DecodeError> {
 
 /// Decodes the body of a `KERNEL_LAUNCH` record.
 #[inline]
-pub fn decode_kernel_launch(d: &mut impl Fields, base: u64) -> Result<KernelLaunch, DecodeError> {
+pub(crate) fn decode_kernel_launch(
+    d: &mut impl Fields,
+    base: u64,
+) -> Result<KernelLaunch, DecodeError> {
     let mut k = KernelLaunch {
         time: get_time(d, base)?,
         tid: d.var32()?,
@@ -904,7 +910,7 @@ pub fn decode_kernel_launch(d: &mut impl Fields, base: u64) -> Result<KernelLaun
 
 /// Decodes the body of an `ALLOCATOR_EVENT` record.
 #[inline]
-pub fn decode_allocator_event(
+pub(crate) fn decode_allocator_event(
     d: &mut impl Fields,
     base: u64,
 ) -> Result<AllocatorEvent, DecodeError> {
@@ -930,7 +936,10 @@ pub fn decode_allocator_event(
 
 /// Decodes the body of a `PROCESS_END` record.
 #[inline]
-pub fn decode_process_end(d: &mut impl Fields, base: u64) -> Result<ProcessEnd, DecodeError> {
+pub(crate) fn decode_process_end(
+    d: &mut impl Fields,
+    base: u64,
+) -> Result<ProcessEnd, DecodeError> {
     Ok(ProcessEnd {
         time: get_time(d, base)?,
     })

@@ -1,6 +1,7 @@
 //! Property tests: every record round-trips through the writer and reader,
 //! and no byte string makes the reader panic.
 
+use gmem_prof_traces::fast::{self, CrossChecked};
 use gmem_prof_traces::record::*;
 use gmem_prof_traces::{decode_chunk, read_all, Record, TraceReader, TraceWriter};
 use proptest::prelude::*;
@@ -526,79 +527,18 @@ fn newer_versions_are_refused_with_the_version_named() {
         .contains("not a gmem-prof trace"));
 }
 
-/// Decodes the frequent record `tag` from `body` both ways: with `Dec`, and
-/// with `WinDec` over `body` followed by `tail` (the rest of a payload). The
-/// windowed result is the same with `pext` (`WinDec::new_bmi2`) wherever the
-/// processor has it.
-fn both_ways(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<String>, Option<String>) {
-    use gmem_prof_traces::{record, Dec, Fields, WinDec, WINDOW};
-    fn decode(
-        tag: u8,
-        d: &mut impl Fields,
-        base: u64,
-    ) -> Result<String, gmem_prof_traces::DecodeError> {
-        Ok(match tag {
-            record::tag::MEMORY => format!("{:?}", record::decode_memory(d, base)?),
-            record::tag::API => format!("{:?}", record::decode_api(d, base)?),
-            record::tag::POOL => format!("{:?}", record::decode_pool(d, base)?),
-            record::tag::KERNEL => format!("{:?}", record::decode_kernel_span(d, base)?),
-            _ => format!("{:?}", record::decode_process_end(d, base)?),
-        })
-    }
-    let checked = decode(tag, &mut Dec::new(body), base).ok();
-    let mut window = [0u8; WINDOW];
-    let n = body.len().min(WINDOW);
-    window[..n].copy_from_slice(&body[..n]);
-    for (w, t) in window[n..].iter_mut().zip(tail) {
-        *w = *t;
-    }
-    let mut d = WinDec::new(&window, body.len());
-    let windowed = decode(tag, &mut d, base)
-        .and_then(|v| d.finish().map(|_| v))
-        .ok();
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("bmi2") {
-        // SAFETY: the processor has BMI2.
-        let mut d = unsafe { WinDec::new_bmi2(&window, body.len()) };
-        let with_pext = decode(tag, &mut d, base)
-            .and_then(|v| d.finish().map(|_| v))
-            .ok();
-        assert_eq!(windowed, with_pext, "pext and shifts disagree");
-    }
-    if let Some(wide) = wide_way(tag, &window, body.len(), base) {
-        assert_eq!(
-            checked.as_ref(),
-            Some(&wide),
-            "wide decoding took a body it must leave"
-        );
-    }
-    (checked, windowed)
-}
-
-/// The body at the start of `window` decoded sixteen fields at a time
-/// (`gmem_prof_traces::wide`), when the processor can and the record is one
-/// that way decodes; `None` when it leaves the body to the scalar way.
-fn wide_way(
-    tag: u8,
-    window: &[u8; gmem_prof_traces::WINDOW],
-    len: usize,
-    base: u64,
-) -> Option<String> {
-    #[cfg(target_arch = "x86_64")]
-    if gmem_prof_traces::wide::available() {
-        use gmem_prof_traces::{record::tag, wide};
-        // SAFETY: the processor has what the wide decoders need.
-        return unsafe {
-            match tag {
-                tag::MEMORY => wide::memory(window, len, base).map(|r| format!("{r:?}")),
-                tag::API => wide::api(window, len, base).map(|r| format!("{r:?}")),
-                tag::KERNEL => wide::kernel_span(window, len, base).map(|r| format!("{r:?}")),
-                _ => None,
-            }
-        };
-    }
-    let _ = (tag, window, len, base);
-    None
+/// A payload holding the record `tag` with `body`, followed by `tail` (the
+/// bytes after it in a chunk, here garbage), and what the fast decoder's
+/// ways make of it (`fast::cross_check`: they must agree). Returns what the
+/// checked decoder gives (`Record::decode`), and how many ways took it.
+fn every_way(tag: u8, body: &[u8], tail: &[u8], base: u64) -> (Option<Record>, CrossChecked) {
+    let mut payload = gmem_prof_traces::Enc::default();
+    payload.var(base);
+    payload.u8(tag);
+    payload.bytes(body);
+    payload.buf.extend_from_slice(tail);
+    let seen = fast::cross_check(&payload.buf).unwrap_or_else(|e| panic!("{e}"));
+    (Record::decode(tag, body, base).ok(), seen)
 }
 
 /// Memory, API and kernel records whose values have the sizes of a real
@@ -722,14 +662,16 @@ fn common_record(base: u64) -> impl Strategy<Value = Record> {
     ]
 }
 
-/// The records the analyzer decodes through `WinDec`.
-const FREQUENT: [u8; 5] = {
+/// The records the fast decoder delivers field by field.
+const FREQUENT: [u8; 7] = {
     use gmem_prof_traces::record::tag;
     [
         tag::MEMORY,
         tag::API,
         tag::POOL,
         tag::KERNEL,
+        tag::KERNEL_LAUNCH,
+        tag::ALLOCATOR_EVENT,
         tag::PROCESS_END,
     ]
 };
@@ -741,9 +683,10 @@ fn frequent_tag() -> impl Strategy<Value = u8> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
 
-    /// `WinDec` (no per-read checks) and `Dec` agree on every record body:
-    /// the same fields from a good one, an error from a bad one, whatever
-    /// bytes follow the body in the window.
+    /// The fast decoder's ways (a window with no per-read checks, with
+    /// shifts or `pext`, and sixteen fields at a time) agree with the
+    /// checked reads on every record body: the same fields from a good one,
+    /// an error from a bad one, whatever bytes follow the body.
     #[test]
     fn windowed_decoding_agrees_with_checked(
         r in record(),
@@ -754,13 +697,13 @@ proptest! {
         tail in proptest::collection::vec(any::<u8>(), 192),
         base in any::<u64>(),
     ) {
-        use gmem_prof_traces::{Enc, WINDOW_BODY};
+        use gmem_prof_traces::Enc;
         let (mut out, mut scratch) = (Enc::default(), Enc::default());
         r.encode(&mut out, &mut scratch, base);
         let mut body = scratch.buf.clone();
-        // An intact body of a frequent kind is decoded as its own kind (both
+        // An intact body of a frequent kind is decoded as its own kind (all
         // must give its fields); any other body, edited, cut or of another
-        // kind, as a random frequent kind (both must agree, mostly on an
+        // kind, as a random frequent kind (all must agree, mostly on an
         // error).
         let intact = FREQUENT.contains(&r.tag()) && edits.is_empty() && !cut_it;
         let tag = if intact { r.tag() } else { tag };
@@ -773,32 +716,31 @@ proptest! {
         if cut_it {
             body.truncate(cut.index(body.len() + 1));
         }
-        prop_assume!(body.len() <= WINDOW_BODY);
-        let (checked, windowed) = both_ways(tag, &body, &tail, base);
-        prop_assert_eq!(checked, windowed);
+        prop_assume!(body.len() <= 160);
+        let (checked, seen) = every_way(tag, &body, &tail, base);
+        // The window was used (a whole one follows every such body here).
+        prop_assert!(seen.windowed >= 1);
+        if intact {
+            prop_assert!(checked.is_some());
+        }
     }
 
-    /// The wide decoding (`gmem_prof_traces::wide`) takes the records of a
-    /// real trace and gives what the scalar decoding gives; `both_ways`
-    /// checks, for every body of the tests here, that whatever it takes it
-    /// decodes the same.
+    /// The wide decoding takes the records of a real trace and gives what
+    /// the scalar decoding gives (`cross_check` holds every way to the
+    /// checked one for every body of the tests here).
     #[test]
     fn wide_decoding_takes_common_records(
         (base, r) in any::<u64>().prop_flat_map(|base| (Just(base), common_record(base))),
         tail in proptest::collection::vec(any::<u8>(), 192),
     ) {
-        use gmem_prof_traces::{Enc, WINDOW};
+        use gmem_prof_traces::Enc;
         let (mut out, mut scratch) = (Enc::default(), Enc::default());
         r.encode(&mut out, &mut scratch, base);
-        let body = scratch.buf.clone();
-        let mut window = [0u8; WINDOW];
-        window[..body.len()].copy_from_slice(&body);
-        window[body.len()..].copy_from_slice(&tail[..WINDOW - body.len()]);
-        let (checked, _) = both_ways(r.tag(), &body, &tail, base);
+        let (checked, seen) = every_way(r.tag(), &scratch.buf, &tail, base);
         prop_assert!(checked.is_some());
-        #[cfg(target_arch = "x86_64")]
-        if gmem_prof_traces::wide::available() {
-            prop_assert_eq!(wide_way(r.tag(), &window, body.len(), base), checked);
+        prop_assert_eq!(seen.windowed, 1);
+        if fast::way() == fast::Way::Wide {
+            prop_assert_eq!(seen.wide, 1, "the wide way took it");
         }
     }
 
@@ -810,8 +752,118 @@ proptest! {
         tail in proptest::collection::vec(prop_oneof![any::<u8>(), Just(0x80u8)], 192),
         base in any::<u64>(),
     ) {
-        let (checked, windowed) = both_ways(tag, &body, &tail, base);
-        prop_assert_eq!(checked, windowed);
+        every_way(tag, &body, &tail, base);
+    }
+}
+
+/// What `fast::decode_payload` delivers, as text, with each record's index.
+#[derive(Default)]
+struct Delivered(Vec<(u64, String)>);
+
+impl fast::Sink for Delivered {
+    fn memory(&mut self, index: u64, m: &MemoryEvent) {
+        self.0
+            .push((index, format!("{:?}", Record::Memory(m.clone()))));
+    }
+    fn api(&mut self, index: u64, a: &ApiCall) {
+        self.0
+            .push((index, format!("{:?}", Record::Api(a.clone()))));
+    }
+    fn pool(&mut self, index: u64, p: &PoolEvent) {
+        self.0
+            .push((index, format!("{:?}", Record::Pool(p.clone()))));
+    }
+    fn kernel(&mut self, index: u64, k: &KernelSpan) {
+        self.0.push((index, format!("{k:?}")));
+    }
+    fn kernel_launch(&mut self, index: u64, k: &KernelLaunch) {
+        self.0
+            .push((index, format!("{:?}", Record::KernelLaunch(k.clone()))));
+    }
+    fn allocator_event(&mut self, index: u64, a: &AllocatorEvent) {
+        self.0
+            .push((index, format!("{:?}", Record::AllocatorEvent(a.clone()))));
+    }
+    fn process_end(&mut self, index: u64, e: &ProcessEnd) {
+        self.0
+            .push((index, format!("{:?}", Record::ProcessEnd(e.clone()))));
+    }
+    fn other(&mut self, index: u64, r: Record) {
+        self.0.push((index, format!("{r:?}")));
+    }
+}
+
+/// What the fast decoder must deliver for `payload`: every record as the
+/// checked decoder gives it (a kernel's leading fields only), up to the
+/// first that does not decode; and the tag of that one.
+fn expected_delivery(payload: &[u8]) -> (Vec<(u64, String)>, Option<u8>) {
+    let mut out = Vec::new();
+    let mut records = gmem_prof_traces::ChunkRecords::new(payload);
+    let base = records.base();
+    let mut i = 0u64;
+    while let Some(raw) = records.next_raw() {
+        let Ok((t, body)) = raw else {
+            return (out, Some(0));
+        };
+        match Record::decode(t, body, base) {
+            Ok(Record::Kernel(k)) => out.push((
+                i,
+                format!(
+                    "{:?}",
+                    KernelSpan {
+                        start: k.start,
+                        end: k.end,
+                        name: k.name,
+                        device: k.device,
+                        context: k.context,
+                        stream: k.stream,
+                    }
+                ),
+            )),
+            Ok(r) => out.push((i, format!("{r:?}"))),
+            Err(_) => return (out, Some(t)),
+        }
+        i += 1;
+    }
+    (out, None)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The fast decoder's plain API: a chunk of any records, whole or with
+    /// a byte changed, gives the sink what the checked decoder gives, in
+    /// order with each record's index, and stops with an error where it
+    /// stops.
+    #[test]
+    fn the_fast_decoder_delivers_what_the_checked_one_reads(
+        records in proptest::collection::vec(record(), 1..40),
+        edit in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+        base in any::<u64>(),
+    ) {
+        let (mut payload, mut scratch) =
+            (gmem_prof_traces::Enc::default(), gmem_prof_traces::Enc::default());
+        payload.var(base);
+        for r in &records {
+            r.encode(&mut payload, &mut scratch, base);
+        }
+        let mut bytes = payload.buf;
+        if let Some((at, v)) = edit {
+            let at = at.index(bytes.len());
+            bytes[at] = v;
+        }
+        let mut sink = Delivered::default();
+        let read = fast::decode_payload(&bytes, &mut sink);
+        let (want, stopped_at) = expected_delivery(&bytes);
+        // The fast decoder reads a kernel record's leading fields only:
+        // damage in its launch geometry is not its to see.
+        prop_assume!(stopped_at != Some(tag::KERNEL));
+        prop_assert_eq!(&sink.0, &want);
+        prop_assert_eq!(read.records, want.len() as u64);
+        prop_assert_eq!(read.error.is_some(), stopped_at.is_some());
+        if edit.is_none() {
+            prop_assert_eq!(want.len(), records.len());
+        }
     }
 }
 
