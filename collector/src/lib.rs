@@ -24,6 +24,7 @@
 
 mod clock;
 pub mod config;
+mod costs;
 /// CUDA through CUPTI: loading it, its per-release layouts, the driver
 /// calls watched (callbacks) and the device's records (activity).
 mod cuda;
@@ -34,6 +35,7 @@ mod sink;
 /// What stack an event gets: native walks, the loaded modules and their
 /// symbols (Python frames are `python`'s).
 mod stacks;
+mod switch;
 /// PyTorch from the inside: its caching allocator, its cudaMallocAsync
 /// backend, and autograd's nodes.
 mod torch;

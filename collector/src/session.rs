@@ -12,8 +12,9 @@ use std::time::Duration;
 use gmem_prof_traces::record::{device_memory, Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
 use gmem_prof_traces::Record;
 
-use crate::clock::{Clock, CostSplit, EventTimer, PartClock, TIMED_EVERY};
+use crate::clock::{Clock, PartClock, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
+use crate::costs::{CostMeters, EVENT_ENTRY, EVENT_NATIVE, EVENT_PARTS, EVENT_PYTHON, EVENT_QUEUE};
 use crate::cuda::activity::{self, Names};
 use crate::cuda::callbacks::{self, current_tid};
 use crate::cuda::cupti::{self, Cupti};
@@ -22,6 +23,7 @@ use crate::nvml::DeviceView;
 use crate::python::Python;
 use crate::sink::{Sink, Writer, WriterEnv};
 use crate::stacks::unwind::Stacks;
+use crate::switch::Switch;
 use crate::torch::allocator::TorchHook;
 use crate::torch::async_backend;
 
@@ -42,45 +44,19 @@ pub struct Collector {
     /// Whether PyTorch's trace entries carry the private pool id (2.11+).
     torch_pool_ids: AtomicBool,
     pub kernel_names: Mutex<Names>,
-    /// The cost of recording each kernel launch, sampled, and its parts
-    /// (`callbacks::LAUNCH_PARTS`).
-    pub launch_timer: EventTimer,
-    pub launch_split: CostSplit<4>,
-    /// The parts of a framework allocator event's cost (`EVENT_PARTS`), on
-    /// the events its hook times.
-    pub event_split: CostSplit<4>,
+    /// What recording costs, measured as it runs.
+    pub costs: CostMeters,
     /// The device's own view (NVML) of the devices CUPTI reported.
     device_view: DeviceView,
     pid: u32,
-    /// Callbacks record only while this is set (cleared at exit, in a fork
-    /// child, and when CUPTI could not be set up).
-    enabled: AtomicBool,
-    /// Set while the program has paused recording (`set_paused`), which
-    /// holds `pausing` while it switches.
-    paused: AtomicBool,
-    pausing: Mutex<()>,
+    /// Whether it records now (on, paused, ended).
+    switch: Switch,
     /// CUPTI's handle of our subscription, once made.
     subscriber: OnceLock<SubscriberHandle>,
-    shutting_down: AtomicBool,
     flush_lock: Mutex<()>,
     cupti_dropped: AtomicU64,
     writer_done: Mutex<Option<mpsc::Receiver<()>>>,
 }
-
-/// The parts of a framework allocator event's cost (`event_split`):
-/// reading the allocator's entry, the stack (Python frames, or native ones
-/// on a thread without Python or with none asked; an event without a stack
-/// counts as native with next to nothing), queueing it.
-pub const EVENT_ENTRY: usize = 0;
-pub const EVENT_PYTHON: usize = 1;
-pub const EVENT_NATIVE: usize = 2;
-pub const EVENT_QUEUE: usize = 3;
-pub const EVENT_PARTS: [&str; 4] = [
-    "reading the entry",
-    "Python stack",
-    "native stack",
-    "queueing",
-];
 
 /// Which stack a framework allocator's event takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +119,7 @@ pub fn no_unwind<T>(fallback: T, f: impl FnOnce() -> T) -> T {
         Ok(v) => v,
         Err(_) => {
             if let Some(c) = COLLECTOR.get() {
-                if c.enabled.swap(false, Ordering::SeqCst) {
+                if c.switch.turn_off() {
                     c.report(2, "internal error in the collector; profiling is off for the rest of this process".into());
                 }
             }
@@ -213,16 +189,11 @@ fn start_with(config: Config) -> Result<(), String> {
         torch: TorchHook::default(),
         torch_pool_ids: AtomicBool::new(false),
         kernel_names: Mutex::new(Names::default()),
-        launch_timer: EventTimer::default(),
-        launch_split: CostSplit::default(),
-        event_split: CostSplit::default(),
+        costs: CostMeters::default(),
         device_view: DeviceView::default(),
         pid,
-        enabled: AtomicBool::new(false),
-        paused: AtomicBool::new(false),
-        pausing: Mutex::new(()),
+        switch: Switch::default(),
         subscriber: OnceLock::new(),
-        shutting_down: AtomicBool::new(false),
         flush_lock: Mutex::new(()),
         cupti_dropped: AtomicU64::new(0),
         writer_done: Mutex::new(None),
@@ -264,7 +235,7 @@ fn start_with(config: Config) -> Result<(), String> {
     } else if let Err(e) = c.enable_cupti() {
         c.report(2, format!("{e}{}", c.newer_than_driver()));
     } else {
-        c.enabled.store(true, Ordering::SeqCst);
+        c.switch.turn_on();
     }
     // SAFETY: registers plain extern "C" functions with no arguments.
     unsafe {
@@ -352,8 +323,8 @@ extern "C" fn in_fork_child() {
     // record into it. (A CUDA program cannot use CUDA in a fork child anyway;
     // exec'ed children start their own collector.)
     if let Some(c) = COLLECTOR.get() {
-        c.enabled.store(false, Ordering::SeqCst);
-        c.shutting_down.store(true, Ordering::SeqCst);
+        c.switch.turn_off();
+        c.switch.begin_end();
     }
 }
 
@@ -549,8 +520,9 @@ impl Collector {
 
     /// Whether events are being recorded (off at exit, in a fork child, and
     /// when CUPTI could not be set up).
+    #[inline]
     pub fn recording(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed) && !self.paused.load(Ordering::Relaxed)
+        self.switch.recording()
     }
 
     /// Pauses or resumes recording, for benchmarks that alternate recorded
@@ -567,25 +539,16 @@ impl Collector {
         let Some(sub) = self.subscriber.get() else {
             return false;
         };
-        let Ok(_switching) = self.pausing.lock() else {
+        let switched = self.switch.set_paused(paused, || {
+            self.event_callbacks().into_iter().all(|cbid| {
+                self.cupti
+                    .set_callback(sub.0, cupti::DOMAIN_DRIVER_API, cbid, !paused)
+                    .is_ok()
+            })
+        });
+        let Some(all_set) = switched else {
             return false;
         };
-        if !self.enabled.load(Ordering::Acquire) || self.paused.load(Ordering::Acquire) == paused {
-            return false;
-        }
-        // Paused before the callbacks go, resumed after they are back: no
-        // callback records half of a call.
-        if paused {
-            self.paused.store(true, Ordering::Release);
-        }
-        let all_set = self.event_callbacks().into_iter().all(|cbid| {
-            self.cupti
-                .set_callback(sub.0, cupti::DOMAIN_DRIVER_API, cbid, !paused)
-                .is_ok()
-        });
-        if !paused {
-            self.paused.store(false, Ordering::Release);
-        }
         self.report(
             0,
             format!(
@@ -758,19 +721,16 @@ impl Collector {
                 // it; nvmlInit can take tens of milliseconds).
                 let step = Duration::from_millis(5);
                 let mut waited = Duration::ZERO;
-                while !self.enabled.load(Ordering::Acquire)
-                    && !self.shutting_down.load(Ordering::Acquire)
-                    && waited < period
-                {
+                while !self.switch.is_on() && !self.switch.ending() && waited < period {
                     std::thread::sleep(step);
                     waited += step;
                 }
-                if self.enabled.load(Ordering::Acquire) {
+                if self.switch.is_on() {
                     no_unwind((), || self.open_nvml());
                 }
-                while !self.shutting_down.load(Ordering::Acquire) {
+                while !self.switch.ending() {
                     std::thread::sleep(period);
-                    if self.enabled.load(Ordering::Relaxed) {
+                    if self.switch.is_on() {
                         no_unwind((), || {
                             self.flush_activity(0);
                             self.note_cupti_drops();
@@ -818,11 +778,10 @@ impl Collector {
         if unsafe { libc::getpid() } as u32 != self.pid {
             return;
         }
-        if self.shutting_down.swap(true, Ordering::SeqCst) {
+        if self.switch.begin_end() {
             return;
         }
-        let was_enabled = self.enabled.swap(false, Ordering::SeqCst);
-        if was_enabled {
+        if self.switch.turn_off() {
             self.flush_activity(cupti::FLUSH_FORCED);
             self.note_cupti_drops();
             // What the process still holds as it ends, as nvidia-smi shows it.
@@ -845,7 +804,7 @@ impl Collector {
                      {TIMED_EVERY}): {}",
                     self.torch.with_stack.describe_spread(),
                     self.torch.without_stack.describe_spread(),
-                    self.event_split.describe(EVENT_PARTS)
+                    self.costs.event_parts.describe(EVENT_PARTS)
                 ),
             );
         }
@@ -864,7 +823,7 @@ impl Collector {
             ),
             None => {}
         }
-        let (launches, micros) = self.launch_timer.summary();
+        let (launches, micros) = self.costs.launches.summary();
         if launches > 0 {
             self.report(
                 0,
@@ -872,8 +831,8 @@ impl Collector {
                     "kernel launches: {launches} recorded, {micros:.2} µs per launch on average in the \
                      collector, {} (one in {TIMED_EVERY} timed, drawn at random; CUPTI's \
                      callbacks around it not included); parts (another one in {TIMED_EVERY}): {}",
-                    self.launch_timer.describe_spread(),
-                    self.launch_split.describe(crate::cuda::callbacks::LAUNCH_PARTS)
+                    self.costs.launches.describe_spread(),
+                    self.costs.launch_parts.describe(crate::cuda::callbacks::LAUNCH_PARTS)
                 ),
             );
         }

@@ -20,7 +20,7 @@ use crate::cuda::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::cuda::watched::{Params, Watched, WATCHED};
 use crate::session::Collector;
 
-/// The parts of a launch's cost (`Collector::launch_split`): reading
+/// The parts of a launch's cost (`CostMeters::launch_parts`): reading
 /// CUPTI's data and the launch's parameters, finding the name's id, the
 /// stream's id, queueing the record.
 pub const LAUNCH_FIELDS: usize = 0;
@@ -444,7 +444,7 @@ impl Collector {
         if !ret_ptr.is_null() && unsafe { std::ptr::read_unaligned(ret_ptr) } != 0 {
             return; // not launched
         }
-        let sample = self.launch_timer.count();
+        let sample = self.costs.launches.count();
         let timed = sample == Sample::Timed;
         let started = if timed { self.clock.now() } else { 0 };
         let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
@@ -499,10 +499,10 @@ impl Collector {
             .push(gmem_prof_traces::Record::KernelLaunch(record));
         mark(LAUNCH_QUEUE);
         if timed {
-            self.launch_timer.timed(started, self.clock.now());
+            self.costs.launches.timed(started, self.clock.now());
         }
         if let Some(parts) = parts {
-            self.launch_split.add(&parts);
+            self.costs.launch_parts.add(&parts);
         }
     }
 

@@ -282,7 +282,7 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
             timer.timed(started, c.clock.now());
         }
         if let Some(parts) = parts {
-            c.event_split.add(&parts);
+            c.costs.event_parts.add(&parts);
         }
     });
 }
