@@ -176,13 +176,24 @@ fn reserve_words(v: &FrameworkView) -> &'static str {
     }
 }
 
-/// The HTML section of one view.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: one section of the page, to be rendered from the report outline"
-)]
+/// The HTML section of one view: its figures and charts, the fragmentation
+/// of each of its pools (none for a CUDA pool, whose inside CUDA does not
+/// show), how its segments matched the driver's, and its OOMs.
 fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut String) {
     let stem = framework_stem(v);
+    view_figures(a, v, &stem, charts, out);
+    if in_cuda_pool(v) {
+        out.push_str("<p class=\"meta\">CUDA does not say how the free memory inside a stream-ordered pool lies, so this view has no fragmentation per pool; the device's section above estimates it from the addresses of the pool's allocations.</p>");
+    } else {
+        pools_fragmentation(v, &stem, charts, out);
+        segments_matched(v, out);
+    }
+    ooms_html(a, v, &stem, out);
+}
+
+/// A view's title, settings and counts, its timeline and charts, its
+/// allocated peak by tensor site, and what it held at exit.
+fn view_figures(a: &Analysis, v: &FrameworkView, stem: &str, charts: &[Chart], out: &mut String) {
     let memory = if in_cuda_pool(v) {
         "each one a stream-ordered CUDA allocation from the pool, whose size is the reserved memory"
             .to_string()
@@ -246,11 +257,11 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         reserve_words(v),
         bytes(e.cached_bytes)
     );
-    if in_cuda_pool(v) {
-        out.push_str("<p class=\"meta\">CUDA does not say how the free memory inside a stream-ordered pool lies, so this view has no fragmentation per pool; the device's section above estimates it from the addresses of the pool's allocations.</p>");
-        ooms_html(a, v, &stem, out);
-        return;
-    }
+}
+
+/// Each pool's worst fragmentation, and the pools at the program's memory
+/// snapshots.
+fn pools_fragmentation(v: &FrameworkView, stem: &str, charts: &[Chart], out: &mut String) {
     out.push_str("<h4>Fragmentation per pool</h4>");
     for c in charts
         .iter()
@@ -307,6 +318,11 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
             pools.join("; ")
         );
     }
+}
+
+/// How the segments the allocator reported matched the driver's
+/// allocations in the trace.
+fn segments_matched(v: &FrameworkView, out: &mut String) {
     let seg = &v.segments;
     let _ = write!(
         out,
@@ -323,7 +339,6 @@ fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut Str
         );
     }
     out.push_str("</p>");
-    ooms_html(a, v, &stem, out);
 }
 
 /// The errors a view's allocator raised, each with what was live then.

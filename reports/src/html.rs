@@ -5,13 +5,11 @@
 //! timelines' JSON, cannot close its script element).
 
 use std::fmt::Write as _;
-use std::io::{self, Write};
 
 use gmem_prof_model::{AllocatorView, Analysis, Category, DeviceReport, PeakPart, Site, SiteBytes};
 
 use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
 use crate::chart::Chart;
-use crate::charts;
 use crate::format::{bytes, escape, percent, time};
 use crate::reasons::{blind_spot, input_warning, process_message, unprofiled_part};
 
@@ -86,11 +84,18 @@ fn via_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> Stri
     )
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: one section of the page, to be rendered from the report outline"
-)]
+/// One device's section: its peak on the timeline and in nvidia-smi's
+/// view, what was live at the peak, the kernels around it, fragmentation.
 fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut String) {
+    device_head(a, d, charts, out);
+    live_at_peak(a, d, charts, out);
+    kernels_at_peak(d, out);
+    fragmentation(d, charts, out);
+}
+
+/// The device's title and figures, its timeline and memory chart, and
+/// what nvidia-smi showed.
+fn device_head(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut String) {
     let _ = write!(
         out,
         "<h2 id=\"device-{}\">Device {}: {}</h2><p class=\"meta\">{} total; peak <b>{}</b> live at {}; allocators reserved at most {}.</p>",
@@ -103,7 +108,6 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         bytes(d.reserved_peak)
     );
     let memory = format!("device{}-memory.svg", d.device);
-    let frag = format!("device{}-fragmentation.svg", d.device);
     out.push_str(&crate::timeline::html(a, d));
     for c in charts.iter().filter(|c| c.name == memory) {
         out.push_str(&chart_html(c));
@@ -127,6 +131,11 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
             v.samples
         );
     }
+}
+
+/// What was live at the device's peak: by kind, inside the framework
+/// allocators, by site, and its flame graph.
+fn live_at_peak(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut String) {
     out.push_str("<h3>Live at the peak</h3>");
     let kinds: Vec<String> = d
         .peak_by_kind
@@ -170,6 +179,10 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
         );
         out.push_str(&via_table(a, &o.sites, d.peak_bytes, 10));
     }
+}
+
+/// The kernels around the device's peak, and how they were traced.
+fn kernels_at_peak(d: &DeviceReport, out: &mut String) {
     for (title, kernels) in [
         ("Kernels running at the peak:", &d.kernels_at_peak),
         (
@@ -220,7 +233,13 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     } else if !d.kernels_timed {
         out.push_str("<p class=\"note\">Kernels were traced as launches (<code>record --kernels launches</code>, the default): when the program launched each, not when it ran. <code>--kernels timed</code> shows which ran at the peak, at about 0.9 µs more per launch on an H200.</p>");
     }
+}
+
+/// The device's fragmentation: its chart, the worst moment, each region,
+/// and what the figure cannot see.
+fn fragmentation(d: &DeviceReport, charts: &[Chart], out: &mut String) {
     out.push_str("<h3>Fragmentation</h3>");
+    let frag = format!("device{}-fragmentation.svg", d.device);
     for c in charts.iter().filter(|c| c.name == frag) {
         out.push_str(&chart_html(c));
     }
@@ -272,7 +291,8 @@ fn device_section(a: &Analysis, d: &DeviceReport, charts: &[Chart], out: &mut St
     }
 }
 
-fn sites_section(a: &Analysis, out: &mut String) {
+/// The top allocation sites.
+pub(crate) fn sites_section(a: &Analysis, _: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"sites\">Top allocation sites</h2>");
     if a.sites.is_empty() {
         out.push_str("<p>The trace holds no allocation.</p>");
@@ -328,7 +348,8 @@ fn held_table(a: &Analysis, title: &str, column: &str, rows: &[(u32, u64, u64)],
     out.push_str("</table>");
 }
 
-fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+/// What was still held at exit, by kind of holder, and the leaking sites.
+pub(crate) fn leaks_section(a: &Analysis, _: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"leaks\">Leaks and growth</h2>");
     out.push_str("<table><tr><th>pid</th><th>exit</th><th class=\"n\">leaked (never freed)</th><th class=\"n\">cached by an allocator</th><th class=\"n\">held by libraries (handles, workspaces, graph pools)</th><th class=\"n\">module globals</th><th class=\"n\">profiler</th></tr>");
     for p in &a.processes {
@@ -367,6 +388,11 @@ fn leaks_section(a: &Analysis, charts: &[Chart], out: &mut String) {
             .collect();
         held_table(a, "Leaked, by site", "leaked", &rows, out);
     }
+}
+
+/// The sites that kept growing after the warm-up (under "Leaks and
+/// growth").
+pub(crate) fn growth_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     out.push_str("<h3>Growth after the warm-up</h3>");
     if a.growth.is_empty() && !a.tensor_growth.is_empty() {
         out.push_str("<p>No CUDA allocation site keeps growing beyond the <a href=\"#tensor-growth\">tensor sites that keep growing</a>.</p>");
@@ -404,7 +430,7 @@ fn growth_answer(a: &Analysis) -> String {
     }
 }
 
-fn oom_section(a: &Analysis, out: &mut String) {
+pub(crate) fn oom_section(a: &Analysis, _: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"oom\">Out of memory</h2>");
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {
@@ -456,7 +482,7 @@ fn oom_section(a: &Analysis, out: &mut String) {
     }
 }
 
-fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
+pub(crate) fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     out.push_str("<h2 id=\"processes\">Processes</h2>");
     for c in charts.iter().filter(|c| c.name == "processes.svg") {
         out.push_str(&chart_html(c));
@@ -496,14 +522,8 @@ fn processes_section(a: &Analysis, charts: &[Chart], out: &mut String) {
     }
 }
 
-/// Writes the whole report.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: the page's frame in section order, to be rendered from the report outline"
-)]
-pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
-    let charts = charts::all(a);
-    let mut out = String::new();
+/// The page's head: its title and style, and the run in one line.
+pub(crate) fn page_head(a: &Analysis, title: &str, out: &mut String) {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>gmem-prof: {}</title><style>{STYLE}</style></head><body>",
@@ -521,6 +541,20 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         a.input.api_calls,
         a.input.kernels
     );
+}
+
+/// The page's end, with the timeline's script when there is a timeline.
+pub(crate) fn page_end(a: &Analysis, out: &mut String) {
+    out.push_str("<p class=\"meta\">Written by gmem-prof. Times are measured from the first event of the trace.</p>");
+    if !a.devices.is_empty() {
+        let _ = write!(out, "<script>{}</script>", crate::timeline::SCRIPT);
+    }
+    out.push_str("</body></html>\n");
+}
+
+/// What must be read first: a run not wholly profiled, the input's
+/// warnings, why it ran out of memory, and what to change.
+pub(crate) fn headline(a: &Analysis, _: &[Chart], out: &mut String) {
     // A run not wholly profiled says so before anything else: its figures
     // are short of what the program used.
     let missing = a.not_profiled();
@@ -558,7 +592,12 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         }
         out.push_str("</ol>");
     }
-    // The answers first.
+}
+
+/// The answers to the plain questions, one line each, linked to the
+/// sections below: each device's peak and what took most of it, each
+/// framework's tensors, the pools, leaks, growth and OOMs.
+pub(crate) fn answers(a: &Analysis, _: &[Chart], out: &mut String) {
     out.push_str("<ul class=\"answers\">");
     for d in &a.devices {
         let top = match a.peak_parts(d).first() {
@@ -615,7 +654,7 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
             top
         );
     }
-    crate::pools::overview(a, &mut out);
+    crate::pools::overview(a, out);
     let (leaked, cached) = (a.leaked_bytes(), a.cached_bytes());
     let _ = write!(
         out,
@@ -626,19 +665,18 @@ pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
         if a.ooms.is_empty() && a.ooms_reached_program() == 0 { "never".into() } else { format!("{} failed allocation(s), {} error(s) reached the program", a.ooms.len(), a.ooms_reached_program()) }
     );
     out.push_str("</ul>");
+}
+
+/// What the trace saw inside the framework allocators: PyTorch's views,
+/// then JAX's and CuPy's pools.
+pub(crate) fn inside_allocators(a: &Analysis, charts: &[Chart], out: &mut String) {
+    crate::framework::html_section(a, charts, out);
+    crate::pools::html_section(a, charts, out);
+}
+
+/// A section per device.
+pub(crate) fn devices(a: &Analysis, charts: &[Chart], out: &mut String) {
     for d in &a.devices {
-        device_section(a, d, &charts, &mut out);
+        device_section(a, d, charts, out);
     }
-    crate::framework::html_section(a, &charts, &mut out);
-    crate::pools::html_section(a, &charts, &mut out);
-    sites_section(a, &mut out);
-    leaks_section(a, &charts, &mut out);
-    oom_section(a, &mut out);
-    processes_section(a, &charts, &mut out);
-    out.push_str("<p class=\"meta\">Written by gmem-prof. Times are measured from the first event of the trace.</p>");
-    if !a.devices.is_empty() {
-        let _ = write!(out, "<script>{}</script>", crate::timeline::SCRIPT);
-    }
-    out.push_str("</body></html>\n");
-    w.write_all(out.as_bytes())
 }

@@ -22,6 +22,7 @@ mod flame;
 pub mod format;
 mod framework;
 mod html;
+mod outline;
 mod pools;
 pub mod reasons;
 pub mod remedies;
@@ -35,8 +36,7 @@ use std::io::{self, Write};
 use gmem_prof_model::Analysis;
 
 pub use chart::Chart;
-pub use html::html;
-pub use text::summary;
+pub use outline::{html, summary};
 pub use words::oom_limit as framework_oom_limit;
 
 /// The SVG charts of the report, each with the file name it is written as.

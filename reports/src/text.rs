@@ -22,33 +22,9 @@ fn told_apart(a: &Analysis, sites: &[&Site]) -> Vec<String> {
         .collect()
 }
 
-/// A section of the summary: writes what the analysis has to say of it.
-type Section = fn(&Analysis, &mut dyn Write) -> io::Result<()>;
-
-/// The summary's sections, in order; each writes nothing when it has
-/// nothing to say.
-const SECTIONS: [Section; 8] = [
-    headline,
-    overview,
-    devices,
-    inside_allocators,
-    held_at_exit,
-    growth,
-    out_of_memory,
-    warnings,
-];
-
-/// The terminal summary of `report`: `SECTIONS` in order.
-pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
-    for section in SECTIONS {
-        section(a, w)?;
-    }
-    Ok(())
-}
-
 /// What must be read first: a run not wholly profiled, the reason it ran
 /// out of memory, and what to change.
-fn headline(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn headline(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     // First: a run not wholly profiled shows less than it used.
     let missing = a.not_profiled();
     if !missing.is_empty() {
@@ -78,7 +54,7 @@ fn headline(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Processes, devices, events and duration, in one line.
-fn overview(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn overview(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let events = a.input.memory_events + a.input.api_calls + a.input.kernels;
     writeln!(
         w,
@@ -94,7 +70,7 @@ fn overview(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Each device: its peak and what was live then, kernels, fragmentation.
-fn devices(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn devices(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for d in &a.devices {
         device_peak(a, d, w)?;
         frameworks_at_peak(a, d, w)?;
@@ -313,7 +289,7 @@ fn worst_fragmentation(d: &DeviceReport, w: &mut dyn Write) -> io::Result<()> {
 
 /// Memory mapped from other processes, and the inside of the framework
 /// allocators and pools.
-fn inside_allocators(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn inside_allocators(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for line in a.processes.iter().filter_map(crate::format::ipc_mapped) {
         writeln!(w, "\n{line}")?;
     }
@@ -324,7 +300,7 @@ fn inside_allocators(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 
 /// What was still held when the processes ended: leaks, and what is not
 /// a leak (caches, libraries, module globals).
-fn held_at_exit(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn held_at_exit(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let leaked = a.leaked_bytes();
     let leaked_n: u64 = a.processes.iter().map(|p| p.at_exit.leaked_count).sum();
     let cached = a.cached_bytes();
@@ -393,7 +369,7 @@ fn held_at_exit(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Sites that keep growing after the warm-up.
-fn growth(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn growth(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let growing = a.growing();
     if growing.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
@@ -415,7 +391,7 @@ fn growth(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// The errors the allocators raised and the failed allocations.
-fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     let raised: usize = a.frameworks.iter().map(|v| v.ooms.len()).sum();
     if raised > 0 {
         writeln!(
@@ -462,7 +438,7 @@ fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 }
 
 /// The input's warnings (damage, lost records, late events).
-fn warnings(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn warnings(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     for warning in a.input.warnings.iter().map(input_warning) {
         writeln!(w, "warning: {warning}")?;
     }
