@@ -252,11 +252,31 @@ fn add(f: &mut SiteFigures, s: &Site) {
 }
 
 /// Compares `new` against `base`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "not yet split: the run totals and the device and site comparisons can each be a function"
-)]
 pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
+    let matched = match_sites(base, new);
+    let devices = device_diffs(base, new, &matched);
+    Diff {
+        schema: "gmem-prof-diff",
+        schema_version: DIFF_SCHEMA_VERSION,
+        base: totals(base),
+        new: totals(new),
+        devices,
+        sites: matched.sites.into_iter().map(|(_, s)| s).collect(),
+        tensor_sites: tensor_site_diffs(base, new),
+        verdicts: Vec::new(),
+    }
+}
+
+/// The sites of both runs matched by stack: each diff site with its key,
+/// largest change first (its place is its id), and each run's sites'
+/// keys by site id.
+struct MatchedSites {
+    sites: Vec<(String, SiteDiff)>,
+    key_of_base: Vec<String>,
+    key_of_new: Vec<String>,
+}
+
+fn match_sites(base: &Analysis, new: &Analysis) -> MatchedSites {
     // key → (first site of base, first site of new, figures of each).
     struct Entry<'a> {
         base_site: Option<&'a Site>,
@@ -328,12 +348,24 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
             )
             .then(ka.cmp(kb))
     });
-    let mut id_of_key: BTreeMap<&str, u32> = BTreeMap::new();
-    for (i, (k, s)) in sites.iter_mut().enumerate() {
+    for (i, (_, s)) in sites.iter_mut().enumerate() {
         s.id = i as u32;
-        id_of_key.insert(k.as_str(), i as u32);
     }
+    MatchedSites {
+        sites,
+        key_of_base,
+        key_of_new,
+    }
+}
 
+/// Each device of either run: its two peaks, and the diff sites whose
+/// bytes live at its peak changed, largest change first.
+fn device_diffs(base: &Analysis, new: &Analysis, matched: &MatchedSites) -> Vec<DeviceDiff> {
+    let id_of_key: BTreeMap<&str, u32> = matched
+        .sites
+        .iter()
+        .map(|(k, s)| (k.as_str(), s.id))
+        .collect();
     let mut numbers: Vec<u32> = base
         .devices
         .iter()
@@ -342,14 +374,14 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
         .collect();
     numbers.sort_unstable();
     numbers.dedup();
-    let devices = numbers
+    numbers
         .into_iter()
         .map(|n| {
             let b = base.devices.iter().find(|d| d.device == n);
             let w = new.devices.iter().find(|d| d.device == n);
             // Per diff site: bytes live at this device's peak in each run.
             let mut at_peak: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-            for (side, d, keys) in [(0, b, &key_of_base), (1, w, &key_of_new)] {
+            for (side, d, keys) in [(0, b, &matched.key_of_base), (1, w, &matched.key_of_new)] {
                 for sb in d.map(|d| d.peak_sites.as_slice()).unwrap_or_default() {
                     let Some(k) = keys.get(sb.site as usize) else {
                         continue;
@@ -391,15 +423,5 @@ pub fn diff(base: &Analysis, new: &Analysis) -> Diff {
                 peak_changes,
             }
         })
-        .collect();
-    Diff {
-        schema: "gmem-prof-diff",
-        schema_version: DIFF_SCHEMA_VERSION,
-        base: totals(base),
-        new: totals(new),
-        devices,
-        sites: sites.into_iter().map(|(_, s)| s).collect(),
-        tensor_sites: tensor_site_diffs(base, new),
-        verdicts: Vec::new(),
-    }
+        .collect()
 }
