@@ -7,6 +7,8 @@
 //! New fields may only be appended to the end of a body: a reader ignores
 //! bytes it does not understand at the end of a known record.
 
+use std::fmt::{self, Write as _};
+
 use crate::codec::{Dec, Enc, Fields};
 use crate::DecodeError;
 
@@ -64,37 +66,99 @@ pub mod tag {
     pub const KERNEL_LAUNCH: u8 = 21;
 }
 
-/// One decoded record.
-#[derive(Clone, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(Serialize), serde(tag = "type"))]
-pub enum Record {
-    Process(ProcessInfo),
-    Device(DeviceInfo),
-    String(StringDef),
-    Module(ModuleInfo),
-    Stack(StackDef),
-    Api(ApiCall),
-    Memory(MemoryEvent),
-    Pool(PoolEvent),
-    Kernel(KernelEvent),
-    KernelLaunch(KernelLaunch),
-    Dropped(DropCounts),
-    Message(Message),
-    ProcessEnd(ProcessEnd),
-    Symbol(SymbolInfo),
-    Trailer(Trailer),
-    PyCode(PyCode),
-    AllocatorEvent(AllocatorEvent),
-    Allocator(AllocatorInfo),
-    DeviceMemory(DeviceMemory),
-    CallDevice(CallDevice),
-    PoolUsage(PoolUsage),
-    /// A record with a tag this reader does not know (written by a newer
-    /// writer). Its body was skipped.
-    Unknown {
-        tag: u8,
-        len: u32,
-    },
+/// One kind of record's body: written, read and dumped in one place,
+/// beside the struct it holds. `record_kinds!` below ties each kind to
+/// its `Record` variant and its tag.
+pub(crate) trait Kind: Sized {
+    /// Appends the body; times relative to the chunk's `base`.
+    fn encode(&self, e: &mut Enc, base: u64);
+    /// Reads a body; bytes a newer writer appended after the known fields
+    /// are left unread.
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError>;
+    /// The record's line in `gmem-prof dump` (after its stream).
+    fn dump(&self, l: &mut String) -> fmt::Result;
+}
+
+/// The table of record kinds: each `Record` variant, the struct it holds
+/// and its tag. From it come the enum, `Record::tag`, the dispatch of
+/// encoding, decoding and the dump line, and (derived) the JSON form.
+macro_rules! record_kinds {
+    ($($variant:ident($ty:ty) = $tag:ident,)+) => {
+        /// One decoded record.
+        #[derive(Clone, Debug, PartialEq)]
+        #[cfg_attr(feature = "serde", derive(Serialize), serde(tag = "type"))]
+        pub enum Record {
+            $($variant($ty),)+
+            /// A record with a tag this reader does not know (written by a
+            /// newer writer). Its body was skipped.
+            Unknown {
+                tag: u8,
+                len: u32,
+            },
+        }
+
+        impl Record {
+            pub fn tag(&self) -> u8 {
+                match self {
+                    $(Record::$variant(_) => tag::$tag,)+
+                    Record::Unknown { tag, .. } => *tag,
+                }
+            }
+
+            fn encode_body(&self, e: &mut Enc, base: u64) {
+                match self {
+                    $(Record::$variant(r) => r.encode(e, base),)+
+                    Record::Unknown { .. } => {}
+                }
+            }
+
+            /// Decodes one record body of the given tag.
+            #[inline]
+            pub fn decode(tag: u8, body: &[u8], base: u64) -> Result<Record, DecodeError> {
+                let d = &mut Dec::new(body);
+                Ok(match tag {
+                    $(tag::$tag => Record::$variant(<$ty as Kind>::decode(d, base)?),)+
+                    _ => Record::Unknown {
+                        tag,
+                        len: body.len() as u32,
+                    },
+                })
+            }
+
+            /// The record's line in `gmem-prof dump`, after its stream: its
+            /// kind and fields, as FORMAT.md names them.
+            pub fn dump_line(&self, l: &mut String) -> fmt::Result {
+                match self {
+                    $(Record::$variant(r) => r.dump(l),)+
+                    Record::Unknown { tag, len } => write!(l, "unknown tag={tag} len={len}"),
+                }
+            }
+        }
+    };
+}
+
+record_kinds! {
+    Process(ProcessInfo) = PROCESS,
+    Device(DeviceInfo) = DEVICE,
+    String(StringDef) = STRING,
+    Module(ModuleInfo) = MODULE,
+    Stack(StackDef) = STACK,
+    Api(ApiCall) = API,
+    Memory(MemoryEvent) = MEMORY,
+    Pool(PoolEvent) = POOL,
+    Kernel(KernelEvent) = KERNEL,
+    KernelLaunch(KernelLaunch) = KERNEL_LAUNCH,
+    Dropped(DropCounts) = DROPPED,
+    Message(Message) = MESSAGE,
+    ProcessEnd(ProcessEnd) = PROCESS_END,
+    Symbol(SymbolInfo) = SYMBOL,
+    Trailer(Trailer) = TRAILER,
+    PyCode(PyCode) = PY_CODE,
+    AllocatorEvent(AllocatorEvent) = ALLOCATOR_EVENT,
+    Allocator(AllocatorInfo) = ALLOCATOR,
+    DeviceMemory(DeviceMemory) = DEVICE_MEMORY,
+    CallDevice(CallDevice) = CALL_DEVICE,
+    PoolUsage(PoolUsage) = POOL_USAGE,
 }
 
 /// Who the process was. One per process stream, first in the stream.
@@ -133,6 +197,53 @@ pub struct ProcessInfo {
     pub kernels_timed: bool,
 }
 
+impl Kind for ProcessInfo {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let p = self;
+        e.var(p.pid.into());
+        e.var(p.ppid.into());
+        put_time(e, p.start, base);
+        e.str(&p.hostname);
+        e.str(&p.exe);
+        e.var(p.cmdline.len() as u64);
+        for a in &p.cmdline {
+            e.str(a);
+        }
+        e.str(&p.collector_version);
+        e.var(p.cupti_api_version.into());
+        e.str(&p.cupti_path);
+        e.str(&p.driver_version);
+        e.bool(p.kernels_traced);
+        e.bool(p.stacks_captured);
+        e.var(p.cupti_device_buffer_bytes.0);
+        e.var(p.collector_tids.len() as u64);
+        for t in &p.collector_tids {
+            e.var((*t).into());
+        }
+        e.bool(p.kernels_timed);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_process(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let p = self;
+        write!(
+            l,
+            "process pid={} ppid={} start={} host={} exe={} cmdline={} collector={} cupti_api={} cupti={} driver={} kernels={} stacks={} cupti_device_buffers={} collector_tids={:?}",
+            p.pid, p.ppid, p.start.0, q(&p.hostname), q(&p.exe), q(&p.cmdline.join(" ")),
+            p.collector_version, p.cupti_api_version, q(&p.cupti_path), q(&p.driver_version),
+            match (p.kernels_traced, p.kernels_timed) {
+                (false, _) => "off",
+                (true, false) => "launches",
+                (true, true) => "timed",
+            },
+            p.stacks_captured, p.cupti_device_buffer_bytes.0, p.collector_tids
+        )
+    }
+}
+
 /// A GPU the process used (from CUPTI's device record).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
@@ -146,11 +257,80 @@ pub struct DeviceInfo {
     pub multiprocessors: u32,
 }
 
+impl Kind for DeviceInfo {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let d = self;
+        e.var(d.device.into());
+        e.str(&d.name);
+        e.var(d.total_memory.0);
+        e.bytes(&d.uuid);
+        e.var(d.compute_major.into());
+        e.var(d.compute_minor.into());
+        e.var(d.multiprocessors.into());
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok(DeviceInfo {
+            device: d.var32()?,
+            name: d.string()?,
+            total_memory: Bytes(d.var()?),
+            uuid: {
+                let b = d.bytes()?;
+                let mut u = [0u8; 16];
+                let n = b.len().min(16);
+                u[..n].copy_from_slice(&b[..n]);
+                u
+            },
+            compute_major: d.var32()?,
+            compute_minor: d.var32()?,
+            multiprocessors: d.var32()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let d = self;
+        write!(
+            l,
+            "device id={} name={} memory={} cc={}.{} sms={} uuid={}",
+            d.device,
+            q(&d.name),
+            d.total_memory.0,
+            d.compute_major,
+            d.compute_minor,
+            d.multiprocessors,
+            d.uuid
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
 pub struct StringDef {
     pub id: StringId,
     pub text: String,
+}
+
+impl Kind for StringDef {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let s = self;
+        e.var(s.id.0.into());
+        e.str(&s.text);
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok(StringDef {
+            id: StringId(d.var32()?),
+            text: d.string()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let s = self;
+        write!(l, "string id={} text={}", s.id.0, q(&s.text))
+    }
 }
 
 /// A loaded module (executable or shared library) of the process.
@@ -166,6 +346,54 @@ pub struct ModuleInfo {
     pub end: u64,
     /// GNU build id, empty if none.
     pub build_id: Vec<u8>,
+}
+
+impl Kind for ModuleInfo {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let m = self;
+        e.var(m.id.into());
+        e.str(&m.path);
+        e.var(m.bias);
+        e.var(m.start);
+        e.var(m.end.wrapping_sub(m.start));
+        e.bytes(&m.build_id);
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok({
+            let id = d.var32()?;
+            let path = d.string()?;
+            let bias = d.var()?;
+            let start = d.var()?;
+            let end = start.wrapping_add(d.var()?);
+            let build_id = d.bytes()?.to_vec();
+            ModuleInfo {
+                id,
+                path,
+                bias,
+                start,
+                end,
+                build_id,
+            }
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let m = self;
+        write!(
+            l,
+            "module id={} path={} bias={} range={}-{} build_id={}",
+            m.id,
+            q(&m.path),
+            hex(m.bias),
+            hex(m.start),
+            hex(m.end),
+            m.build_id
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
 }
 
 /// One frame of a stack. Native frames are return addresses (the innermost is
@@ -201,6 +429,37 @@ pub struct PyCode {
     pub function: String,
     /// `co_firstlineno`.
     pub first_line: u32,
+}
+
+impl Kind for PyCode {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let c = self;
+        e.var(c.id.0.into());
+        e.str(&c.file);
+        e.str(&c.function);
+        e.var(c.first_line.into());
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok(PyCode {
+            id: PyCodeId(d.var32()?),
+            file: d.string()?,
+            function: d.string()?,
+            first_line: d.var32()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let c = self;
+        write!(
+            l,
+            "pycode id={} function={} file={} first_line={}",
+            c.id.0,
+            q(&c.function),
+            q(&c.file),
+            c.first_line
+        )
+    }
 }
 
 /// Framework allocators whose inside the collector sees (`AllocatorEvent`).
@@ -317,6 +576,44 @@ pub struct AllocatorEvent {
     pub limit: u64,
 }
 
+impl Kind for AllocatorEvent {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let a = self;
+        put_time(e, a.time, base);
+        e.u8(a.allocator);
+        e.u8(a.action.0);
+        e.var(a.device.into());
+        e.var(a.address);
+        e.var(a.bytes.0);
+        e.var(a.stream);
+        e.var(a.pool);
+        e.var(a.tid.into());
+        e.var(a.stack.0.into());
+        if a.action.has_oom_fields() {
+            e.var(a.device_free);
+            e.var(a.limit);
+        }
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_allocator_event(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let a = self;
+        let _ = write!(
+            l,
+            "allocator_event t={} allocator={} {} dev={} addr={} bytes={} stream={} pool={} tid={} stack={}",
+            a.time.0, a.allocator, a.action.name(), a.device, hex(a.address), a.bytes.0,
+            hex(a.stream), a.pool, a.tid, a.stack.0
+        );
+        if a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT {
+            let _ = write!(l, " device_free={} limit={}", a.device_free, a.limit);
+        }
+        Ok(())
+    }
+}
+
 /// A framework allocator in the process, and whether the collector sees
 /// inside it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -335,6 +632,43 @@ pub struct AllocatorInfo {
     pub detail: String,
 }
 
+impl Kind for AllocatorInfo {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let a = self;
+        put_time(e, a.time, base);
+        e.u8(a.allocator);
+        e.str(&a.library);
+        e.str(&a.settings);
+        e.bool(a.attached);
+        e.str(&a.detail);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(AllocatorInfo {
+            time: get_time(d, base)?,
+            allocator: d.u8()?,
+            library: d.string()?,
+            settings: d.string()?,
+            attached: d.bool()?,
+            detail: d.string()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let a = self;
+        write!(
+            l,
+            "allocator t={} allocator={} attached={} library={} settings={} detail={}",
+            a.time.0,
+            a.allocator,
+            a.attached,
+            q(&a.library),
+            q(&a.settings),
+            q(&a.detail)
+        )
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
 pub struct StackDef {
@@ -343,6 +677,79 @@ pub struct StackDef {
     pub frames: Vec<Frame>,
     /// True when unwinding stopped early (depth limit or unknown code).
     pub truncated: bool,
+}
+
+impl Kind for StackDef {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let s = self;
+        e.var(s.id.0.into());
+        e.bool(s.truncated);
+        e.var(s.frames.len() as u64);
+        // Native frames are delta-coded against the previous native
+        // frame: return addresses of one stack cluster in few modules.
+        let mut prev = 0u64;
+        for f in &s.frames {
+            match *f {
+                Frame::Native(a) => {
+                    e.u8(0);
+                    e.ivar(a.wrapping_sub(prev) as i64);
+                    prev = a;
+                }
+                Frame::Python { code, line } => {
+                    e.u8(1);
+                    e.var(code.0.into());
+                    e.var(line.into());
+                }
+            }
+        }
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok({
+            let id = StackId(d.var32()?);
+            let truncated = d.bool()?;
+            let n = d.count(2)?;
+            let mut frames = Vec::with_capacity(n);
+            let mut prev = 0u64;
+            for _ in 0..n {
+                frames.push(match d.u8()? {
+                    0 => {
+                        prev = prev.wrapping_add(d.ivar()? as u64);
+                        Frame::Native(prev)
+                    }
+                    1 => Frame::Python {
+                        code: PyCodeId(d.var32()?),
+                        line: d.var32()?,
+                    },
+                    k => return Err(DecodeError::BadValue("frame kind", k.into())),
+                });
+            }
+            StackDef {
+                id,
+                frames,
+                truncated,
+            }
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let s = self;
+        let frames: Vec<String> = s
+            .frames
+            .iter()
+            .map(|f| match f {
+                Frame::Native(a) => hex(*a),
+                Frame::Python { code, line } => format!("py:{}:{line}", code.0),
+            })
+            .collect();
+        write!(
+            l,
+            "stack id={} truncated={} frames=[{}]",
+            s.id.0,
+            s.truncated,
+            frames.join(" ")
+        )
+    }
 }
 
 /// The CUDA driver API functions the collector watches, numbered for the
@@ -462,6 +869,41 @@ pub struct ApiCall {
     pub internal: bool,
 }
 
+impl Kind for ApiCall {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let a = self;
+        put_time(e, a.time, base);
+        e.var(a.duration.0);
+        e.var(a.tid.into());
+        e.var(a.func.0.into());
+        e.var(a.cbid.into());
+        e.var(a.correlation.into());
+        e.var(a.result.into());
+        e.var(a.bytes.0);
+        e.var(a.address);
+        e.var(a.handle);
+        e.var(a.stream);
+        e.var(a.stack.0.into());
+        e.bool(a.internal);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_api(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let a = self;
+        write!(
+            l,
+            "api t={} dur={} tid={} {} corr={} result={} bytes={} addr={} handle={} stream={} stack={}{}",
+            a.time.0, a.duration.0, a.tid,
+            a.func.name().map(str::to_string).unwrap_or_else(|| format!("func{}", a.func.0)),
+            a.correlation, a.result, a.bytes.0, hex(a.address), hex(a.handle), hex(a.stream),
+            a.stack.0, if a.internal { " internal" } else { "" }
+        )
+    }
+}
+
 /// CUPTI memory activity kinds, as CUPTI numbers them.
 pub mod memory_kind {
     pub const UNKNOWN: u8 = 0;
@@ -513,6 +955,65 @@ pub struct MemoryEvent {
     pub pool_utilized: u64,
 }
 
+impl Kind for MemoryEvent {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let m = self;
+        put_time(e, m.time, base);
+        e.bool(m.alloc);
+        e.u8(m.kind);
+        e.var(m.address);
+        e.var(m.bytes.0);
+        e.var(m.device.into());
+        e.var(m.context.into());
+        e.var(m.stream.into());
+        e.var(m.correlation.into());
+        e.var(m.pc);
+        e.bool(m.is_async);
+        e.u8(m.pool_type);
+        if m.pool_type != 0 {
+            e.var(m.pool_address);
+            e.var(m.pool_release_threshold);
+            e.var(m.pool_size);
+            e.var(m.pool_utilized);
+        }
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_memory(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let m = self;
+        let _ = write!(
+            l,
+            "memory t={} {} kind={} addr={} bytes={} dev={} ctx={} stream={} corr={} pc={}{}",
+            m.time.0,
+            if m.alloc { "alloc" } else { "free" },
+            memory_kind::name(m.kind),
+            hex(m.address),
+            m.bytes.0,
+            m.device,
+            m.context,
+            m.stream,
+            m.correlation,
+            hex(m.pc),
+            if m.is_async { " async" } else { "" }
+        );
+        if m.pool_type != 0 {
+            let _ = write!(
+                l,
+                " pool_type={} pool={} pool_size={} pool_utilized={} release_threshold={}",
+                m.pool_type,
+                hex(m.pool_address),
+                m.pool_size,
+                m.pool_utilized,
+                m.pool_release_threshold
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A memory pool operation (CUPTI MEMORY_POOL activity).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
@@ -529,6 +1030,38 @@ pub struct PoolEvent {
     pub utilized: Bytes,
     pub device: u32,
     pub correlation: u32,
+}
+
+impl Kind for PoolEvent {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let p = self;
+        put_time(e, p.time, base);
+        e.u8(p.op);
+        e.u8(p.pool_type);
+        e.var(p.address);
+        e.var(p.size.0);
+        e.var(p.release_threshold);
+        e.var(p.min_bytes_to_keep);
+        e.var(p.utilized.0);
+        e.var(p.device.into());
+        e.var(p.correlation.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_pool(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let p = self;
+        write!(
+            l,
+            "pool t={} op={} type={} addr={} size={} utilized={} release_threshold={} min_keep={} dev={} corr={}",
+            p.time.0,
+            match p.op { 1 => "created", 2 => "destroyed", 3 => "trimmed", _ => "unknown" },
+            p.pool_type, hex(p.address), p.size.0, p.utilized.0, p.release_threshold,
+            p.min_bytes_to_keep, p.device, p.correlation
+        )
+    }
 }
 
 /// One kernel execution on the device.
@@ -549,6 +1082,39 @@ pub struct KernelEvent {
     pub registers: u32,
 }
 
+impl Kind for KernelEvent {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let k = self;
+        put_time(e, k.start, base);
+        e.var(k.end.0.wrapping_sub(k.start.0));
+        e.var(k.name.0.into());
+        e.var(k.device.into());
+        e.var(k.context.into());
+        e.var(k.stream.into());
+        e.var(k.correlation.into());
+        for v in k.grid.iter().chain(&k.block) {
+            e.var((*v).into());
+        }
+        e.var(k.static_shared.into());
+        e.var(k.dynamic_shared.into());
+        e.var(k.registers.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_kernel(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let k = self;
+        write!(
+            l,
+            "kernel start={} end={} name={} dev={} ctx={} stream={} corr={} grid={:?} block={:?} smem={}+{} regs={}",
+            k.start.0, k.end.0, k.name.0, k.device, k.context, k.stream, k.correlation, k.grid,
+            k.block, k.static_shared, k.dynamic_shared, k.registers
+        )
+    }
+}
+
 /// One kernel launch, seen on the launching thread when the program made it
 /// (`record --kernels launches`): the kernel runs on the device later, for
 /// a time this record does not know.
@@ -565,6 +1131,37 @@ pub struct KernelLaunch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub dynamic_shared: u32,
+}
+
+impl Kind for KernelLaunch {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let k = self;
+        put_time(e, k.time, base);
+        e.var(k.tid.into());
+        e.var(k.name.0.into());
+        e.var(k.device.into());
+        e.var(k.context.into());
+        e.var(k.stream.into());
+        e.var(k.correlation.into());
+        for v in k.grid.iter().chain(&k.block) {
+            e.var((*v).into());
+        }
+        e.var(k.dynamic_shared.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_kernel_launch(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let k = self;
+        write!(
+            l,
+            "kernel_launch t={} tid={} name={} dev={} ctx={} stream={} corr={} grid={:?} block={:?} smem={}",
+            k.time.0, k.tid, k.name.0, k.device, k.context, k.stream, k.correlation, k.grid,
+            k.block, k.dynamic_shared
+        )
+    }
 }
 
 /// The device's own view of its memory (NVML, as `nvidia-smi` shows it),
@@ -591,6 +1188,67 @@ pub struct DeviceMemory {
     pub processes: Vec<ProcessMemory>,
 }
 
+impl Kind for DeviceMemory {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let m = self;
+        put_time(e, m.time, base);
+        e.var(m.device.into());
+        e.u8(m.reason);
+        e.var(m.total.0);
+        e.var(m.used.0);
+        e.var(m.free.0);
+        e.var(m.reserved.0);
+        e.var(m.processes.len() as u64);
+        for p in &m.processes {
+            e.var(p.pid.into());
+            e.var(p.used.0);
+        }
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(DeviceMemory {
+            time: get_time(d, base)?,
+            device: d.var32()?,
+            reason: d.u8()?,
+            total: Bytes(d.var()?),
+            used: Bytes(d.var()?),
+            free: Bytes(d.var()?),
+            reserved: Bytes(d.var()?),
+            processes: {
+                let n = d.var()?;
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    v.push(ProcessMemory {
+                        pid: d.var32()?,
+                        used: Bytes(d.var()?),
+                    });
+                }
+                v
+            },
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let m = self;
+        write!(
+            l,
+            "device_memory t={} dev={} reason={} total={} used={} free={} reserved={} processes={}",
+            m.time.0,
+            m.device,
+            m.reason,
+            m.total.0,
+            m.used.0,
+            m.free.0,
+            m.reserved.0,
+            m.processes
+                .iter()
+                .map(|p| format!("{}:{}", p.pid, p.used.0))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    }
+}
+
 /// One process's memory on a device, as NVML charges it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
@@ -610,6 +1268,32 @@ pub struct CallDevice {
     pub time: Nanos,
     pub tid: u32,
     pub device: u32,
+}
+
+impl Kind for CallDevice {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let c = self;
+        put_time(e, c.time, base);
+        e.var(c.tid.into());
+        e.var(c.device.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(CallDevice {
+            time: get_time(d, base)?,
+            tid: d.var32()?,
+            device: d.var32()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let c = self;
+        write!(
+            l,
+            "call_device t={} tid={} dev={}",
+            c.time.0, c.tid, c.device
+        )
+    }
 }
 
 /// How much of a framework's own memory pool was in use, as the framework
@@ -635,6 +1319,42 @@ pub struct PoolUsage {
     pub pool: Bytes,
     /// The most the pool may hold (`u64::MAX`: no limit known).
     pub limit: Bytes,
+}
+
+impl Kind for PoolUsage {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let u = self;
+        put_time(e, u.time, base);
+        e.var(u.device.into());
+        e.u8(u.framework);
+        e.u8(u.reason);
+        e.var(u.in_use.0);
+        e.var(u.peak_in_use.0);
+        e.var(u.pool.0);
+        e.var(u.limit.0);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(PoolUsage {
+            time: get_time(d, base)?,
+            device: d.var32()?,
+            framework: d.u8()?,
+            reason: d.u8()?,
+            in_use: Bytes(d.var()?),
+            peak_in_use: Bytes(d.var()?),
+            pool: Bytes(d.var()?),
+            limit: Bytes(d.var()?),
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let u = self;
+        write!(
+            l,
+            "pool_usage t={} dev={} framework={} reason={} in_use={} peak_in_use={} pool={} limit={}",
+            u.time.0, u.device, u.framework, u.reason, u.in_use.0, u.peak_in_use.0, u.pool.0, u.limit.0
+        )
+    }
 }
 
 /// `PoolUsage`'s codes.
@@ -672,6 +1392,32 @@ pub struct DropCounts {
     pub collector: u64,
 }
 
+impl Kind for DropCounts {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let d = self;
+        put_time(e, d.time, base);
+        e.var(d.cupti);
+        e.var(d.collector);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(DropCounts {
+            time: get_time(d, base)?,
+            cupti: d.var()?,
+            collector: d.var()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let d = self;
+        write!(
+            l,
+            "dropped t={} cupti={} collector={}",
+            d.time.0, d.cupti, d.collector
+        )
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
 pub struct Message {
@@ -681,11 +1427,59 @@ pub struct Message {
     pub text: String,
 }
 
+impl Kind for Message {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let m = self;
+        put_time(e, m.time, base);
+        e.u8(m.level);
+        e.str(&m.text);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(Message {
+            time: get_time(d, base)?,
+            level: d.u8()?,
+            text: d.string()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let m = self;
+        write!(
+            l,
+            "message t={} {} {}",
+            m.time.0,
+            match m.level {
+                0 => "info",
+                1 => "warning",
+                _ => "error",
+            },
+            q(&m.text)
+        )
+    }
+}
+
 /// The collector shut down cleanly in this process.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(Serialize))]
 pub struct ProcessEnd {
     pub time: Nanos,
+}
+
+impl Kind for ProcessEnd {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        let p = self;
+        put_time(e, p.time, base);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        decode_process_end(d, base)
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let p = self;
+        write!(l, "process_end t={}", p.time.0)
+    }
 }
 
 /// Source location of one frame (one entry per inlined function, innermost
@@ -698,6 +1492,63 @@ pub struct SymbolInfo {
     /// Offset of the address in the module's ELF address space.
     pub module_offset: u64,
     pub frames: Vec<SymbolFrame>,
+}
+
+impl Kind for SymbolInfo {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let s = self;
+        e.var(s.address);
+        e.var(s.module.into());
+        e.var(s.module_offset);
+        e.var(s.frames.len() as u64);
+        for f in &s.frames {
+            e.str(&f.function);
+            e.str(&f.file);
+            e.var(f.line.into());
+            e.var(f.column.into());
+        }
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok({
+            let address = d.var()?;
+            let module = d.var32()?;
+            let module_offset = d.var()?;
+            let n = d.count(4)?;
+            let mut frames = Vec::with_capacity(n);
+            for _ in 0..n {
+                frames.push(SymbolFrame {
+                    function: d.string()?,
+                    file: d.string()?,
+                    line: d.var32()?,
+                    column: d.var32()?,
+                });
+            }
+            SymbolInfo {
+                address,
+                module,
+                module_offset,
+                frames,
+            }
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let s = self;
+        let frames: Vec<String> = s
+            .frames
+            .iter()
+            .map(|f| format!("{} {}:{}", q(&f.function), q(&f.file), f.line))
+            .collect();
+        write!(
+            l,
+            "symbol addr={} module={} offset={} frames=[{}]",
+            hex(s.address),
+            s.module,
+            hex(s.module_offset),
+            frames.join(", ")
+        )
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -715,6 +1566,26 @@ pub struct SymbolFrame {
 pub struct Trailer {
     pub chunks: u64,
     pub records: u64,
+}
+
+impl Kind for Trailer {
+    fn encode(&self, e: &mut Enc, _base: u64) {
+        let t = self;
+        e.var(t.chunks);
+        e.var(t.records);
+    }
+
+    fn decode(d: &mut Dec, _base: u64) -> Result<Self, DecodeError> {
+        Ok(Trailer {
+            chunks: d.var()?,
+            records: d.var()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let t = self;
+        write!(l, "trailer chunks={} records={}", t.chunks, t.records)
+    }
 }
 
 fn put_time(e: &mut Enc, t: Nanos, base: u64) {
@@ -951,33 +1822,6 @@ fn get_time(d: &mut impl Fields, base: u64) -> Result<Nanos, DecodeError> {
 }
 
 impl Record {
-    pub fn tag(&self) -> u8 {
-        match self {
-            Record::Process(_) => tag::PROCESS,
-            Record::Device(_) => tag::DEVICE,
-            Record::String(_) => tag::STRING,
-            Record::Module(_) => tag::MODULE,
-            Record::Stack(_) => tag::STACK,
-            Record::Api(_) => tag::API,
-            Record::Memory(_) => tag::MEMORY,
-            Record::Pool(_) => tag::POOL,
-            Record::Kernel(_) => tag::KERNEL,
-            Record::KernelLaunch(_) => tag::KERNEL_LAUNCH,
-            Record::Dropped(_) => tag::DROPPED,
-            Record::DeviceMemory(_) => tag::DEVICE_MEMORY,
-            Record::CallDevice(_) => tag::CALL_DEVICE,
-            Record::PoolUsage(_) => tag::POOL_USAGE,
-            Record::Message(_) => tag::MESSAGE,
-            Record::ProcessEnd(_) => tag::PROCESS_END,
-            Record::Symbol(_) => tag::SYMBOL,
-            Record::Trailer(_) => tag::TRAILER,
-            Record::PyCode(_) => tag::PY_CODE,
-            Record::AllocatorEvent(_) => tag::ALLOCATOR_EVENT,
-            Record::Allocator(_) => tag::ALLOCATOR,
-            Record::Unknown { tag, .. } => *tag,
-        }
-    }
-
     /// Appends the framed record (tag, length, body) to `out`.
     /// `body` is scratch space reused between calls.
     pub fn encode(&self, out: &mut Enc, body: &mut Enc, base: u64) {
@@ -986,410 +1830,15 @@ impl Record {
         out.u8(self.tag());
         out.bytes(&body.buf);
     }
+}
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one arm per record kind, FORMAT.md's table in code"
-    )]
-    fn encode_body(&self, e: &mut Enc, base: u64) {
-        match self {
-            Record::Process(p) => {
-                e.var(p.pid.into());
-                e.var(p.ppid.into());
-                put_time(e, p.start, base);
-                e.str(&p.hostname);
-                e.str(&p.exe);
-                e.var(p.cmdline.len() as u64);
-                for a in &p.cmdline {
-                    e.str(a);
-                }
-                e.str(&p.collector_version);
-                e.var(p.cupti_api_version.into());
-                e.str(&p.cupti_path);
-                e.str(&p.driver_version);
-                e.bool(p.kernels_traced);
-                e.bool(p.stacks_captured);
-                e.var(p.cupti_device_buffer_bytes.0);
-                e.var(p.collector_tids.len() as u64);
-                for t in &p.collector_tids {
-                    e.var((*t).into());
-                }
-                e.bool(p.kernels_timed);
-            }
-            Record::Device(d) => {
-                e.var(d.device.into());
-                e.str(&d.name);
-                e.var(d.total_memory.0);
-                e.bytes(&d.uuid);
-                e.var(d.compute_major.into());
-                e.var(d.compute_minor.into());
-                e.var(d.multiprocessors.into());
-            }
-            Record::String(s) => {
-                e.var(s.id.0.into());
-                e.str(&s.text);
-            }
-            Record::Module(m) => {
-                e.var(m.id.into());
-                e.str(&m.path);
-                e.var(m.bias);
-                e.var(m.start);
-                e.var(m.end.wrapping_sub(m.start));
-                e.bytes(&m.build_id);
-            }
-            Record::Stack(s) => {
-                e.var(s.id.0.into());
-                e.bool(s.truncated);
-                e.var(s.frames.len() as u64);
-                // Native frames are delta-coded against the previous native
-                // frame: return addresses of one stack cluster in few modules.
-                let mut prev = 0u64;
-                for f in &s.frames {
-                    match *f {
-                        Frame::Native(a) => {
-                            e.u8(0);
-                            e.ivar(a.wrapping_sub(prev) as i64);
-                            prev = a;
-                        }
-                        Frame::Python { code, line } => {
-                            e.u8(1);
-                            e.var(code.0.into());
-                            e.var(line.into());
-                        }
-                    }
-                }
-            }
-            Record::Api(a) => {
-                put_time(e, a.time, base);
-                e.var(a.duration.0);
-                e.var(a.tid.into());
-                e.var(a.func.0.into());
-                e.var(a.cbid.into());
-                e.var(a.correlation.into());
-                e.var(a.result.into());
-                e.var(a.bytes.0);
-                e.var(a.address);
-                e.var(a.handle);
-                e.var(a.stream);
-                e.var(a.stack.0.into());
-                e.bool(a.internal);
-            }
-            Record::Memory(m) => {
-                put_time(e, m.time, base);
-                e.bool(m.alloc);
-                e.u8(m.kind);
-                e.var(m.address);
-                e.var(m.bytes.0);
-                e.var(m.device.into());
-                e.var(m.context.into());
-                e.var(m.stream.into());
-                e.var(m.correlation.into());
-                e.var(m.pc);
-                e.bool(m.is_async);
-                e.u8(m.pool_type);
-                if m.pool_type != 0 {
-                    e.var(m.pool_address);
-                    e.var(m.pool_release_threshold);
-                    e.var(m.pool_size);
-                    e.var(m.pool_utilized);
-                }
-            }
-            Record::Pool(p) => {
-                put_time(e, p.time, base);
-                e.u8(p.op);
-                e.u8(p.pool_type);
-                e.var(p.address);
-                e.var(p.size.0);
-                e.var(p.release_threshold);
-                e.var(p.min_bytes_to_keep);
-                e.var(p.utilized.0);
-                e.var(p.device.into());
-                e.var(p.correlation.into());
-            }
-            Record::Kernel(k) => {
-                put_time(e, k.start, base);
-                e.var(k.end.0.wrapping_sub(k.start.0));
-                e.var(k.name.0.into());
-                e.var(k.device.into());
-                e.var(k.context.into());
-                e.var(k.stream.into());
-                e.var(k.correlation.into());
-                for v in k.grid.iter().chain(&k.block) {
-                    e.var((*v).into());
-                }
-                e.var(k.static_shared.into());
-                e.var(k.dynamic_shared.into());
-                e.var(k.registers.into());
-            }
-            Record::KernelLaunch(k) => {
-                put_time(e, k.time, base);
-                e.var(k.tid.into());
-                e.var(k.name.0.into());
-                e.var(k.device.into());
-                e.var(k.context.into());
-                e.var(k.stream.into());
-                e.var(k.correlation.into());
-                for v in k.grid.iter().chain(&k.block) {
-                    e.var((*v).into());
-                }
-                e.var(k.dynamic_shared.into());
-            }
-            Record::Dropped(d) => {
-                put_time(e, d.time, base);
-                e.var(d.cupti);
-                e.var(d.collector);
-            }
-            Record::CallDevice(c) => {
-                put_time(e, c.time, base);
-                e.var(c.tid.into());
-                e.var(c.device.into());
-            }
-            Record::PoolUsage(u) => {
-                put_time(e, u.time, base);
-                e.var(u.device.into());
-                e.u8(u.framework);
-                e.u8(u.reason);
-                e.var(u.in_use.0);
-                e.var(u.peak_in_use.0);
-                e.var(u.pool.0);
-                e.var(u.limit.0);
-            }
-            Record::DeviceMemory(m) => {
-                put_time(e, m.time, base);
-                e.var(m.device.into());
-                e.u8(m.reason);
-                e.var(m.total.0);
-                e.var(m.used.0);
-                e.var(m.free.0);
-                e.var(m.reserved.0);
-                e.var(m.processes.len() as u64);
-                for p in &m.processes {
-                    e.var(p.pid.into());
-                    e.var(p.used.0);
-                }
-            }
-            Record::Message(m) => {
-                put_time(e, m.time, base);
-                e.u8(m.level);
-                e.str(&m.text);
-            }
-            Record::ProcessEnd(p) => put_time(e, p.time, base),
-            Record::Symbol(s) => {
-                e.var(s.address);
-                e.var(s.module.into());
-                e.var(s.module_offset);
-                e.var(s.frames.len() as u64);
-                for f in &s.frames {
-                    e.str(&f.function);
-                    e.str(&f.file);
-                    e.var(f.line.into());
-                    e.var(f.column.into());
-                }
-            }
-            Record::Trailer(t) => {
-                e.var(t.chunks);
-                e.var(t.records);
-            }
-            Record::PyCode(c) => {
-                e.var(c.id.0.into());
-                e.str(&c.file);
-                e.str(&c.function);
-                e.var(c.first_line.into());
-            }
-            Record::AllocatorEvent(a) => {
-                put_time(e, a.time, base);
-                e.u8(a.allocator);
-                e.u8(a.action.0);
-                e.var(a.device.into());
-                e.var(a.address);
-                e.var(a.bytes.0);
-                e.var(a.stream);
-                e.var(a.pool);
-                e.var(a.tid.into());
-                e.var(a.stack.0.into());
-                if a.action.has_oom_fields() {
-                    e.var(a.device_free);
-                    e.var(a.limit);
-                }
-            }
-            Record::Allocator(a) => {
-                put_time(e, a.time, base);
-                e.u8(a.allocator);
-                e.str(&a.library);
-                e.str(&a.settings);
-                e.bool(a.attached);
-                e.str(&a.detail);
-            }
-            Record::Unknown { .. } => {}
-        }
-    }
+/// An address or offset in the dump: hexadecimal.
+fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
 
-    /// Decodes one record body of the given tag.
-    #[inline]
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one arm per record kind, FORMAT.md's table in code"
-    )]
-    pub fn decode(tag: u8, body: &[u8], base: u64) -> Result<Record, DecodeError> {
-        let d = &mut Dec::new(body);
-        let r = match tag {
-            tag::PROCESS => Record::Process(decode_process(d, base)?),
-            tag::DEVICE => Record::Device(DeviceInfo {
-                device: d.var32()?,
-                name: d.string()?,
-                total_memory: Bytes(d.var()?),
-                uuid: {
-                    let b = d.bytes()?;
-                    let mut u = [0u8; 16];
-                    let n = b.len().min(16);
-                    u[..n].copy_from_slice(&b[..n]);
-                    u
-                },
-                compute_major: d.var32()?,
-                compute_minor: d.var32()?,
-                multiprocessors: d.var32()?,
-            }),
-            tag::STRING => Record::String(StringDef {
-                id: StringId(d.var32()?),
-                text: d.string()?,
-            }),
-            tag::MODULE => Record::Module({
-                let id = d.var32()?;
-                let path = d.string()?;
-                let bias = d.var()?;
-                let start = d.var()?;
-                let end = start.wrapping_add(d.var()?);
-                let build_id = d.bytes()?.to_vec();
-                ModuleInfo {
-                    id,
-                    path,
-                    bias,
-                    start,
-                    end,
-                    build_id,
-                }
-            }),
-            tag::STACK => Record::Stack({
-                let id = StackId(d.var32()?);
-                let truncated = d.bool()?;
-                let n = d.count(2)?;
-                let mut frames = Vec::with_capacity(n);
-                let mut prev = 0u64;
-                for _ in 0..n {
-                    frames.push(match d.u8()? {
-                        0 => {
-                            prev = prev.wrapping_add(d.ivar()? as u64);
-                            Frame::Native(prev)
-                        }
-                        1 => Frame::Python {
-                            code: PyCodeId(d.var32()?),
-                            line: d.var32()?,
-                        },
-                        k => return Err(DecodeError::BadValue("frame kind", k.into())),
-                    });
-                }
-                StackDef {
-                    id,
-                    frames,
-                    truncated,
-                }
-            }),
-            tag::API => Record::Api(decode_api(d, base)?),
-            tag::MEMORY => Record::Memory(decode_memory(d, base)?),
-            tag::POOL => Record::Pool(decode_pool(d, base)?),
-            tag::KERNEL => Record::Kernel(decode_kernel(d, base)?),
-            tag::KERNEL_LAUNCH => Record::KernelLaunch(decode_kernel_launch(d, base)?),
-            tag::DROPPED => Record::Dropped(DropCounts {
-                time: get_time(d, base)?,
-                cupti: d.var()?,
-                collector: d.var()?,
-            }),
-            tag::CALL_DEVICE => Record::CallDevice(CallDevice {
-                time: get_time(d, base)?,
-                tid: d.var32()?,
-                device: d.var32()?,
-            }),
-            tag::POOL_USAGE => Record::PoolUsage(PoolUsage {
-                time: get_time(d, base)?,
-                device: d.var32()?,
-                framework: d.u8()?,
-                reason: d.u8()?,
-                in_use: Bytes(d.var()?),
-                peak_in_use: Bytes(d.var()?),
-                pool: Bytes(d.var()?),
-                limit: Bytes(d.var()?),
-            }),
-            tag::DEVICE_MEMORY => Record::DeviceMemory(DeviceMemory {
-                time: get_time(d, base)?,
-                device: d.var32()?,
-                reason: d.u8()?,
-                total: Bytes(d.var()?),
-                used: Bytes(d.var()?),
-                free: Bytes(d.var()?),
-                reserved: Bytes(d.var()?),
-                processes: {
-                    let n = d.var()?;
-                    let mut v = Vec::new();
-                    for _ in 0..n {
-                        v.push(ProcessMemory {
-                            pid: d.var32()?,
-                            used: Bytes(d.var()?),
-                        });
-                    }
-                    v
-                },
-            }),
-            tag::MESSAGE => Record::Message(Message {
-                time: get_time(d, base)?,
-                level: d.u8()?,
-                text: d.string()?,
-            }),
-            tag::PROCESS_END => Record::ProcessEnd(decode_process_end(d, base)?),
-            tag::SYMBOL => Record::Symbol({
-                let address = d.var()?;
-                let module = d.var32()?;
-                let module_offset = d.var()?;
-                let n = d.count(4)?;
-                let mut frames = Vec::with_capacity(n);
-                for _ in 0..n {
-                    frames.push(SymbolFrame {
-                        function: d.string()?,
-                        file: d.string()?,
-                        line: d.var32()?,
-                        column: d.var32()?,
-                    });
-                }
-                SymbolInfo {
-                    address,
-                    module,
-                    module_offset,
-                    frames,
-                }
-            }),
-            tag::TRAILER => Record::Trailer(Trailer {
-                chunks: d.var()?,
-                records: d.var()?,
-            }),
-            tag::PY_CODE => Record::PyCode(PyCode {
-                id: PyCodeId(d.var32()?),
-                file: d.string()?,
-                function: d.string()?,
-                first_line: d.var32()?,
-            }),
-            tag::ALLOCATOR_EVENT => Record::AllocatorEvent(decode_allocator_event(d, base)?),
-            tag::ALLOCATOR => Record::Allocator(AllocatorInfo {
-                time: get_time(d, base)?,
-                allocator: d.u8()?,
-                library: d.string()?,
-                settings: d.string()?,
-                attached: d.bool()?,
-                detail: d.string()?,
-            }),
-            _ => Record::Unknown {
-                tag,
-                len: body.len() as u32,
-            },
-        };
-        Ok(r)
-    }
+/// Quotes a string for the dump so control characters and spaces in names
+/// cannot break the one-record-per-line format.
+fn q(s: &str) -> String {
+    format!("{s:?}")
 }
