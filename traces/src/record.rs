@@ -98,6 +98,11 @@ macro_rules! record_kinds {
         }
 
         impl Record {
+            /// Every kind of record: its variant's name (FORMAT.md's name
+            /// of the record) and its tag, in the table's order.
+            pub const KINDS: &'static [(&'static str, u8)] =
+                &[$((stringify!($variant), tag::$tag),)+];
+
             pub fn tag(&self) -> u8 {
                 match self {
                     $(Record::$variant(_) => tag::$tag,)+
