@@ -35,6 +35,7 @@ mod sink;
 /// What stack an event gets: native walks, the loaded modules and their
 /// symbols (Python frames are `python`'s).
 mod stacks;
+mod state;
 mod switch;
 /// PyTorch from the inside: its caching allocator, its cudaMallocAsync
 /// backend, and autograd's nodes.
@@ -45,7 +46,7 @@ mod torch;
 /// a collector problem must never fail the program's CUDA initialisation.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> std::ffi::c_int {
-    session::no_unwind((), session::start);
+    state::no_unwind((), session::start);
     1
 }
 
@@ -64,8 +65,8 @@ pub extern "C" fn gmem_prof_pool_usage(
     limit: u64,
     reason: u8,
 ) -> std::ffi::c_int {
-    session::no_unwind(0, || {
-        let Some(c) = session::get() else { return 0 };
+    state::no_unwind(0, || {
+        let Some(c) = state::get() else { return 0 };
         if !c.recording() {
             return 0;
         }
@@ -94,7 +95,7 @@ pub extern "C" fn gmem_prof_pool_usage(
 /// recording (a fork child of a recorded one among them) or a second time.
 #[no_mangle]
 pub extern "C" fn gmem_prof_finish() {
-    session::no_unwind((), session::finish_now);
+    state::no_unwind((), session::finish_now);
 }
 
 /// For benchmarks that alternate recorded and unrecorded steps in one
@@ -105,8 +106,8 @@ pub extern "C" fn gmem_prof_finish() {
 /// thread; makes no CUDA call, only CUPTI ones.
 #[no_mangle]
 pub extern "C" fn gmem_prof_set_recording(on: std::ffi::c_int) -> std::ffi::c_int {
-    session::no_unwind(0, || {
-        let Some(c) = session::get() else { return 0 };
+    state::no_unwind(0, || {
+        let Some(c) = state::get() else { return 0 };
         std::ffi::c_int::from(c.set_paused(on == 0))
     })
 }

@@ -5,20 +5,18 @@
 //! cuptiActivityFlushAll (our flush thread, or the exiting thread), never on
 //! an app thread in the middle of a CUDA call.
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
-use gmem_prof_traces::record::{
-    Bytes, DeviceInfo, KernelEvent, MemoryEvent, Nanos, PoolEvent, StringDef, StringId,
-};
+use gmem_prof_traces::record::{Bytes, DeviceInfo, KernelEvent, MemoryEvent, Nanos, PoolEvent};
 use gmem_prof_traces::Record;
 
 use crate::cuda::cupti::{
     field, KIND_CONCURRENT_KERNEL, KIND_DEVICE, KIND_MEMORY2, KIND_MEMORY_POOL,
 };
 use crate::cuda::layouts::{DeviceLayout, KernelLayout, MemoryLayout, PoolLayout};
-use crate::session::{no_unwind, Collector};
+use crate::cuda::names::Names;
+use crate::state::{no_unwind, Collector};
 
 /// Size of each activity buffer handed to CUPTI.
 pub const BUFFER_BYTES: usize = 4 << 20;
@@ -67,7 +65,7 @@ pub unsafe extern "C" fn buffer_completed(
         if buffer.is_null() {
             return;
         }
-        if let Some(c) = crate::session::get() {
+        if let Some(c) = crate::state::get() {
             // SAFETY: CUPTI hands back a buffer we gave it, with `valid` bytes
             // of records.
             unsafe { c.take_activity(buffer, valid) };
@@ -79,27 +77,6 @@ pub unsafe extern "C" fn buffer_completed(
             _ => unsafe { std::alloc::dealloc(buffer, layout()) },
         }
     });
-}
-
-/// Interns kernel names so each is written once per process.
-#[derive(Default)]
-pub struct Names {
-    ids: HashMap<String, StringId>,
-}
-
-impl Names {
-    pub fn intern(&mut self, name: &str, out: &mut Vec<Record>) -> StringId {
-        if let Some(id) = self.ids.get(name) {
-            return *id;
-        }
-        let id = StringId(self.ids.len() as u32 + 1);
-        self.ids.insert(name.to_string(), id);
-        out.push(Record::String(StringDef {
-            id,
-            text: name.to_string(),
-        }));
-        id
-    }
 }
 
 /// # Safety

@@ -18,7 +18,7 @@ use gmem_prof_traces::Record;
 use crate::clock::{PartClock, Sample};
 use crate::cuda::cupti::{field, SITE_ENTER, SITE_EXIT};
 use crate::cuda::watched::{Params, Watched, WATCHED};
-use crate::session::Collector;
+use crate::state::Collector;
 
 /// The parts of a launch's cost (`CostMeters::launch_parts`): reading
 /// CUPTI's data and the launch's parameters, finding the name's id, the
@@ -376,7 +376,7 @@ impl Collector {
             handle: p.handle,
             stream: p.stream,
             stack: Default::default(),
-            internal: crate::session::on_collector_thread(),
+            internal: crate::state::on_collector_thread(),
         };
         let failed_allocation = func.allocates() && result != 0;
         if failed_allocation {

@@ -27,7 +27,7 @@ use gmem_prof_traces::Record;
 
 use crate::config::{TensorStacks, MAX_STACK_DEPTH};
 use crate::python::{encode_frame, interleave, PyFrame, Python, MAX_PYTHON_FRAMES};
-use crate::session::Collector;
+use crate::state::Collector;
 use crate::torch::autograd;
 
 /// Values a recorded stack holds at most: native frames and Python ones.

@@ -28,70 +28,28 @@
 use std::ffi::c_int;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::Ordering;
 
 use gmem_prof_traces::record::{
     allocator, AllocatorAction, AllocatorEvent, AllocatorInfo, Bytes, Nanos,
 };
 use gmem_prof_traces::Record;
 
-use crate::clock::{EventTimer, PartClock, Sample};
+use crate::clock::{PartClock, Sample};
 use crate::config::TensorStacks;
 use crate::cuda::callbacks::current_tid;
-use crate::session::{self, Collector, EventStack};
 use crate::stacks::elf::{self, FileSymbol};
 use crate::stacks::modules;
 use crate::stacks::unwind::thread_stack_end;
-use crate::torch::async_backend::AsyncBackend;
+use crate::state::{self, Collector, EventStack};
 use crate::torch::autograd::Autograd;
+use crate::torch::hook::AsyncBackend;
 use crate::torch::workspaces::Workspaces;
 
 const LIBRARY: &str = "libc10_cuda.so";
 
 /// Where attaching stands in this process.
-const WAITING: u8 = 0;
-const ATTACHED: u8 = 1;
-const DONE: u8 = 2;
-
-/// Attaching, tried at CUDA events until it succeeds or cannot.
-pub struct TorchHook {
-    state: AtomicU8,
-    /// Where libc10_cuda was mapped (None: not loaded) at a loader change
-    /// count: the loader's list is walked again only when it changes, not
-    /// at every allocation call before the allocator's first segment (a
-    /// program that imports torch but allocates through something else
-    /// would otherwise walk it on every call).
-    looked_at: Mutex<Option<(u64, Option<Range<u64>>)>>,
-    /// Events recorded, and the time spent recording them (stacks
-    /// included, sampled), for the trace's notes: those that take a stack
-    /// (allocations, segments) and those that do not (frees) apart, as
-    /// their costs differ several times over.
-    pub with_stack: EventTimer,
-    pub without_stack: EventTimer,
-    /// The autograd engine's current node, looked up once attached: what
-    /// the backward pass's tensors are named by (`autograd.rs`, beside this file).
-    pub autograd: OnceLock<Option<Autograd>>,
-    /// Set when the process runs the cudaMallocAsync backend.
-    pub async_backend: OnceLock<AsyncBackend>,
-    /// The functions that allocate CUDA libraries' workspaces, looked up
-    /// once attached (`workspaces.rs`, beside this file); Err: why not.
-    pub workspaces: OnceLock<Result<Workspaces, String>>,
-}
-
-impl Default for TorchHook {
-    fn default() -> Self {
-        TorchHook {
-            state: AtomicU8::new(WAITING),
-            looked_at: Mutex::new(None),
-            with_stack: EventTimer::default(),
-            without_stack: EventTimer::default(),
-            autograd: OnceLock::new(),
-            async_backend: OnceLock::new(),
-            workspaces: OnceLock::new(),
-        }
-    }
-}
+use crate::torch::hook::{TorchHook, ATTACHED, DONE, WAITING};
 
 /// The symbols the hook needs, by slot.
 const SYM_ALLOCATOR: usize = 0;
@@ -201,8 +159,8 @@ fn trace_entry_has_pool_ids(major: u32, minor: u32) -> bool {
 
 /// Invoker of the trace tracker: `void(const TraceEntry&)`.
 unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u8) {
-    session::guarded((), || {
-        let Some(c) = session::get() else { return };
+    state::guarded((), || {
+        let Some(c) = state::get() else { return };
         if !c.recording() || entry.is_null() {
             return;
         }
@@ -296,8 +254,8 @@ unsafe extern "C" fn on_oom(
     limit: *const u64,
     free: *const u64,
 ) {
-    session::guarded((), || {
-        let Some(c) = session::get() else { return };
+    state::guarded((), || {
+        let Some(c) = state::get() else { return };
         if !c.recording()
             || device.is_null()
             || alloc_size.is_null()

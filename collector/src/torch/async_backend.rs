@@ -19,47 +19,17 @@
 //! device full); the failed `cuMemAllocAsync` is then in the trace just
 //! before, and the analyzer joins the two as for the native allocator.
 
-use std::ops::Range;
-
 use gmem_prof_traces::record::{allocator, AllocatorAction, AllocatorEvent, Bytes, Nanos};
 
 use crate::config::MAX_STACK_DEPTH;
 use crate::cuda::callbacks::{current_tid, OFF_CONTEXT, OFF_PARAMS, OFF_RETURN, OFF_SITE};
 use crate::cuda::cupti::{field, SITE_EXIT};
-use crate::session::{Collector, EventStack};
+use crate::state::{Collector, EventStack};
 
 /// `cuMemGetInfo_v2`'s callback id (CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2).
 pub const MEM_GET_INFO_CBID: u32 =
     cudarc::cupti::sys::CUpti_driver_api_trace_cbid_enum::CUPTI_DRIVER_TRACE_CBID_cuMemGetInfo_v2
         as u32;
-
-/// Where the backend is in this process.
-pub struct AsyncBackend {
-    /// `mallocAsync` and its `.cold` part.
-    pub malloc: [Range<u64>; 2],
-    /// `pytorch_memory_limits`: the vector's address.
-    pub limits: u64,
-}
-
-impl AsyncBackend {
-    fn refusing(&self, pc: u64) -> bool {
-        // A return address points just past its call.
-        self.malloc.iter().any(|r| r.start < pc && pc <= r.end)
-    }
-
-    /// The memory fraction's bytes on `device` (`u64::MAX`: none set).
-    fn limit(&self, device: u32) -> Option<u64> {
-        let read = |addr: u64| -> u64 {
-            // SAFETY: the vector's three pointers (begin, end, capacity) in
-            // the library's data, and then one of its elements, checked to
-            // lie between begin and end.
-            unsafe { std::ptr::read_unaligned(addr as *const u64) }
-        };
-        let (begin, end) = (read(self.limits), read(self.limits + 8));
-        let at = begin.checked_add(u64::from(device) * 8)?;
-        (begin != 0 && begin.is_multiple_of(8) && at.checked_add(8)? <= end).then(|| read(at))
-    }
-}
 
 /// `cuMemGetInfo_v2`'s parameters.
 #[repr(C)]
