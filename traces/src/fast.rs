@@ -347,27 +347,54 @@ pub fn cross_check(payload: &[u8]) -> Result<CrossChecked, String> {
     Ok(seen)
 }
 
+/// What a way delivered for one record, as text: every way is asked
+/// through the same dispatch the fast decoder runs (`frequent`,
+/// `wide_way`), so a frequent kind added there is checked here too.
+#[derive(Default)]
+struct Described(Option<String>);
+
+impl Described {
+    fn keep(&mut self, r: &impl std::fmt::Debug) {
+        self.0 = Some(format!("{r:?}"));
+    }
+}
+
+impl Sink for Described {
+    fn memory(&mut self, _: u64, m: &MemoryEvent) {
+        self.keep(m);
+    }
+    fn api(&mut self, _: u64, a: &ApiCall) {
+        self.keep(a);
+    }
+    fn pool(&mut self, _: u64, p: &PoolEvent) {
+        self.keep(p);
+    }
+    fn kernel(&mut self, _: u64, k: &KernelSpan) {
+        self.keep(k);
+    }
+    fn kernel_launch(&mut self, _: u64, k: &KernelLaunch) {
+        self.keep(k);
+    }
+    fn allocator_event(&mut self, _: u64, a: &AllocatorEvent) {
+        self.keep(a);
+    }
+    fn process_end(&mut self, _: u64, e: &ProcessEnd) {
+        self.keep(e);
+    }
+    fn other(&mut self, _: u64, r: Record) {
+        self.keep(&r);
+    }
+}
+
 /// A frequent record's fields as text (`None`: not a frequent kind), or
 /// why it does not decode.
 fn describe(tag: u8, d: &mut impl Checked, base: u64) -> Option<Result<String, DecodeError>> {
-    fn done<T: std::fmt::Debug>(
-        r: Result<T, DecodeError>,
-        d: &impl Checked,
-    ) -> Result<String, DecodeError> {
-        let r = r?;
-        d.finish()?;
-        Ok(format!("{r:?}"))
+    let mut seen = Described::default();
+    match frequent(tag, d, base, 0, &mut seen) {
+        Ok(true) => seen.0.map(Ok),
+        Ok(false) => None,
+        Err(e) => Some(Err(e)),
     }
-    Some(match tag {
-        tag::MEMORY => done(record::decode_memory(d, base), d),
-        tag::API => done(record::decode_api(d, base), d),
-        tag::POOL => done(record::decode_pool(d, base), d),
-        tag::KERNEL => done(record::decode_kernel_span(d, base), d),
-        tag::KERNEL_LAUNCH => done(record::decode_kernel_launch(d, base), d),
-        tag::ALLOCATOR_EVENT => done(record::decode_allocator_event(d, base), d),
-        tag::PROCESS_END => done(record::decode_process_end(d, base), d),
-        _ => return None,
-    })
 }
 
 /// The wide way's fields as text, where the processor has it and it takes
@@ -375,16 +402,11 @@ fn describe(tag: u8, d: &mut impl Checked, base: u64) -> Option<Result<String, D
 fn wide_describe(tag: u8, w: &[u8; WINDOW], len: usize, base: u64) -> Option<String> {
     #[cfg(target_arch = "x86_64")]
     if crate::wide::available() {
-        use crate::wide;
+        let mut seen = Described::default();
         // SAFETY: the processor has what the wide decoders need.
-        return unsafe {
-            match tag {
-                tag::MEMORY => wide::memory(w, len, base).map(|r| format!("{r:?}")),
-                tag::API => wide::api(w, len, base).map(|r| format!("{r:?}")),
-                tag::KERNEL => wide::kernel_span(w, len, base).map(|r| format!("{r:?}")),
-                _ => None,
-            }
-        };
+        return unsafe { wide_way(tag, w, len, base, 0, &mut seen) }
+            .then_some(seen.0)
+            .flatten();
     }
     let _ = (tag, w, len, base);
     None
