@@ -125,7 +125,7 @@ pub(crate) fn private_pool(pool: u64) -> u32 {
 
 impl AllocatorEv {
     fn from_record(a: &record::AllocatorEvent) -> AllocatorEv {
-        let oom = a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT;
+        let oom = a.action.has_oom_fields();
         AllocatorEv {
             // The cudaMallocAsync backend's errors join the view made of
             // its stream-ordered allocations.

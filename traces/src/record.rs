@@ -547,7 +547,9 @@ impl AllocatorAction {
             .map_or("unknown", |(_, n)| n)
     }
 
-    fn has_oom_fields(self) -> bool {
+    /// Whether an event of this action carries `device_free` and `limit`
+    /// (an out-of-memory error, or the allocator's report of one).
+    pub fn has_oom_fields(self) -> bool {
         self == Self::OOM || self == Self::OOM_REPORT
     }
 }
@@ -612,7 +614,7 @@ impl Kind for AllocatorEvent {
             a.time.0, a.allocator, a.action.name(), a.device, hex(a.address), a.bytes.0,
             hex(a.stream), a.pool, a.tid, a.stack.0
         );
-        if a.action == AllocatorAction::OOM || a.action == AllocatorAction::OOM_REPORT {
+        if a.action.has_oom_fields() {
             let _ = write!(l, " device_free={} limit={}", a.device_free, a.limit);
         }
         Ok(())
