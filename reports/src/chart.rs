@@ -15,3 +15,12 @@ pub struct Chart {
 pub fn framework_stem(v: &FrameworkView) -> String {
     format!("pid{}-device{}-tensors", v.pid, v.device)
 }
+
+/// A chart's SVG goes into the page as it is: it is markup we drew
+/// (plotters' charts carry only our words; the flame graphs are written
+/// with `html!` like the page, so their trace strings are escaped).
+impl maud::Render for Chart {
+    fn render_to(&self, buffer: &mut String) {
+        buffer.push_str(&self.svg);
+    }
+}

@@ -116,11 +116,12 @@ fn bytes_chart(
         root.present().map_err(|e| e.to_string())
     })();
     if let Err(e) = drawn {
-        svg = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"40\"><text x=\"4\" y=\"20\">chart failed: {}</text></svg>",
-            SIZE.0,
-            crate::format::escape(&e)
-        );
+        svg = maud::html! {
+            svg xmlns="http://www.w3.org/2000/svg" width=(SIZE.0) height="40" {
+                text x="4" y="20" { "chart failed: " (e) }
+            }
+        }
+        .into_string();
     }
     Chart { name, title, svg }
 }

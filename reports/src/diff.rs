@@ -10,8 +10,10 @@ use gmem_prof_model::Analysis;
 
 use crate::blocks::frames_details;
 use crate::charts;
-use crate::format::{bytes, change, escape, signed_bytes};
-use crate::html::STYLE;
+use maud::{html, Markup};
+
+use crate::format::{bytes, change, signed_bytes};
+use crate::html::{document_end, document_head};
 use crate::reasons::unprofiled_part;
 
 /// Sites listed in the text and Markdown.
@@ -203,109 +205,105 @@ pub fn html(
     (new_name, new): (&str, &Analysis),
     w: &mut dyn Write,
 ) -> io::Result<()> {
-    let mut out = String::new();
-    let title = format!(
-        "gmem-prof diff: {} → {}",
-        escape(base_name),
-        escape(new_name)
-    );
-    let _ = write!(
-        out,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title><style>{STYLE}</style></head><body><h1>{title}</h1>"
-    );
-    for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
-        for m in t.not_profiled.iter().map(unprofiled_part) {
-            let _ = write!(
-                out,
-                "<p class=\"note\"><b>Not profiled</b>, {}: {}</p>",
-                escape(name),
-                escape(&m)
-            );
-        }
-    }
-    out.push_str("<h2>Peak per device</h2><table><tr><th>device</th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>");
-    for dev in &d.devices {
-        let _ = write!(
-            out,
-            "<tr><td>{} ({})</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} ({})</td></tr>",
-            dev.device,
-            escape(&dev.name),
-            opt_bytes(dev.base_peak_bytes),
-            opt_bytes(dev.new_peak_bytes),
-            signed_bytes(dev.delta_peak_bytes),
-            change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))
-        );
-    }
-    out.push_str("</table>");
-    for dev in &d.devices {
-        let chart = charts::runs_overlay(
-            format!("device{}-diff.svg", dev.device),
-            format!("Device {}: live bytes, base and new", dev.device),
-            dev.device,
-            &[("base", base), ("new", new)],
-        );
-        out.push_str(&chart.svg);
-        if !dev.peak_changes.is_empty() {
-            let _ = write!(
-                out,
-                "<h3>What changed at the peak of device {}</h3><table><tr><th>site</th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>",
-                dev.device
-            );
-            for c in dev.peak_changes.iter().take(20) {
-                let s = &d.sites[c.site as usize];
-                let _ = write!(
-                    out,
-                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                    frames_details(&s.label, &s.frames, false),
-                    bytes(c.base_bytes),
-                    bytes(c.new_bytes),
-                    signed_bytes(c.delta_bytes)
-                );
+    let title = format!("gmem-prof diff: {base_name} → {new_name}");
+    let page = html! {
+        (document_head(&title, false))
+        h1 { (title) }
+        @for (name, t) in [(base_name, &d.base), (new_name, &d.new)] {
+            @for m in t.not_profiled.iter().map(unprofiled_part) {
+                p.note { b { "Not profiled" } ", " (name) ": " (m) }
             }
-            out.push_str("</table>");
+        }
+        h2 { "Peak per device" }
+        table {
+            tr { th { "device" } th.n { "base" } th.n { "new" } th.n { "change" } }
+            @for dev in &d.devices {
+                tr {
+                    td { (dev.device) " (" (dev.name) ")" }
+                    td.n { (opt_bytes(dev.base_peak_bytes)) }
+                    td.n { (opt_bytes(dev.new_peak_bytes)) }
+                    td.n {
+                        (signed_bytes(dev.delta_peak_bytes)) " ("
+                        (change(dev.base_peak_bytes.unwrap_or(0), dev.new_peak_bytes.unwrap_or(0))) ")"
+                    }
+                }
+            }
+        }
+        @for dev in &d.devices {
+            (charts::runs_overlay(
+                format!("device{}-diff.svg", dev.device),
+                format!("Device {}: live bytes, base and new", dev.device),
+                dev.device,
+                &[("base", base), ("new", new)],
+            ))
+            @if !dev.peak_changes.is_empty() {
+                h3 { "What changed at the peak of device " (dev.device) }
+                table {
+                    tr { th { "site" } th.n { "base" } th.n { "new" } th.n { "change" } }
+                    @for c in dev.peak_changes.iter().take(20) {
+                        @let s = &d.sites[c.site as usize];
+                        tr {
+                            td { (frames_details(&s.label, &s.frames, false)) }
+                            td.n { (bytes(c.base_bytes)) }
+                            td.n { (bytes(c.new_bytes)) }
+                            td.n { (signed_bytes(c.delta_bytes)) }
+                        }
+                    }
+                }
+            }
+        }
+        (totals(d))
+        h2 { "Sites, matched by stack" }
+        p.meta { "Largest change of bytes live at the peak first; sites are matched by their frames' functions, not by address." }
+        table {
+            tr { th { "site" } th.n { "live at peak" } th.n { "leaked" } th.n { "allocated in all" } }
+            @for s in d.sites.iter().filter(changed).take(100) {
+                tr {
+                    td {
+                        (frames_details(&s.label, &s.frames, false))
+                        @if s.presence != Presence::Both { " " span.cat { (s.presence) } }
+                    }
+                    (before_after(s.base.live_at_peak, s.new.live_at_peak, s.delta_live_at_peak))
+                    (before_after(s.base.leaked_bytes, s.new.leaked_bytes, s.delta_leaked_bytes))
+                    (before_after(s.base.total_bytes, s.new.total_bytes, s.delta_total_bytes))
+                }
+            }
+        }
+        (document_end())
+    };
+    w.write_all(page.into_string().as_bytes())
+}
+
+/// "1.00 MiB → 2.00 MiB", and the change under it, as a cell.
+fn before_after(base: u64, new: u64, delta: i64) -> Markup {
+    html! { td.n { (bytes(base)) " → " (bytes(new)) br; (signed_bytes(delta)) } }
+}
+
+/// The runs' totals side by side.
+fn totals(d: &Diff) -> Markup {
+    let (b, n) = (&d.base, &d.new);
+    let rows = [
+        ("leaked at exit", b.leaked_bytes, n.leaked_bytes),
+        (
+            "held by allocator caches at exit",
+            b.cached_at_exit_bytes,
+            n.cached_at_exit_bytes,
+        ),
+        (
+            "allocated in all",
+            b.total_allocated_bytes,
+            n.total_allocated_bytes,
+        ),
+    ];
+    html! {
+        h2 { "Totals" }
+        table {
+            tr { th {} th.n { "base" } th.n { "new" } th.n { "change" } }
+            @for (what, base, new) in rows {
+                tr { td { (what) } td.n { (bytes(base)) } td.n { (bytes(new)) } td.n { (change(base, new)) } }
+            }
+            tr { td { "allocations" } td.n { (b.allocations) } td.n { (n.allocations) } td.n {} }
+            tr { td { "OOMs reaching the program" } td.n { (b.ooms_reached_program) } td.n { (n.ooms_reached_program) } td.n {} }
         }
     }
-    let (b, n) = (&d.base, &d.new);
-    let _ = write!(
-        out,
-        "<h2>Totals</h2><table><tr><th></th><th class=\"n\">base</th><th class=\"n\">new</th><th class=\"n\">change</th></tr>\
-         <tr><td>leaked at exit</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
-         <tr><td>held by allocator caches at exit</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
-         <tr><td>allocated in all</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\
-         <tr><td>allocations</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\"></td></tr>\
-         <tr><td>OOMs reaching the program</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\"></td></tr></table>",
-        bytes(b.leaked_bytes),
-        bytes(n.leaked_bytes),
-        change(b.leaked_bytes, n.leaked_bytes),
-        bytes(b.cached_at_exit_bytes),
-        bytes(n.cached_at_exit_bytes),
-        change(b.cached_at_exit_bytes, n.cached_at_exit_bytes),
-        bytes(b.total_allocated_bytes),
-        bytes(n.total_allocated_bytes),
-        change(b.total_allocated_bytes, n.total_allocated_bytes),
-        b.allocations,
-        n.allocations,
-        b.ooms_reached_program,
-        n.ooms_reached_program
-    );
-    out.push_str("<h2>Sites, matched by stack</h2><p class=\"meta\">Largest change of bytes live at the peak first; sites are matched by their frames' functions, not by address.</p><table><tr><th>site</th><th class=\"n\">live at peak</th><th class=\"n\">leaked</th><th class=\"n\">allocated in all</th></tr>");
-    for s in d.sites.iter().filter(changed).take(100) {
-        let _ = write!(
-            out,
-            "<tr><td>{}{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td><td class=\"n\">{} → {}<br>{}</td></tr>",
-            frames_details(&s.label, &s.frames, false),
-            if s.presence == Presence::Both { String::new() } else { format!(" <span class=\"cat\">{}</span>", s.presence) },
-            bytes(s.base.live_at_peak),
-            bytes(s.new.live_at_peak),
-            signed_bytes(s.delta_live_at_peak),
-            bytes(s.base.leaked_bytes),
-            bytes(s.new.leaked_bytes),
-            signed_bytes(s.delta_leaked_bytes),
-            bytes(s.base.total_bytes),
-            bytes(s.new.total_bytes),
-            signed_bytes(s.delta_total_bytes)
-        );
-    }
-    out.push_str("</table></body></html>\n");
-    w.write_all(out.as_bytes())
 }

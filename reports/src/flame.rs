@@ -4,12 +4,11 @@
 //! (a file for CI attachments, and inline in the page), each frame's full
 //! name and bytes in its tooltip (`<title>`).
 
-use std::fmt::Write as _;
-
 use gmem_prof_model::{Analysis, DeviceReport, FrameText, FrameworkView, PeakPart};
+use maud::{html, Markup};
 
 use crate::chart::{framework_stem, Chart};
-use crate::format::{bytes, escape};
+use crate::format::bytes;
 
 const WIDTH: f64 = 960.0;
 const ROW: f64 = 17.0;
@@ -82,43 +81,45 @@ fn color(n: &Node) -> String {
     }
 }
 
-fn draw(n: &Node, x: f64, depth: usize, height: f64, scale: f64, total: u64, out: &mut String) {
+fn draw(n: &Node, x: f64, depth: usize, height: f64, scale: f64, total: u64) -> Markup {
     let w = n.bytes as f64 * scale;
     if w < MIN_WIDTH {
-        return;
+        return html! {};
     }
     let y = height - (depth as f64 + 1.0) * ROW;
     let share = n.bytes as f64 * 100.0 / total.max(1) as f64;
-    let _ = write!(
-        out,
-        "<g><title>{}: {} ({share:.1}%)</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{}\" rx=\"2\"/>",
-        escape(&n.name),
-        bytes(n.bytes),
-        ROW - 1.0,
-        color(n)
-    );
     let room = ((w - 6.0) / CHAR_PX).floor() as usize;
-    if room >= 3 {
-        let text: String = if n.name.chars().count() > room {
+    let text: Option<String> = (room >= 3).then(|| {
+        if n.name.chars().count() > room {
             let cut: String = n.name.chars().take(room - 1).collect();
             format!("{cut}…")
         } else {
             n.name.clone()
-        };
-        let _ = write!(
-            out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" font-family=\"sans-serif\">{}</text>",
-            x + 3.0,
-            y + ROW - 5.0,
-            escape(&text)
-        );
+        }
+    });
+    // Each child starts where the one before it ends.
+    let starts = n.children.iter().scan(x, |cx, c| {
+        let at = *cx;
+        *cx += c.bytes as f64 * scale;
+        Some(at)
+    });
+    html! {
+        g {
+            title { (n.name) ": " (bytes(n.bytes)) " (" (format!("{share:.1}")) "%)" }
+            rect x=(f1(x)) y=(f1(y)) width=(f1(w)) height=(f1(ROW - 1.0)) fill=(color(n)) rx="2" {}
+            @if let Some(text) = text {
+                text x=(f1(x + 3.0)) y=(f1(y + ROW - 5.0)) font-size="11" font-family="sans-serif" { (text) }
+            }
+        }
+        @for (c, cx) in n.children.iter().zip(starts) {
+            (draw(c, cx, depth + 1, height, scale, total))
+        }
     }
-    out.push_str("</g>");
-    let mut cx = x;
-    for c in &n.children {
-        draw(c, cx, depth + 1, height, scale, total, out);
-        cx += c.bytes as f64 * scale;
-    }
+}
+
+/// A coordinate with one decimal.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 /// The flame graph of `sites` (bytes, frames innermost first), or None
@@ -137,17 +138,19 @@ fn flame(name: String, title: String, sites: &[(u64, &[FrameText])]) -> Option<C
         return None;
     }
     let height = (root.depth() as f64 + 2.0) * ROW;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height:.0}\" viewBox=\"0 0 {WIDTH} {height:.0}\"><rect width=\"100%\" height=\"100%\" fill=\"#fff\"/><text x=\"4\" y=\"13\" font-size=\"13\" font-family=\"sans-serif\">{}</text>",
-        escape(&title)
-    );
-    let scale = WIDTH / root.bytes as f64;
-    let total = root.bytes;
-    draw(&root, 0.0, 0, height, scale, total, &mut svg);
-    svg.push_str("</svg>");
-    Some(Chart { name, title, svg })
+    let height_px = format!("{height:.0}");
+    let svg = html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height_px) viewBox={ "0 0 " (WIDTH) " " (height_px) } {
+            rect width="100%" height="100%" fill="#fff" {}
+            text x="4" y="13" font-size="13" font-family="sans-serif" { (title) }
+            (draw(&root, 0.0, 0, height, WIDTH / root.bytes as f64, root.bytes))
+        }
+    };
+    Some(Chart {
+        name,
+        title,
+        svg: svg.into_string(),
+    })
 }
 
 /// What was live on a device at its peak, by stack: inside a framework

@@ -3,41 +3,39 @@
 //! line, fragmentation per pool, the errors it raised, whether the driver
 //! saw its segments), for the HTML page and the terminal summary.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_model::{
     Analysis, FrameworkAtExit, FrameworkAtPeak, FrameworkOom, FrameworkView, ReservedIn, SiteBytes,
 };
 
-use crate::blocks::{bytes_table, chart_html, frames_details, growth_table};
+use maud::{html, Markup};
+
+use crate::blocks::{bytes_table, charts_named, frames_details, growth_table};
 use crate::chart::{framework_stem, Chart};
-use crate::format::{bytes, escape, time};
+use crate::format::{bytes, time};
+use crate::html::pid_list;
 use crate::reasons::ALLOCATOR_UNSEEN;
 use crate::words::{oom_limit, oom_request, peak_lines};
 
-fn tensor_link(a: &Analysis, id: u32) -> String {
-    format!(
-        "<a href=\"#tensor-site-{id}\">{}</a>",
-        escape(&a.tensor_site_label(id))
-    )
+fn tensor_link(a: &Analysis, id: u32) -> Markup {
+    html! { a href={ "#tensor-site-" (id) } { (a.tensor_site_label(id)) } }
 }
 
 /// A framework allocator's segments at a device's peak, for the device's
 /// section: what they were and the tensors they held.
-pub fn at_device_peak_html(a: &Analysis, f: &FrameworkAtPeak, peak: u64) -> String {
-    let mut out = format!(
-        "<p><b>{}</b> ({}) in {}, and {} free in them (the allocator's cache):</p>",
-        bytes(f.segment_bytes),
-        crate::format::percent(f.segment_bytes, peak),
-        escape(&at_device_peak_words(f)),
-        bytes(f.segment_bytes.saturating_sub(f.tensor_bytes))
-    );
-    out.push_str(&tensor_table(a, &f.tensor_sites, peak, 10));
-    out
+pub fn at_device_peak_html(a: &Analysis, f: &FrameworkAtPeak, peak: u64) -> Markup {
+    html! {
+        p {
+            b { (bytes(f.segment_bytes)) } " (" (crate::format::percent(f.segment_bytes, peak)) ") in "
+            (at_device_peak_words(f)) ", and " (bytes(f.segment_bytes.saturating_sub(f.tensor_bytes)))
+            " free in them (the allocator's cache):"
+        }
+        (tensor_table(a, &f.tensor_sites, peak, 10))
+    }
 }
 
-fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> String {
+fn tensor_table(a: &Analysis, rows: &[SiteBytes], whole: u64, limit: usize) -> Markup {
     bytes_table(
         (
             "where (innermost line of the program's own code)",
@@ -179,253 +177,194 @@ fn reserve_words(v: &FrameworkView) -> &'static str {
 /// The HTML section of one view: its figures and charts, the fragmentation
 /// of each of its pools (none for a CUDA pool, whose inside CUDA does not
 /// show), how its segments matched the driver's, and its OOMs.
-fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart], out: &mut String) {
+fn view_section(a: &Analysis, v: &FrameworkView, charts: &[Chart]) -> Markup {
     let stem = framework_stem(v);
-    view_figures(a, v, &stem, charts, out);
-    if in_cuda_pool(v) {
-        out.push_str("<p class=\"meta\">CUDA does not say how the free memory inside a stream-ordered pool lies, so this view has no fragmentation per pool; the device's section above estimates it from the addresses of the pool's allocations.</p>");
-    } else {
-        pools_fragmentation(v, &stem, charts, out);
-        segments_matched(v, out);
+    html! {
+        (view_figures(a, v, &stem, charts))
+        @if in_cuda_pool(v) {
+            p.meta { "CUDA does not say how the free memory inside a stream-ordered pool lies, so this view has no fragmentation per pool; the device's section above estimates it from the addresses of the pool's allocations." }
+        } @else {
+            (pools_fragmentation(v, &stem, charts))
+            (segments_matched(v))
+        }
+        (ooms_html(a, v, &stem))
     }
-    ooms_html(a, v, &stem, out);
 }
 
 /// A view's title, settings and counts, its timeline and charts, its
 /// allocated peak by tensor site, and what it held at exit.
-fn view_figures(a: &Analysis, v: &FrameworkView, stem: &str, charts: &[Chart], out: &mut String) {
-    let memory = if in_cuda_pool(v) {
-        "each one a stream-ordered CUDA allocation from the pool, whose size is the reserved memory"
-            .to_string()
-    } else {
-        format!(
-            "{} segments obtained from the driver, {} given back{}",
-            v.segments_allocated,
-            v.segments_freed,
-            if v.pages_mapped > 0 {
-                format!(
-                    "; {} page mappings into expandable segments, {} unmapped",
-                    v.pages_mapped, v.pages_unmapped
-                )
-            } else {
-                String::new()
-            }
-        )
-    };
-    let _ = write!(
-        out,
-        "<h3 id=\"{stem}\">pid {} on device {}: {}</h3><p class=\"meta\">Settings: <code>{}</code>. {} tensors allocated, {} freed; {memory}.</p>",
-        v.pid,
-        v.device,
-        escape(&v.allocator),
-        if v.settings.is_empty() { "defaults".into() } else { escape(&v.settings) },
-        v.tensors_allocated,
-        v.tensors_freed,
-    );
-    out.push_str(&crate::timeline::framework_html(a, v));
-    for c in charts
-        .iter()
-        .filter(|c| c.name == format!("{stem}-memory.svg"))
-    {
-        out.push_str(&chart_html(c));
-    }
-    let _ = write!(
-        out,
-        "<p>Allocated peak <b>{}</b> at {} ({} then: {}, so {} of it held no tensor); reserved at most {}.</p>",
-        bytes(v.allocated_peak),
-        reserve_words(v),
-        time(v.allocated_peak_time_ns),
-        bytes(v.reserved_at_allocated_peak),
-        bytes(v.reserved_at_allocated_peak.saturating_sub(v.allocated_peak)),
-        bytes(v.reserved_peak)
-    );
-    out.push_str(&tensor_table(a, &v.peak_sites, v.allocated_peak, 20));
-    for c in charts
-        .iter()
-        .filter(|c| c.name == format!("{stem}-peak-flame.svg"))
-    {
-        out.push_str(&chart_html(c));
-    }
+fn view_figures(a: &Analysis, v: &FrameworkView, stem: &str, charts: &[Chart]) -> Markup {
     let e = &v.at_exit;
-    let _ = write!(
-        out,
-        "<p>At exit: {} in {} tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below){}; {} held in {}, {} of it cached with no tensor in it.</p>",
-        bytes(e.live_tensor_bytes),
-        e.live_tensors,
-        escape(&library_words(e)),
-        bytes(e.reserved_bytes),
-        reserve_words(v),
-        bytes(e.cached_bytes)
-    );
+    html! {
+        h3 id=(stem) { "pid " (v.pid) " on device " (v.device) ": " (v.allocator) }
+        p.meta {
+            "Settings: " code { (if v.settings.is_empty() { "defaults" } else { &v.settings }) } ". "
+            (v.tensors_allocated) " tensors allocated, " (v.tensors_freed) " freed; "
+            @if in_cuda_pool(v) {
+                "each one a stream-ordered CUDA allocation from the pool, whose size is the reserved memory"
+            } @else {
+                (v.segments_allocated) " segments obtained from the driver, " (v.segments_freed) " given back"
+                @if v.pages_mapped > 0 {
+                    "; " (v.pages_mapped) " page mappings into expandable segments, " (v.pages_unmapped) " unmapped"
+                }
+            }
+            "."
+        }
+        (crate::timeline::framework_html(a, v))
+        (charts_named(charts, &format!("{stem}-memory.svg")))
+        p {
+            "Allocated peak " b { (bytes(v.allocated_peak)) } " at " (reserve_words(v)) " ("
+            (time(v.allocated_peak_time_ns)) " then: " (bytes(v.reserved_at_allocated_peak)) ", so "
+            (bytes(v.reserved_at_allocated_peak.saturating_sub(v.allocated_peak)))
+            " of it held no tensor); reserved at most " (bytes(v.reserved_peak)) "."
+        }
+        (tensor_table(a, &v.peak_sites, v.allocated_peak, 20))
+        (charts_named(charts, &format!("{stem}-peak-flame.svg")))
+        p {
+            "At exit: " (bytes(e.live_tensor_bytes)) " in " (e.live_tensors)
+            " tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below)"
+            (library_words(e)) "; " (bytes(e.reserved_bytes)) " held in " (reserve_words(v)) ", "
+            (bytes(e.cached_bytes)) " of it cached with no tensor in it."
+        }
+    }
 }
 
 /// Each pool's worst fragmentation, and the pools at the program's memory
 /// snapshots.
-fn pools_fragmentation(v: &FrameworkView, stem: &str, charts: &[Chart], out: &mut String) {
-    out.push_str("<h4>Fragmentation per pool</h4>");
-    for c in charts
-        .iter()
-        .filter(|c| c.name == format!("{stem}-fragmentation.svg"))
-    {
-        out.push_str(&chart_html(c));
-    }
-    out.push_str("<p class=\"meta\">F = 1 − largest free block / free bytes inside the pool's segments. A block of one pool (small or large blocks, one stream, one private pool) never comes from another pool's segments, so each pool is judged on its own; the device's figure is the worst pool's.</p>");
-    out.push_str("<table><tr><th>pool</th><th class=\"n\">segments at most</th><th class=\"n\">worst F</th><th class=\"n\">when</th><th class=\"n\">free then</th><th class=\"n\">of it in segments holding no tensor (cache)</th><th class=\"n\">largest free block then</th></tr>");
-    for p in &v.pools {
-        match &p.worst {
-            Some(w) => {
-                let _ = write!(
-                    out,
-                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                    escape(&p.pool),
-                    bytes(p.reserved_peak),
-                    w.fragmentation,
-                    time(w.time_ns),
-                    bytes(w.free_bytes),
-                    w.free_in_idle_segments_bytes.map_or_else(String::new, bytes),
-                    bytes(w.largest_free_bytes)
-                );
-            }
-            None => {
-                let _ = write!(
-                    out,
-                    "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">–</td><td class=\"n\">never free space</td><td></td><td></td><td></td></tr>",
-                    escape(&p.pool),
-                    bytes(p.reserved_peak)
-                );
+fn pools_fragmentation(v: &FrameworkView, stem: &str, charts: &[Chart]) -> Markup {
+    html! {
+        h4 { "Fragmentation per pool" }
+        (charts_named(charts, &format!("{stem}-fragmentation.svg")))
+        p.meta { "F = 1 − largest free block / free bytes inside the pool's segments. A block of one pool (small or large blocks, one stream, one private pool) never comes from another pool's segments, so each pool is judged on its own; the device's figure is the worst pool's." }
+        table {
+            tr { th { "pool" } th.n { "segments at most" } th.n { "worst F" } th.n { "when" } th.n { "free then" } th.n { "of it in segments holding no tensor (cache)" } th.n { "largest free block then" } }
+            @for p in &v.pools {
+                tr {
+                    td { (p.pool) }
+                    td.n { (bytes(p.reserved_peak)) }
+                    @if let Some(w) = &p.worst {
+                        td.n { (format!("{:.3}", w.fragmentation)) }
+                        td.n { (time(w.time_ns)) }
+                        td.n { (bytes(w.free_bytes)) }
+                        td.n { (w.free_in_idle_segments_bytes.map_or_else(String::new, bytes)) }
+                        td.n { (bytes(w.largest_free_bytes)) }
+                    } @else {
+                        td.n { "–" } td.n { "never free space" } td {} td {} td {}
+                    }
+                }
             }
         }
-    }
-    out.push_str("</table>");
-    for s in &v.snapshots {
-        let pools: Vec<String> = s
-            .pools
-            .iter()
-            .map(|p| {
-                format!(
-                    "{}: F {:.3}, {} free, largest {}",
-                    escape(&p.pool),
-                    p.fragmentation,
-                    bytes(p.free_bytes),
-                    bytes(p.largest_free_bytes)
-                )
-            })
-            .collect();
-        let _ = write!(
-            out,
-            "<p>At the program's memory snapshot at {}: {}.</p>",
-            time(s.time_ns),
-            pools.join("; ")
-        );
+        @for s in &v.snapshots {
+            p {
+                "At the program's memory snapshot at " (time(s.time_ns)) ": "
+                @for (i, p) in s.pools.iter().enumerate() {
+                    @if i > 0 { "; " }
+                    (p.pool) ": F " (format!("{:.3}", p.fragmentation)) ", " (bytes(p.free_bytes)) " free, largest " (bytes(p.largest_free_bytes))
+                }
+                "."
+            }
+        }
     }
 }
 
 /// How the segments the allocator reported matched the driver's
 /// allocations in the trace.
-fn segments_matched(v: &FrameworkView, out: &mut String) {
+fn segments_matched(v: &FrameworkView) -> Markup {
     let seg = &v.segments;
-    let _ = write!(
-        out,
-        "<p{}>Segments: {} of the {} the allocator reported match a driver allocation of the same address and size in the trace.",
-        if seg.matched == seg.reported { "" } else { " class=\"warn\"" },
-        seg.matched,
-        seg.reported
-    );
-    for (addr, size) in &seg.unmatched {
-        let _ = write!(
-            out,
-            " Unmatched: {} at <code>{addr:#x}</code>.",
-            bytes(*size)
-        );
+    html! {
+        p class=[(seg.matched != seg.reported).then_some("warn")] {
+            "Segments: " (seg.matched) " of the " (seg.reported)
+            " the allocator reported match a driver allocation of the same address and size in the trace."
+            @for (addr, size) in &seg.unmatched {
+                " Unmatched: " (bytes(*size)) " at " code { (format!("{addr:#x}")) } "."
+            }
+        }
     }
-    out.push_str("</p>");
 }
 
 /// The errors a view's allocator raised, each with what was live then.
-fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str, out: &mut String) {
-    for (i, o) in v.ooms.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<h4 id=\"{stem}-oom-{i}\">Out of memory raised by the allocator at {}: {} requested</h4><p>Refused by {}. The allocator then: {}{}.</p><p>Requested from: {}</p>",
-            time(o.time_ns),
-            oom_request(o),
-            oom_limit(o),
-            escape(&oom_state(o)),
-            o.tried_bytes
-                .filter(|t| *t != o.requested_bytes)
-                .map_or_else(String::new, |t| format!("; it tried to obtain {} from the driver", bytes(t))),
-            o.site.map_or_else(|| "unknown".into(), |s| tensor_link(a, s))
-        );
-        out.push_str(&tensor_table(a, &o.live_by_site, o.allocated_bytes, 10));
-    }
-    for n in &v.notes {
-        let _ = write!(out, "<p class=\"note\">{}</p>", escape(n));
+fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str) -> Markup {
+    html! {
+        @for (i, o) in v.ooms.iter().enumerate() {
+            h4 id={ (stem) "-oom-" (i) } {
+                "Out of memory raised by the allocator at " (time(o.time_ns)) ": " (oom_request(o)) " requested"
+            }
+            p {
+                "Refused by " (oom_limit(o)) ". The allocator then: " (oom_state(o))
+                @if let Some(t) = o.tried_bytes.filter(|t| *t != o.requested_bytes) {
+                    "; it tried to obtain " (bytes(t)) " from the driver"
+                }
+                "."
+            }
+            p {
+                "Requested from: "
+                @match o.site { Some(s) => (tensor_link(a, s)), None => "unknown" }
+            }
+            (tensor_table(a, &o.live_by_site, o.allocated_bytes, 10))
+        }
+        @for n in &v.notes {
+            p.note { (n) }
+        }
     }
 }
 
 /// The HTML section of every view, the tensor sites and their growth; first
 /// the processes whose tensors no view shows (`Analysis::tensors_unseen`).
-pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
-    for (p, why) in a.tensors_unseen() {
-        out.push_str(&format!(
-            "<p class=\"note\">pid {}: {ALLOCATOR_UNSEEN}: {}. Its memory is in the device's figures above; budgets on its tensors cannot be judged.</p>",
-            p.pid,
-            escape(why)
-        ));
-    }
-    if a.frameworks.is_empty() {
-        return;
-    }
-    out.push_str("<h2 id=\"tensors\">Inside the framework allocators</h2><p class=\"meta\">");
-    if a.frameworks.iter().any(|v| !in_cuda_pool(v)) {
-        out.push_str("What PyTorch's caching allocator did inside the segments it holds from the driver, reported by the allocator itself: each tensor (block) allocated and freed, with the Python line that asked for it. ");
-    }
-    if a.frameworks.iter().any(in_cuda_pool) {
-        out.push_str("PyTorch's cudaMallocAsync backend reports nothing itself: each of its tensors is a stream-ordered CUDA allocation made through it, with the Python line that asked for it, and what it reserves is the size of the CUDA pool they come from. ");
-    }
-    out.push_str("Allocated is PyTorch's <code>memory_allocated()</code>; reserved its <code>memory_reserved()</code>.</p>");
-    for v in &a.frameworks {
-        view_section(a, v, charts, out);
-    }
-    out.push_str("<h3 id=\"tensor-growth\">Tensor sites that keep growing</h3>");
-    if a.tensor_growth.is_empty() {
-        out.push_str("<p>None: no tensor site's live bytes kept rising after the warm-up.</p>");
-    } else {
-        for c in charts.iter().filter(|c| c.name == "tensor-growth.svg") {
-            out.push_str(&chart_html(c));
+pub fn html_section(a: &Analysis, charts: &[Chart]) -> Markup {
+    html! {
+        @for (p, why) in a.tensors_unseen() {
+            p.note { "pid " (p.pid) ": " (ALLOCATOR_UNSEEN) ": " (why) ". Its memory is in the device's figures above; budgets on its tensors cannot be judged." }
         }
-        out.push_str(&growth_table(
-            ("where", "tensor site"),
-            &a.tensor_growth,
-            |id| tensor_link(a, id),
-        ));
+        @if !a.frameworks.is_empty() {
+            h2 #tensors { "Inside the framework allocators" }
+            p.meta {
+                @if a.frameworks.iter().any(|v| !in_cuda_pool(v)) {
+                    "What PyTorch's caching allocator did inside the segments it holds from the driver, reported by the allocator itself: each tensor (block) allocated and freed, with the Python line that asked for it. "
+                }
+                @if a.frameworks.iter().any(in_cuda_pool) {
+                    "PyTorch's cudaMallocAsync backend reports nothing itself: each of its tensors is a stream-ordered CUDA allocation made through it, with the Python line that asked for it, and what it reserves is the size of the CUDA pool they come from. "
+                }
+                "Allocated is PyTorch's " code { "memory_allocated()" } "; reserved its " code { "memory_reserved()" } "."
+            }
+            @for v in &a.frameworks {
+                (view_section(a, v, charts))
+            }
+            (tensor_sites(a, charts))
+        }
     }
-    out.push_str("<h3 id=\"tensor-sites\">Tensor sites</h3><p class=\"meta\">Grouped by the innermost frame of the program's own code (Python files outside site-packages and the standard library; see <code>gmem-prof report --help</code>), or by the PyTorch operator or backward node for tensors made on threads that run no Python. Click one for the full stack of its first tensor.</p>");
-    out.push_str("<table><tr><th>#</th><th>where</th><th class=\"n\">at the allocated peak</th><th class=\"n\">max live</th><th class=\"n\">total</th><th class=\"n\">tensors</th><th class=\"n\">temporaries</th><th class=\"n\">live at exit</th></tr>");
-    for s in a.tensor_sites.iter().take(200) {
-        let _ = write!(
-            out,
-            "<tr id=\"tensor-site-{}\"><td>{}</td><td>{}<span class=\"cat\">pid {}</span></td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            s.id,
-            s.id,
-            frames_details(&s.label, &s.frames, s.truncated),
-            s.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
-            bytes(s.at_peak_bytes),
-            bytes(s.max_live),
-            bytes(s.total_bytes),
-            s.count,
-            s.temporaries,
-            bytes(s.live_at_exit_bytes)
-        );
+}
+
+/// The tensor sites that keep growing, and the table of all tensor sites.
+fn tensor_sites(a: &Analysis, charts: &[Chart]) -> Markup {
+    html! {
+        h3 #tensor-growth { "Tensor sites that keep growing" }
+        @if a.tensor_growth.is_empty() {
+            p { "None: no tensor site's live bytes kept rising after the warm-up." }
+        } @else {
+            (charts_named(charts, "tensor-growth.svg"))
+            (growth_table(("where", "tensor site"), &a.tensor_growth, |id| tensor_link(a, id)))
+        }
+        h3 #tensor-sites { "Tensor sites" }
+        p.meta { "Grouped by the innermost frame of the program's own code (Python files outside site-packages and the standard library; see " code { "gmem-prof report --help" } "), or by the PyTorch operator or backward node for tensors made on threads that run no Python. Click one for the full stack of its first tensor." }
+        table {
+            tr { th { "#" } th { "where" } th.n { "at the allocated peak" } th.n { "max live" } th.n { "total" } th.n { "tensors" } th.n { "temporaries" } th.n { "live at exit" } }
+            @for s in a.tensor_sites.iter().take(200) {
+                tr id={ "tensor-site-" (s.id) } {
+                    td { (s.id) }
+                    td { (frames_details(&s.label, &s.frames, s.truncated)) span.cat { "pid " (pid_list(&s.pids)) } }
+                    td.n { (bytes(s.at_peak_bytes)) }
+                    td.n { (bytes(s.max_live)) }
+                    td.n { (bytes(s.total_bytes)) }
+                    td.n { (s.count) }
+                    td.n { (s.temporaries) }
+                    td.n { (bytes(s.live_at_exit_bytes)) }
+                }
+            }
+            @if a.tensor_sites.len() > 200 {
+                tr { td colspan="8" { "… and " (a.tensor_sites.len() - 200) " more (see the JSON output)" } }
+            }
+        }
     }
-    if a.tensor_sites.len() > 200 {
-        let _ = write!(
-            out,
-            "<tr><td colspan=\"8\">… and {} more (see the JSON output)</td></tr>",
-            a.tensor_sites.len() - 200
-        );
-    }
-    out.push_str("</table>");
 }
 
 /// Lines of the terminal summary for each view.

@@ -27,21 +27,20 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
 /// outline's order, its end.
 pub fn html(a: &Analysis, title: &str, w: &mut dyn Write) -> io::Result<()> {
     let charts = charts::all(a);
-    let mut out = String::new();
-    crate::html::page_head(a, title, &mut out);
+    w.write_all(crate::html::page_head(a, title).0.as_bytes())?;
     for section in &OUTLINE {
         if let Some(page) = section.html {
-            page(a, &charts, &mut out);
+            w.write_all(page(a, &charts).0.as_bytes())?;
         }
     }
-    crate::html::page_end(a, &mut out);
-    w.write_all(out.as_bytes())
+    w.write_all(crate::html::page_end(a).0.as_bytes())
 }
 
 /// Writes a section's text form (nothing when it has nothing to say).
 pub(crate) type Text = fn(&Analysis, &mut dyn Write) -> io::Result<()>;
-/// Appends a section's page form, with the report's charts at hand.
-pub(crate) type Html = fn(&Analysis, &[Chart], &mut String);
+/// A section's page form, with the report's charts at hand (written to the
+/// page as soon as it is made).
+pub(crate) type Html = fn(&Analysis, &[Chart]) -> maud::Markup;
 
 pub(crate) struct Section {
     /// What it answers (for readers of this table).

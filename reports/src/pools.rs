@@ -2,14 +2,15 @@
 //! how much of the memory the pool holds from CUDA the program's arrays
 //! used, in the summary and on the page.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_model::{Analysis, FrameworkPool};
 
+use maud::{html, Markup};
+
 use crate::blocks::chart_html;
 use crate::chart::Chart;
-use crate::format::{bytes, escape, percent, time};
+use crate::format::{bytes, percent, time};
 
 /// File-name stem of a pool's chart.
 pub fn stem(p: &FrameworkPool) -> String {
@@ -81,36 +82,34 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-pub fn html_section(a: &Analysis, charts: &[Chart], out: &mut String) {
-    if a.framework_pools.is_empty() {
-        return;
-    }
-    out.push_str("<h2 id=\"pools\">Inside JAX's and CuPy's pools</h2><p class=\"meta\">These frameworks take memory from CUDA in large pieces and place their arrays inside, where CUDA (and the rest of this report) cannot see. What their arrays used is the frameworks' own count, read in the program while it ran (JAX's <code>memory_stats()</code>, CuPy's <code>used_bytes()</code> and <code>total_bytes()</code>) by the module <code>gmem-prof record</code> puts on the Python path.</p>");
-    for p in &a.framework_pools {
-        let _ = write!(
-            out,
-            "<h3 id=\"{}\">{}</h3><p>{}.</p>",
-            stem(p),
-            escape(&title(p)),
-            escape(&sentence(a, p))
-        );
-        for c in charts.iter().filter(|c| c.name.starts_with(&stem(p))) {
-            out.push_str(&chart_html(c));
+pub fn html_section(a: &Analysis, charts: &[Chart]) -> Markup {
+    html! {
+        @if !a.framework_pools.is_empty() {
+            h2 #pools { "Inside JAX's and CuPy's pools" }
+            p.meta {
+                "These frameworks take memory from CUDA in large pieces and place their arrays inside, where CUDA (and the rest of this report) cannot see. What their arrays used is the frameworks' own count, read in the program while it ran (JAX's "
+                code { "memory_stats()" } ", CuPy's " code { "used_bytes()" } " and " code { "total_bytes()" } ") by the module "
+                code { "gmem-prof record" } " puts on the Python path."
+            }
+            @for p in &a.framework_pools {
+                h3 id=(stem(p)) { (title(p)) }
+                p { (sentence(a, p)) "." }
+                @for c in charts.iter().filter(|c| c.name.starts_with(&stem(p))) {
+                    (chart_html(c))
+                }
+            }
         }
     }
 }
 
 /// The page's overview line of each pool.
-pub fn overview(a: &Analysis, out: &mut String) {
-    for p in &a.framework_pools {
-        let _ = write!(
-            out,
-            "<li><a href=\"#{}\">{}</a>: arrays used at most <b>{}</b> of a {} pool (peak reading at {}).</li>",
-            stem(p),
-            escape(&title(p)),
-            bytes(p.in_use_peak),
-            bytes(p.pool_peak),
-            time(p.highest_reading_time_ns)
-        );
+pub fn overview(a: &Analysis) -> Markup {
+    html! {
+        @for p in &a.framework_pools {
+            li {
+                a href={ "#" (stem(p)) } { (title(p)) } ": arrays used at most " b { (bytes(p.in_use_peak)) }
+                " of a " (bytes(p.pool_peak)) " pool (peak reading at " (time(p.highest_reading_time_ns)) ")."
+            }
+        }
     }
 }

@@ -2,14 +2,15 @@
 //! per run with its peak, leaks and OOMs, the skew of peaks between runs,
 //! and every run's live curve on one chart.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use gmem_prof_model::{Analysis, DeviceReport};
 
+use maud::html;
+
 use crate::charts;
-use crate::format::{bytes, escape, time};
-use crate::html::STYLE;
+use crate::format::{bytes, time};
+use crate::html::{document_end, document_head};
 
 /// A run's highest device: the figure runs are compared by (ranks usually
 /// use different device numbers, or device 0 on different hosts).
@@ -72,48 +73,6 @@ pub fn text(runs: &[(&str, &Analysis)], w: &mut dyn Write) -> io::Result<()> {
 
 /// The side-by-side page; `links[i]` is run i's own report file.
 pub fn html(runs: &[(&str, &Analysis)], links: &[String], w: &mut dyn Write) -> io::Result<()> {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>gmem-prof: {} runs</title><style>{STYLE}</style></head><body><h1>{} runs side by side</h1>",
-        runs.len(),
-        runs.len()
-    );
-    if let Some((min, max, mean, spread)) = skew(runs) {
-        let _ = write!(
-            out,
-            "<p class=\"note\">Peaks range from {} to {} (mean {}): a spread of {:.1}% of the mean.</p>",
-            bytes(min),
-            bytes(max),
-            bytes(mean as u64),
-            spread * 100.0
-        );
-    }
-    out.push_str("<table><tr><th>#</th><th>run</th><th class=\"n\">peak</th><th>device</th><th class=\"n\">at</th><th class=\"n\">leaked</th><th class=\"n\">cached at exit</th><th class=\"n\">OOMs reaching the program</th><th class=\"n\">worst fragmentation</th><th class=\"n\">duration</th></tr>");
-    for (i, (name, a)) in runs.iter().enumerate() {
-        let d = top_device(a);
-        let worst = a
-            .devices
-            .iter()
-            .filter_map(|d| d.fragmentation.worst.as_ref().map(|w| w.fragmentation))
-            .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.max(f))));
-        let _ = write!(
-            out,
-            "<tr><td>run {}</td><td><a href=\"{}\">{}</a></td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-            i + 1,
-            escape(links.get(i).map_or("", |s| s.as_str())),
-            escape(name),
-            d.map_or("–".into(), |d| bytes(d.peak_bytes)),
-            d.map_or("–".into(), |d| format!("{} ({})", d.device, escape(&d.name))),
-            d.map_or("–".into(), |d| time(d.peak_time_ns)),
-            bytes(a.leaked_bytes()),
-            bytes(a.cached_bytes()),
-            a.ooms_reached_program(),
-            worst.map_or("–".into(), |f| format!("{f:.3}")),
-            time(a.timeline.end_ns)
-        );
-    }
-    out.push_str("</table>");
     // One chart per device number any run used, each run on its own clock.
     let mut numbers: Vec<u32> = runs
         .iter()
@@ -128,15 +87,47 @@ pub fn html(runs: &[(&str, &Analysis)], links: &[String], w: &mut dyn Write) -> 
         .zip(runs)
         .map(|(l, (_, a))| (l.as_str(), *a))
         .collect();
-    for n in numbers {
-        let chart = charts::runs_overlay(
-            format!("runs-device{n}.svg"),
-            format!("Device {n}: live bytes per run"),
-            n,
-            &numbered,
-        );
-        out.push_str(&chart.svg);
-    }
-    out.push_str("</body></html>\n");
-    w.write_all(out.as_bytes())
+    let page = html! {
+        (document_head(&format!("gmem-prof: {} runs", runs.len()), false))
+        h1 { (runs.len()) " runs side by side" }
+        @if let Some((min, max, mean, spread)) = skew(runs) {
+            p.note {
+                "Peaks range from " (bytes(min)) " to " (bytes(max)) " (mean " (bytes(mean as u64))
+                "): a spread of " (format!("{:.1}", spread * 100.0)) "% of the mean."
+            }
+        }
+        table {
+            tr { th { "#" } th { "run" } th.n { "peak" } th { "device" } th.n { "at" } th.n { "leaked" } th.n { "cached at exit" } th.n { "OOMs reaching the program" } th.n { "worst fragmentation" } th.n { "duration" } }
+            @for (i, (name, a)) in runs.iter().enumerate() {
+                @let d = top_device(a);
+                @let worst = a
+                    .devices
+                    .iter()
+                    .filter_map(|d| d.fragmentation.worst.as_ref().map(|w| w.fragmentation))
+                    .fold(None, |m: Option<f64>, f| Some(m.map_or(f, |m| m.max(f))));
+                tr {
+                    td { "run " (i + 1) }
+                    td { a href=(links.get(i).map_or("", |s| s.as_str())) { (name) } }
+                    td.n { (d.map_or("–".into(), |d| bytes(d.peak_bytes))) }
+                    td { (d.map_or("–".into(), |d| format!("{} ({})", d.device, d.name))) }
+                    td.n { (d.map_or("–".into(), |d| time(d.peak_time_ns))) }
+                    td.n { (bytes(a.leaked_bytes())) }
+                    td.n { (bytes(a.cached_bytes())) }
+                    td.n { (a.ooms_reached_program()) }
+                    td.n { (worst.map_or("–".into(), |f| format!("{f:.3}"))) }
+                    td.n { (time(a.timeline.end_ns)) }
+                }
+            }
+        }
+        @for n in numbers {
+            (charts::runs_overlay(
+                format!("runs-device{n}.svg"),
+                format!("Device {n}: live bytes per run"),
+                n,
+                &numbered,
+            ))
+        }
+        (document_end())
+    };
+    w.write_all(page.into_string().as_bytes())
 }

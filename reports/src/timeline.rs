@@ -5,9 +5,8 @@
 //! (`timeline.js`) from JSON written beside it: one offline file, nothing
 //! fetched. The SVG charts stay for CI attachments.
 
-use std::fmt::Write as _;
-
 use gmem_prof_model::{Analysis, DeviceReport, FrameText, FrameworkView};
+use maud::{html, Markup, PreEscaped};
 use serde::Serialize;
 
 /// The script, once per page.
@@ -85,7 +84,7 @@ fn band(label: String, frames: &[FrameText], live: &[u64]) -> Band {
 
 /// The timeline of device `d`: its container and data (the page adds
 /// `SCRIPT` once). Nothing when the run has no time axis.
-pub fn html(a: &Analysis, d: &DeviceReport) -> String {
+pub fn html(a: &Analysis, d: &DeviceReport) -> Markup {
     let secs = |ns: u64| ns as f64 / 1e9;
     let data = Data {
         buckets: a.timeline.buckets,
@@ -142,7 +141,7 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> String {
 /// The tensors of a framework allocator (one process on one device),
 /// stacked by Python line, with what the allocator reserved as the dashed
 /// line.
-pub fn framework_html(a: &Analysis, v: &FrameworkView) -> String {
+pub fn framework_html(a: &Analysis, v: &FrameworkView) -> Markup {
     let secs = |ns: u64| ns as f64 / 1e9;
     let data = Data {
         buckets: a.timeline.buckets,
@@ -193,22 +192,22 @@ fn framework_ooms<'a>(
 }
 
 /// The element the script draws into, with its data.
-fn container(id: &str, data: &Data, what: &str) -> String {
+fn container(id: &str, data: &Data, what: &str) -> Markup {
     if data.buckets == 0 || data.live.is_empty() {
-        return String::new();
+        return html! {};
     }
     let json = embeddable(&serde_json::to_string(data).unwrap_or_else(|_| "{}".into()));
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<div class=\"timeline\" data-json=\"timeline-data-{id}\"><div class=\"tip\" hidden></div>\
-         <p class=\"meta\">{what} Point at a band for its site, bytes and stack; drag across the chart to \
-         zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; \
-         under the axis, grey: how many kernels started (or, traced as launches, were launched) in \
-         each moment (point at it for the count); ticks: the kernels at the peak.</p></div>\
-         <script type=\"application/json\" id=\"timeline-data-{id}\">{json}</script>"
-    );
-    out
+    let script_id = format!("timeline-data-{id}");
+    html! {
+        div.timeline data-json=(script_id) {
+            div.tip hidden {}
+            p.meta {
+                (what) " Point at a band for its site, bytes and stack; drag across the chart to zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; under the axis, grey: how many kernels started (or, traced as launches, were launched) in each moment (point at it for the count); ticks: the kernels at the peak."
+            }
+        }
+        // JSON is not HTML: `embeddable` keeps it from closing the element.
+        script type="application/json" id=(script_id) { (PreEscaped(json)) }
+    }
 }
 
 #[cfg(test)]
