@@ -101,3 +101,11 @@ pub(crate) fn charts_named(charts: &[Chart], name: &str) -> Markup {
         }
     }
 }
+
+/// "12, 14": the processes of a site.
+pub(crate) fn pid_list(pids: &[u32]) -> String {
+    pids.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -11,10 +11,9 @@ use gmem_prof_model::{
 
 use maud::{html, Markup};
 
-use crate::blocks::{bytes_table, charts_named, frames_details, growth_table};
+use crate::blocks::{bytes_table, charts_named, frames_details, growth_table, pid_list};
 use crate::chart::{framework_stem, Chart};
 use crate::format::{bytes, time};
-use crate::html::pid_list;
 use crate::reasons::ALLOCATOR_UNSEEN;
 use crate::words::{oom_limit, oom_request, peak_lines};
 

@@ -8,7 +8,7 @@
 use gmem_prof_model::{AllocatorView, Analysis, Category, DeviceReport, PeakPart, Site, SiteBytes};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use crate::blocks::{bytes_table, charts_named, frames_details, growth_table};
+use crate::blocks::{bytes_table, charts_named, frames_details, growth_table, pid_list};
 use crate::chart::Chart;
 use crate::format::{bytes, percent, time};
 use crate::reasons::{blind_spot, input_warning, process_message, unprofiled_part};
@@ -277,14 +277,6 @@ pub(crate) fn sites_section(a: &Analysis, _: &[Chart]) -> Markup {
             }
         }
     }
-}
-
-/// "12, 14": the processes of a site.
-pub(crate) fn pid_list(pids: &[u32]) -> String {
-    pids.iter()
-        .map(|p| p.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A table of sites holding memory at exit: (site, bytes, allocations),
