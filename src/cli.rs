@@ -18,7 +18,8 @@ use clap::{Args, Parser, Subcommand};
         `diff` gate CI on budgets and on changes; `export` hands the data to Perfetto and \
         Parquet readers.",
     after_help = "Exit codes: `record` exits with the program's own exit code (128+N if it \
-        died of signal N); `check` and `diff` exit 1 when a budget or threshold is exceeded; \
+        died of signal N); `check` and `diff` exit 1 when a budget or threshold is exceeded \
+        and 3 when part of the run was not profiled, so that no verdict can be trusted; \
         2 means gmem-prof itself failed or the input was bad."
 )]
 pub struct Cli {
@@ -356,7 +357,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N")]
     pub max_ooms: Option<u64>,
     /// Check the budgets even when part of the run was not profiled. By
-    /// default such a run fails with exit code 2: a process the collector
+    /// default such a run fails with exit code 3: a process the collector
     /// could not profile (another CUPTI client held CUPTI, no usable
     /// CUPTI), one whose records were dropped, or one cut short (killed,
     /// crashed) shows less than it used, so every budget would pass on it.
@@ -442,7 +443,7 @@ pub struct DiffArgs {
     )]
     pub fail_on: Vec<gmem_prof_model::diff::Judged>,
     /// Judge the figures even when part of a run was not profiled. By
-    /// default --fail-above then exits 2: a run that shows less than it used
+    /// default --fail-above then exits 3: a run that shows less than it used
     /// (a process another CUPTI client kept from the collector, records
     /// dropped, a process cut short; with `allocated` judged, tensors not
     /// seen) would pass any threshold against the base.
