@@ -184,17 +184,31 @@ pub fn run(a: RecordArgs) -> Result<i32> {
 /// The Python bootstrap (`collector/python/sitecustomize.py`): it lets a
 /// process that ends with `os._exit` finish its part of the trace, and
 /// (unless `--no-frameworks`) reads JAX's and CuPy's own pool figures
-/// inside the program. Written beside the
-/// per-process files and put first on the program's PYTHONPATH, which its
-/// children inherit; it runs the program's own sitecustomize after it.
-const PYTHON_BOOTSTRAP: &str = include_str!("../collector/python/sitecustomize.py");
+/// inside the program and marks PyTorch's optimizer steps. Written beside
+/// the per-process files and put first on the program's PYTHONPATH, which
+/// its children inherit; it runs the program's own sitecustomize after it.
+/// Beside it, the `gmem_prof` module the program may call
+/// (`gmem_prof.step()`).
+const PYTHON_FILES: [(&str, &str); 2] = [
+    (
+        "sitecustomize.py",
+        include_str!("../collector/python/sitecustomize.py"),
+    ),
+    (
+        "gmem_prof/__init__.py",
+        include_str!("../collector/python/gmem_prof/__init__.py"),
+    ),
+];
 
 fn put_python_bootstrap(cmd: &mut Command, parts: &Path) -> Result<()> {
     let dir = parts.join("python");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let file = dir.join("sitecustomize.py");
-    std::fs::write(&file, PYTHON_BOOTSTRAP)
-        .with_context(|| format!("cannot write {}", file.display()))?;
+    for (name, text) in PYTHON_FILES {
+        let file = dir.join(name);
+        let folder = file.parent().unwrap_or(&dir);
+        std::fs::create_dir_all(folder)
+            .with_context(|| format!("cannot create {}", folder.display()))?;
+        std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    }
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
     let mut path = std::ffi::OsString::from(dir);
     if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {

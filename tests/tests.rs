@@ -19,6 +19,8 @@
 //!   traces' own records.
 //! - `frameworks`: Python frames on every interpreter present, and the
 //!   stand-in for PyTorch's caching allocator, recorded and analyzed.
+//! - `steps`: training steps marked by PyTorch's optimizer (the stand-in's)
+//!   and by the program, each step's kept bytes against the program's.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -56,6 +58,9 @@ mod diff;
 
 #[path = "e2e/export.rs"]
 mod export;
+
+#[path = "e2e/steps.rs"]
+mod steps;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

@@ -15,6 +15,7 @@ use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC}
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::ProcDefs;
+use crate::steps::{FinishedStep, ProcSteps, Tracker};
 use crate::timeline::{Axis, Counts, Curve, Samples};
 
 /// Memory kinds by CUPTI's numbering (0..=7).
@@ -510,6 +511,8 @@ pub struct ProcState {
     torch_pools: Vec<PoolId>,
     /// Per stack id: whether it passes through PyTorch's CUDA allocator.
     torch_stacks: FastMap<u32, bool>,
+    /// Its steps, from its first `Step` record on.
+    pub steps: Option<Box<ProcSteps>>,
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -563,6 +566,7 @@ impl ProcState {
             torch_async: false,
             torch_pools: Vec::new(),
             torch_stacks: FastMap::default(),
+            steps: None,
         }
     }
 
@@ -981,6 +985,7 @@ impl Engine {
                 self.procs[proc as usize].last_device = device;
             }
             Event::End => self.process_end(proc, t),
+            &Event::Step { number, source } => self.step(proc, t, number, source),
         }
     }
 
@@ -1021,6 +1026,16 @@ impl Engine {
                 .iter()
                 .any(|&(tid, at)| tid == a.tid && t >= at && t - at <= LIBRARY_WORKSPACE_NS);
         let change = fw.apply(t, axis, a, library, &driver);
+        if let (Some(c), Some(steps)) = (&change, st.steps.as_deref_mut()) {
+            let tensors = steps.tensors.get_or_insert_with(Tracker::default);
+            let now = fw.sites[c.site as usize].held.live;
+            let (before, live) = if c.alloc {
+                (now - c.bytes, tensors.live + c.bytes)
+            } else {
+                (now + c.bytes, tensors.live.saturating_sub(c.bytes))
+            };
+            tensors.changed(c.site, before, live, t);
+        }
         // A view made after its device reached its peak (the first
         // segment's driver allocation comes before the allocator's record
         // of it) joins that peak.
@@ -1028,6 +1043,71 @@ impl Engine {
             fw.device_peak_joined(a.device(), t);
         }
         self.tensor_row(t, proc, a.device(), a.address, change);
+    }
+
+    /// The process finished a step: what it kept, and how high it went.
+    fn step(&mut self, proc: u32, t: u64, number: u64, source: u8) {
+        let st = &mut self.procs[proc as usize];
+        let steps = st.steps.get_or_insert_with(|| {
+            // Step 1 began with the process, with nothing live: every site
+            // holding memory now kept it in step 1.
+            let holding = self
+                .sites
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.proc == proc && s.held.live > 0)
+                .map(|(i, _)| i as u32);
+            let driver = Tracker::first(st.live, st.peak, st.peak_time, holding);
+            let tensors = st.framework.as_deref().map(|fw| {
+                let live = fw.devices.values().map(|d| d.allocated).sum();
+                let (peak, peak_time) = fw
+                    .devices
+                    .values()
+                    .map(|d| (d.allocated_peak, d.allocated_peak_time))
+                    .max()
+                    .unwrap_or_default();
+                let holding = fw
+                    .sites
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.held.live > 0)
+                    .map(|(i, _)| i as u32);
+                Tracker::first(live, peak, peak_time, holding)
+            });
+            Box::new(ProcSteps {
+                driver,
+                tensors,
+                start: st.first_time.unwrap_or(t),
+                done: Vec::new(),
+                count: 0,
+                figures: Vec::new(),
+                sources: 0,
+            })
+        });
+        let sites = &self.sites;
+        let driver = steps.driver.end_step(|i| sites[i as usize].held.live);
+        let tensors = match (steps.tensors.as_mut(), st.framework.as_deref()) {
+            (Some(tracker), Some(fw)) => Some(tracker.end_step(|i| fw.sites[i as usize].held.live)),
+            _ => None,
+        };
+        steps.count += 1;
+        steps.sources |= 1 << (source & 7);
+        steps.figures.push((
+            driver.peak,
+            driver.kept,
+            tensors.as_ref().map_or(0, |x| x.peak),
+            tensors.as_ref().map_or(0, |x| x.kept),
+        ));
+        if steps.done.len() < gmem_prof_model::STEPS_KEPT {
+            let start = steps.done.last().map_or(steps.start, |s| s.end);
+            steps.done.push(FinishedStep {
+                number,
+                start,
+                end: t,
+                driver,
+                tensors,
+            });
+        }
     }
 
     fn pool_id(&mut self, proc: u32, device: u32, address: u64) -> PoolId {
@@ -1146,6 +1226,9 @@ impl Engine {
         if st.live > st.peak {
             st.peak = st.live;
             st.peak_time = t;
+        }
+        if let Some(steps) = st.steps.as_deref_mut() {
+            steps.driver.changed(site, s.held.live - bytes, st.live, t);
         }
         let dev = self.devices.get_or_insert(device);
         let k = usize::from(kind & 7);
@@ -1366,7 +1449,11 @@ impl Engine {
         st.live -= l.bytes;
         st.curve.set(axis, st.live);
         let s = &mut self.sites[l.site as usize];
+        let before = s.held.live;
         s.held.release(l.bytes, axis);
+        if let Some(steps) = st.steps.as_deref_mut() {
+            steps.driver.changed(l.site, before, st.live, self.now);
+        }
         if counted && st.allocations == l.seq {
             s.held.temporaries += 1;
         }

@@ -182,6 +182,11 @@ pub enum Event {
     },
     /// The collector shut down cleanly in this process.
     End,
+    /// The program finished a step (`record::Step`).
+    Step {
+        number: u64,
+        source: u8,
+    },
 }
 
 /// A decoded chunk: definitions (applied in file order) and events.
@@ -488,6 +493,10 @@ impl fast::Sink for Events {
     fn other(&mut self, index: u64, record: Record) {
         if let Record::CallDevice(c) = &record {
             self.push(c.time.0, index, Event::CallDevice { device: c.device });
+        }
+        if let Record::Step(s) = &record {
+            let (number, source) = (s.number, s.source);
+            self.push(s.time.0, index, Event::Step { number, source });
         }
         if let Record::DeviceMemory(m) = &record {
             // In the sweep too: what the trace tracked at that moment.

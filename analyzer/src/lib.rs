@@ -43,6 +43,7 @@ mod regions;
 mod remedies;
 mod site_figures;
 mod sites;
+mod steps;
 pub mod synth;
 mod timeline;
 

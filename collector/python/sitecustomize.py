@@ -2,7 +2,7 @@
 # first on PYTHONPATH, so every Python process of the recorded program (its
 # children and spawn workers too) runs it at start-up.
 #
-# It does two things:
+# It does three things:
 # - It lets a process that ends with os._exit complete its part of the
 #   trace. os._exit skips the exit handlers, the collector's among them, so
 #   what the process did since the collector's last flush (200 ms by
@@ -11,6 +11,12 @@
 #   teardown. os._exit is wrapped to call the collector's gmem_prof_finish
 #   first.
 # - It reads the pools of JAX and CuPy.
+# - It marks PyTorch's training steps: once the program imports
+#   torch.optim, it registers a global optimizer post-step hook that calls
+#   the collector's gmem_prof_step each time the first optimizer that
+#   stepped steps again (a program with two optimizers, a GAN's, still makes
+#   one step per iteration). Lightning, Hugging Face's Trainer and plain
+#   loops all step through it.
 #
 # Why the pools: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
 # and so the collector, sees only the pool; how much of it the program's
@@ -169,6 +175,67 @@ def _cupy_pools():
     yield (CUPY, device, int(pool.used_bytes()), UNKNOWN, int(pool.total_bytes()), UNKNOWN)
 
 
+def _mark_optimizer_steps(optimizer_module):
+    """Registers the hook that marks a step each time the first optimizer
+    that stepped steps (PyTorch 2.0 and later have global step hooks)."""
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    if register is None:
+        return
+    import weakref
+
+    first = [None]
+
+    def hook(optimizer, args, kwargs):
+        try:
+            leader = first[0]() if first[0] is not None else None
+            if leader is None:
+                first[0] = weakref.ref(optimizer)
+            elif leader is not optimizer:
+                return
+            import gmem_prof
+
+            gmem_prof.step(gmem_prof.OPTIMIZER)
+        except Exception:
+            pass
+
+    register(hook)
+
+
+class _AfterImport:
+    """Runs `then(module)` right after the program imports module `name`
+    (its own code runs first, as it would have); finds nothing itself."""
+
+    def __init__(self, name, then):
+        self.name = name
+        self.then = then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            run = getattr(loader, "exec_module", None)
+            if run is None:
+                return None
+            then = self.then
+
+            def exec_module(module):
+                run(module)
+                try:
+                    then(module)
+                except Exception:
+                    pass
+
+            loader.exec_module = exec_module
+            return spec
+        except Exception:
+            return None
+
+
 class _WatchImports:
     """Starts the sampler when the program first imports jax or cupy; finds
     nothing itself (returns None: the real finders import the module)."""
@@ -228,6 +295,10 @@ def _install():
     _finish_before_os_exit(collector)
     if os.environ.get("GMEM_PROF_FRAMEWORKS", "1") == "0":
         return
+    if "torch.optim.optimizer" in sys.modules:
+        _mark_optimizer_steps(sys.modules["torch.optim.optimizer"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch.optim.optimizer", _mark_optimizer_steps))
     try:
         interval = max(1, int(os.environ.get("GMEM_PROF_POOL_MS", "50"))) / 1000.0
     except ValueError:

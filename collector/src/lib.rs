@@ -85,6 +85,36 @@ pub extern "C" fn gmem_prof_pool_usage(
     })
 }
 
+/// Steps this process finished (`gmem_prof_step`), for the number of the
+/// next.
+static STEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The program finished a step (a training iteration): written into the
+/// trace as a `Step` record, so that the report can say what each step
+/// kept and how high it went. Called by the Python bootstrap when
+/// PyTorch's optimizer steps (`source` 1), by `gmem_prof.step()` and by C
+/// programs through `include/gmem_prof.h` (`source` 2). Returns the step's
+/// number (1, 2, …), 0 when not recorded (profiling off or paused in this
+/// process). Safe from any thread; makes no CUDA call.
+#[no_mangle]
+pub extern "C" fn gmem_prof_step(source: u8) -> u64 {
+    state::no_unwind(0, || {
+        let Some(c) = state::get() else { return 0 };
+        if !c.recording() {
+            return 0;
+        }
+        let number = STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        use gmem_prof_traces::record::{Nanos, Step};
+        c.sink.push(gmem_prof_traces::Record::Step(Step {
+            time: Nanos(c.clock.now()),
+            tid: cuda::callbacks::current_tid(),
+            number,
+            source,
+        }));
+        number
+    })
+}
+
 /// Ends recording in this process and completes its part of the trace, as
 /// at exit, for a process about to end without running its exit handlers:
 /// the Python bootstrap calls it from `os._exit`, which Python's

@@ -44,6 +44,12 @@ fn track(device: u32) -> u64 {
     u64::from(device) + 1
 }
 
+/// The track of the steps of the `n`th process that marked steps, apart
+/// from the devices' tracks.
+fn steps_track(n: usize) -> u64 {
+    1_000_000 + n as u64
+}
+
 /// Nanoseconds written as the format's microseconds, exactly.
 struct Micros(u64);
 
@@ -238,8 +244,41 @@ impl<W: Write> PerfettoWriter<W> {
                 self.event(&line)?;
             }
         }
+        self.steps(a)?;
         self.out.write_all(b"\n]}\n")?;
         self.out.flush()?;
         Ok(self.out)
+    }
+
+    /// Each process's steps (as many as the analysis lists) as slices on a
+    /// track of their own, with their figures.
+    fn steps(&mut self, a: &Analysis) -> io::Result<()> {
+        for (n, p) in a.steps.iter().enumerate() {
+            let line = format!(
+                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"steps of pid {}\"}}}}",
+                steps_track(n),
+                p.pid
+            );
+            self.event(&line)?;
+            for s in &p.steps {
+                let tensors = s.tensors.as_ref().map_or_else(String::new, |t| {
+                    format!(
+                        ",\"tensors_allocated_peak\":{},\"tensors_kept_bytes\":{}",
+                        t.allocated_peak, t.kept_bytes
+                    )
+                });
+                let line = format!(
+                    "{{\"name\":\"step {}\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":0,\"args\":{{\"peak_bytes\":{},\"kept_bytes\":{}{tensors}}}}}",
+                    s.number,
+                    Micros(s.start_ns),
+                    Micros(s.end_ns.saturating_sub(s.start_ns)),
+                    steps_track(n),
+                    s.peak_bytes,
+                    s.kept_bytes
+                );
+                self.event(&line)?;
+            }
+        }
+        Ok(())
     }
 }

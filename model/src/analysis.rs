@@ -54,6 +54,9 @@ pub struct Analysis {
     /// errors first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remedies: Vec<Remedy>,
+    /// The steps of each process that marked them (training iterations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::ProcessSteps>,
 }
 
 /// A finding turned into the change a user would make (`change`), with

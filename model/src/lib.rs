@@ -6,6 +6,8 @@
 //! - the analysis of one run ([`Analysis`], at the crate's root);
 //! - [`budgets`]: the limits of `gmem-prof check` and each budget's outcome;
 //! - [`diff`]: the comparison of two runs and its verdicts;
+//! - the program's steps (training iterations), each one's peak and what it
+//!   kept by site (`ProcessSteps`);
 //! - why figures may be short or uncertain, as facts (`InputWarning`,
 //!   `BlindSpot`, `NotProfiled`, `ProcessMessage`), worded by the reports;
 //! - the definitions the analysis and its readers share (the growth rule's
@@ -21,10 +23,15 @@ mod analysis;
 pub mod budgets;
 pub mod diff;
 mod reasons;
+mod steps;
 
 pub use analysis::*;
 pub use reasons::{
     BlindSpot, InputWarning, MessageLevel, NotProfiled, ProcessMessage, UnprofiledPart,
+};
+pub use steps::{
+    ProcessSteps, SiteKept, SteadyStep, StepFigures, StepSource, StepTensors, STEPS_KEPT,
+    STEP_SITES,
 };
 
 /// Sites whose live bytes rise by at least this much after the warm-up are

@@ -27,6 +27,7 @@ mod pools;
 pub mod reasons;
 pub mod remedies;
 pub mod runs;
+mod steps;
 mod text;
 mod timeline;
 mod words;

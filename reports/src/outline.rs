@@ -50,7 +50,7 @@ pub(crate) struct Section {
     pub html: Option<Html>,
 }
 
-pub(crate) const OUTLINE: [Section; 10] = [
+pub(crate) const OUTLINE: [Section; 11] = [
     Section {
         name: "headline: not profiled, why it ran out, what to change",
         text: Some(text::headline),
@@ -70,6 +70,11 @@ pub(crate) const OUTLINE: [Section; 10] = [
         name: "inside the framework allocators (PyTorch, JAX, CuPy)",
         text: Some(text::inside_allocators),
         html: Some(crate::html::inside_allocators),
+    },
+    Section {
+        name: "the program's steps: what the first kept, what each keeps",
+        text: Some(crate::steps::text),
+        html: Some(crate::steps::html),
     },
     Section {
         name: "top allocation sites",

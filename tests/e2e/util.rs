@@ -109,6 +109,7 @@ pub fn fake() -> &'static Fake {
                 cupti.as_os_str(),
                 "-Wl,-rpath,$ORIGIN".as_ref(),
                 "-lpthread".as_ref(),
+                "-ldl".as_ref(),
             ],
         );
         Fake { cupti, app }

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../collector/include/gmem_prof.h"
+
 uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 void fake_kernel(const char *name);
@@ -208,6 +210,30 @@ int main(int argc, char **argv) {
         fflush(stdout);
         while (!got_signal) pause();
         return 40 + got_signal;
+    }
+    if (!strcmp(mode, "steps")) {
+        /* 10 steps marked with gmem_prof_mark_step: each keeps 1 MiB at
+         * site_alpha and frees 4 MiB it made at site_beta. Prints each
+         * step's number. */
+        for (int i = 0; i < 10; i++) {
+            uint64_t temporary = site_beta(4 << 20);
+            site_alpha(1 << 20);
+            fake_cuMemFree(temporary, 4 << 20);
+            printf("%llu ", (unsigned long long)gmem_prof_mark_step());
+        }
+        printf("\n");
+        return 0;
+    }
+    if (!strcmp(mode, "step_bench")) {
+        /* ns per step marked, measured inside the program. */
+        long n = argc > 2 ? atol(argv[2]) : 100000;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++) gmem_prof_mark_step();
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+        printf("%.1f ns per step\n", ns / n);
+        return 0;
     }
     if (!strcmp(mode, "echo")) {
         char line[256];

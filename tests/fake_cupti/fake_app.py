@@ -18,7 +18,8 @@ code), `os_exit` (allocations, then os._exit), `fork_workers` (multiprocessing
 workers started by fork that use CUDA), `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
 `cupy_kept` / `cupy_freed` (CuPy's pool growing with arrays kept, or with its
-cache alone)."""
+cache alone) or `steps` (training steps marked by a stand-in optimizer, then
+by the program)."""
 
 import asyncio
 import contextlib
@@ -171,6 +172,47 @@ def pools():
         time.sleep(hold)
     if xla_bridge.started_by_someone_else:
         sys.exit("JAX's backend was started by the bootstrap")
+
+
+STEPS = 50
+
+
+def steps(library):
+    """STEPS training steps of the stand-in caching allocator, marked by the
+    stand-in optimizer's global post-step hooks (which the bootstrap
+    registers): each step makes a 4 MiB activation it frees and keeps a
+    2 MiB tensor; the first step also makes the optimizer's 16 MiB state
+    (sizes in even MiB, so that the allocator splits every block it
+    reuses: each tensor's block is its own size). A
+    second optimizer steps in every iteration too and must not add steps.
+    Then 5 steps marked by the program (gmem_prof.step()), each keeping
+    1 MiB of driver memory."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    from torch.optim import optimizer
+
+    c10 = load_c10(library)
+    state = []
+    kept = []
+
+    def update():
+        if not state:
+            state.append(c10.fake_torch_malloc(16 << 20))  # line:optimizer_state
+
+    main_optimizer = optimizer.Optimizer(update)
+    other_optimizer = optimizer.Optimizer(lambda: None)
+    for _ in range(STEPS):
+        activation = c10.fake_torch_malloc(4 << 20)  # line:activation
+        kept.append(c10.fake_torch_malloc(2 << 20))  # line:kept_tensor
+        c10.fake_torch_free(activation)
+        main_optimizer.step()
+        other_optimizer.step()
+    import gmem_prof
+
+    numbers = []
+    for _ in range(5):
+        kept.append(allocate(1 << 20))  # line:kept_driver
+        numbers.append(gmem_prof.step())
+    print("program steps", *numbers)
 
 
 def cupy_loop(keep):
@@ -331,6 +373,8 @@ elif sys.argv[2:3] == ["shapes"]:
     shapes()
 elif sys.argv[2:3] == ["os_exit"]:
     os_exit()
+elif sys.argv[2:3] == ["steps"]:
+    steps(sys.argv[3])
 elif sys.argv[2:3] == ["fork_workers"]:
     fork_workers()
 else:

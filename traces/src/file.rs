@@ -239,6 +239,7 @@ pub fn record_time(r: &Record) -> Option<u64> {
         Record::DeviceMemory(m) => m.time.0,
         Record::CallDevice(c) => c.time.0,
         Record::PoolUsage(u) => u.time.0,
+        Record::Step(s) => s.time.0,
         Record::Message(m) => m.time.0,
         Record::ProcessEnd(p) => p.time.0,
         _ => return None,

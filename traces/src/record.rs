@@ -64,6 +64,7 @@ pub mod tag {
     pub const CALL_DEVICE: u8 = 19;
     pub const POOL_USAGE: u8 = 20;
     pub const KERNEL_LAUNCH: u8 = 21;
+    pub const STEP: u8 = 22;
 }
 
 /// One kind of record's body: written, read and dumped in one place,
@@ -164,6 +165,7 @@ record_kinds! {
     DeviceMemory(DeviceMemory) = DEVICE_MEMORY,
     CallDevice(CallDevice) = CALL_DEVICE,
     PoolUsage(PoolUsage) = POOL_USAGE,
+    Step(Step) = STEP,
 }
 
 /// Who the process was. One per process stream, first in the stream.
@@ -1464,6 +1466,57 @@ impl Kind for Message {
             q(&m.text)
         )
     }
+}
+
+/// The program finished a step (a training iteration): PyTorch's
+/// optimizer stepped, or the program said so (`gmem_prof.step()`, or the C
+/// call `gmem_prof_step`). Step `number` (1, 2, …, counted in the
+/// process) is what happened since the step before it ended, or since the
+/// process started.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct Step {
+    pub time: Nanos,
+    pub tid: u32,
+    pub number: u64,
+    /// `step::OPTIMIZER`, `step::PROGRAM`.
+    pub source: u8,
+}
+
+impl Kind for Step {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        put_time(e, self.time, base);
+        e.var(self.tid.into());
+        e.var(self.number);
+        e.u8(self.source);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(Step {
+            time: get_time(d, base)?,
+            tid: d.var32()?,
+            number: d.var()?,
+            source: d.u8()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let s = self;
+        write!(
+            l,
+            "step t={} tid={} number={} source={}",
+            s.time.0, s.tid, s.number, s.source
+        )
+    }
+}
+
+/// `Step`'s sources.
+pub mod step {
+    /// PyTorch's optimizer stepped (its global post-step hook, which the
+    /// Python bootstrap of `record` registers).
+    pub const OPTIMIZER: u8 = 1;
+    /// The program called `gmem_prof.step()` or `gmem_prof_step`.
+    pub const PROGRAM: u8 = 2;
 }
 
 /// The collector shut down cleanly in this process.

@@ -273,6 +273,14 @@ fn record() -> impl Strategy<Value = Record> {
             text
         })),
         any::<u64>().prop_map(|t| Record::ProcessEnd(ProcessEnd { time: Nanos(t) })),
+        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u8>()).prop_map(
+            |(t, tid, number, source)| Record::Step(Step {
+                time: Nanos(t),
+                tid,
+                number,
+                source,
+            })
+        ),
         (
             any::<u64>(),
             any::<u32>(),

@@ -12,6 +12,7 @@ mod growth;
 mod ooms;
 mod processes;
 mod sites;
+mod steps;
 mod warnings;
 
 use crate::engine::Engine;
@@ -42,6 +43,7 @@ pub fn build(
             tensor_growth: Vec::new(),
             framework_pools: Vec::new(),
             remedies: Vec::new(),
+            steps: Vec::new(),
         };
         return Ok((analysis, SiteIds::default()));
     };
@@ -64,6 +66,7 @@ pub fn build(
         processes::process_reports(&mut engine, Some(&axis), &sites.categories, buckets);
     summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();
     warnings::add_sweep_warnings(&mut summary, &engine);
+    let steps = steps::process_steps(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
     let site_ids = SiteIds {
         sites: (0..engine.sites.len() as u32)
             .map(|raw| sites.id(raw))
@@ -89,6 +92,7 @@ pub fn build(
         tensor_growth,
         framework_pools,
         remedies: Vec::new(),
+        steps,
     };
     analysis.remedies = crate::remedies::remedies(&analysis);
     Ok((analysis, site_ids))

@@ -1,0 +1,107 @@
+//! The sweep's part of the program's steps (`Step` records): per process,
+//! from its first step on, the live bytes each site held when the step
+//! began (only sites that changed in it are looked at), the step's highest
+//! live bytes, and at each step's end what each site kept. Kept for the
+//! process's CUDA allocations and, seen from the inside, for a framework
+//! allocator's tensors alike (`Tracker`); `build/steps.rs` turns them into
+//! the model.
+
+use gmem_prof_model::STEP_SITES;
+
+use crate::fast_map::FastMap;
+
+/// One kind of memory (CUDA allocations, or tensors) through the steps.
+#[derive(Default)]
+pub struct Tracker {
+    /// Live bytes now (the process's, or its tensors').
+    pub live: u64,
+    start_live: u64,
+    peak: u64,
+    peak_time: u64,
+    /// The live bytes of each site that changed in this step, when the step
+    /// began.
+    at_start: FastMap<u32, u64>,
+}
+
+/// What one kind of memory did in one step.
+pub struct StepRaw {
+    pub peak: u64,
+    pub peak_time: u64,
+    pub kept: i64,
+    /// (raw site, bytes kept), the largest change first, `STEP_SITES` at
+    /// most.
+    pub kept_by_site: Vec<(u32, i64)>,
+}
+
+impl Tracker {
+    /// A tracker whose first step began with nothing live and has reached
+    /// `peak` at `peak_time`; `holding` are the sites holding memory now,
+    /// each with its live bytes (all kept by the first step).
+    pub fn first(live: u64, peak: u64, peak_time: u64, holding: impl Iterator<Item = u32>) -> Self {
+        Tracker {
+            live,
+            start_live: 0,
+            peak,
+            peak_time,
+            at_start: holding.map(|site| (site, 0)).collect(),
+        }
+    }
+
+    /// A site's live bytes changed from `before`; the kind's live bytes are
+    /// now `live`.
+    #[inline]
+    pub fn changed(&mut self, site: u32, before: u64, live: u64, t: u64) {
+        self.at_start.entry(site).or_insert(before);
+        self.live = live;
+        if live > self.peak {
+            self.peak = live;
+            self.peak_time = t;
+        }
+    }
+
+    /// Ends the step: what it kept, by site (`site_live` gives a site's
+    /// live bytes now). The next step starts from here.
+    pub fn end_step(&mut self, site_live: impl Fn(u32) -> u64) -> StepRaw {
+        let mut kept_by_site: Vec<(u32, i64)> = self
+            .at_start
+            .drain()
+            .map(|(site, start)| (site, site_live(site) as i64 - start as i64))
+            .filter(|&(_, kept)| kept != 0)
+            .collect();
+        kept_by_site.sort_unstable_by_key(|&(site, kept)| (std::cmp::Reverse(kept.abs()), site));
+        kept_by_site.truncate(STEP_SITES);
+        let raw = StepRaw {
+            peak: self.peak,
+            peak_time: self.peak_time,
+            kept: self.live as i64 - self.start_live as i64,
+            kept_by_site,
+        };
+        self.start_live = self.live;
+        self.peak = self.live;
+        raw
+    }
+}
+
+/// One finished step of a process.
+pub struct FinishedStep {
+    pub number: u64,
+    pub start: u64,
+    pub end: u64,
+    pub driver: StepRaw,
+    pub tensors: Option<StepRaw>,
+}
+
+/// A process's steps: its trackers and the steps it finished.
+pub struct ProcSteps {
+    pub driver: Tracker,
+    pub tensors: Option<Tracker>,
+    pub start: u64,
+    pub done: Vec<FinishedStep>,
+    /// Steps finished, including those beyond `STEPS_KEPT`.
+    pub count: u64,
+    /// Every step's (peak, kept, tensors' allocated peak, tensors' kept),
+    /// for the steady state's medians.
+    pub figures: Vec<(u64, i64, u64, i64)>,
+    /// The sources that marked steps (bit `1 << source`).
+    pub sources: u8,
+}

@@ -1,0 +1,222 @@
+//! The program's steps (training iterations): per process, what the first
+//! step kept (a model's parameters, an optimizer's state), what every later
+//! step keeps on average by site (memory growing step after step), the
+//! steady state's peak, and each step's figures; for the terminal summary
+//! and the page. Where the trace saw a framework allocator's tensors, the
+//! tensors speak (the driver sees only its segments).
+
+use std::io::{self, Write};
+
+use gmem_prof_model::{Analysis, ProcessSteps, SiteKept, StepFigures};
+use maud::{html, Markup};
+
+use crate::chart::Chart;
+use crate::format::{bytes, signed_bytes, time};
+
+/// Steps listed one by one on the page.
+const STEPS_SHOWN: usize = 100;
+
+/// What a step kept, by site, in the terms that speak for the process:
+/// its tensors when seen, else its CUDA allocations. The bool says tensors.
+fn kept_of(s: &StepFigures) -> (i64, &[SiteKept], bool) {
+    match &s.tensors {
+        Some(t) => (t.kept_bytes, &t.kept_by_site, true),
+        None => (s.kept_bytes, &s.kept_by_site, false),
+    }
+}
+
+fn label(a: &Analysis, site: u32, tensors: bool) -> String {
+    if tensors {
+        a.tensor_site_label(site)
+    } else {
+        a.site_label(site)
+    }
+}
+
+/// The sites that kept memory step after step, after the first: (site,
+/// average bytes kept per step, steps that kept some), the most first.
+fn kept_per_step(p: &ProcessSteps) -> Vec<(u32, i64, usize)> {
+    let later = p.steps.get(1..).unwrap_or_default();
+    let mut sums: Vec<(u32, i64, usize)> = Vec::new();
+    for s in later {
+        for k in kept_of(s).1 {
+            match sums.iter_mut().find(|x| x.0 == k.site) {
+                Some(x) => {
+                    x.1 += k.bytes;
+                    x.2 += 1;
+                }
+                None => sums.push((k.site, k.bytes, 1)),
+            }
+        }
+    }
+    let n = later.len().max(1) as i64;
+    let mut out: Vec<(u32, i64, usize)> = sums
+        .into_iter()
+        .map(|(site, sum, steps)| (site, sum / n, steps))
+        .filter(|x| x.1 > 0)
+        .collect();
+    out.sort_by_key(|x| (std::cmp::Reverse(x.1), x.0));
+    out.truncate(5);
+    out
+}
+
+/// "peak 1.00 GiB, kept +2.00 MiB (tensors: allocated peak …, kept …)".
+fn step_words(peak: u64, kept: i64, tensors: Option<(u64, i64)>) -> String {
+    let mut out = format!("peak {}, kept {}", bytes(peak), signed_bytes(kept));
+    if let Some((t_peak, t_kept)) = tensors {
+        out += &format!(
+            " (tensors: allocated peak {}, kept {})",
+            bytes(t_peak),
+            signed_bytes(t_kept)
+        );
+    }
+    out
+}
+
+fn head(p: &ProcessSteps) -> String {
+    format!(
+        "pid {}: {} steps, marked by the {}{}",
+        p.pid,
+        p.count,
+        p.marked_by,
+        if p.count as usize > p.steps.len() {
+            format!(" (the first {} listed)", p.steps.len())
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The summary's lines on steps.
+pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    for p in &a.steps {
+        writeln!(w, "\nsteps of {}", head(p))?;
+        if let Some(first) = p.steps.first() {
+            let t = first
+                .tensors
+                .as_ref()
+                .map(|t| (t.allocated_peak, t.kept_bytes));
+            writeln!(
+                w,
+                "  step 1: {}",
+                step_words(first.peak_bytes, first.kept_bytes, t)
+            )?;
+            let (_, sites, tensors) = kept_of(first);
+            for k in sites.iter().take(3) {
+                writeln!(
+                    w,
+                    "    {:>11}  {}",
+                    signed_bytes(k.bytes),
+                    label(a, k.site, tensors)
+                )?;
+            }
+        }
+        if let Some(s) = &p.steady {
+            let t = s.allocated_peak.zip(s.tensors_kept_bytes);
+            writeln!(
+                w,
+                "  steady state (median of steps {} on): {}",
+                s.from_step,
+                step_words(s.peak_bytes, s.kept_bytes, t)
+            )?;
+        }
+        let tensors = p.steps.first().is_some_and(|s| s.tensors.is_some());
+        for (site, per_step, steps) in kept_per_step(p) {
+            writeln!(
+                w,
+                "    {:>11}/step  {} (kept in {steps} of the {} later steps)",
+                signed_bytes(per_step),
+                label(a, site, tensors),
+                p.steps.len() - 1
+            )?;
+        }
+        if let Some(n) = p.peak_step {
+            writeln!(w, "  the process's peak fell in step {n}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The page's section on steps.
+pub(crate) fn html(a: &Analysis, _: &[Chart]) -> Markup {
+    html! {
+        @if !a.steps.is_empty() {
+            h2 #steps { "Steps" }
+            p.meta {
+                "Step N is what happened since step N−1 ended (step 1: since the process started, so it holds the set-up). "
+                "\"Kept\" is what was live at a step's end minus at its start. Steps are marked by PyTorch's optimizer (no code change) or by the program ("
+                code { "gmem_prof.step()" } ")."
+            }
+            @for p in &a.steps {
+                (process_steps(a, p))
+            }
+        }
+    }
+}
+
+fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
+    let tensors = p.steps.first().is_some_and(|s| s.tensors.is_some());
+    let growing = kept_per_step(p);
+    html! {
+        h3 { (head(p)) }
+        @if let Some(first) = p.steps.first() {
+            @let (kept, sites, tensors) = kept_of(first);
+            p { "Step 1 kept " b { (signed_bytes(kept)) } @if tensors { " of tensors" } ":" }
+            (kept_table(a, sites, tensors))
+        }
+        @if let Some(s) = &p.steady {
+            p {
+                "The steady state (the median of steps " (s.from_step) " on): "
+                (step_words(s.peak_bytes, s.kept_bytes, s.allocated_peak.zip(s.tensors_kept_bytes))) " per step."
+            }
+        }
+        @if !growing.is_empty() {
+            p { "Kept step after step, on average over the steps after the first:" }
+            table {
+                tr { th { "site" } th.n { "per step" } th.n { "steps that kept some" } }
+                @for (site, per_step, steps) in &growing {
+                    tr { td { (label(a, *site, tensors)) } td.n { (signed_bytes(*per_step)) } td.n { (steps) " of " (p.steps.len() - 1) } }
+                }
+            }
+        }
+        @if let Some(n) = p.peak_step {
+            p { "The process's peak fell in step " (n) "." }
+        }
+        table {
+            tr {
+                th.n { "step" } th.n { "ended at" } th.n { "peak" } th.n { "kept" }
+                @if tensors { th.n { "tensors' allocated peak" } th.n { "tensors kept" } }
+            }
+            @for s in p.steps.iter().take(STEPS_SHOWN) {
+                tr {
+                    td.n { (s.number) }
+                    td.n { (time(s.end_ns)) }
+                    td.n { (bytes(s.peak_bytes)) }
+                    td.n { (signed_bytes(s.kept_bytes)) }
+                    @if let Some(t) = &s.tensors {
+                        td.n { (bytes(t.allocated_peak)) }
+                        td.n { (signed_bytes(t.kept_bytes)) }
+                    } @else if tensors {
+                        td.n {} td.n {}
+                    }
+                }
+            }
+            @if p.steps.len() > STEPS_SHOWN {
+                tr { td colspan="6" { "… and " (p.steps.len() - STEPS_SHOWN) " more (see the JSON output)" } }
+            }
+        }
+    }
+}
+
+fn kept_table(a: &Analysis, sites: &[SiteKept], tensors: bool) -> Markup {
+    html! {
+        @if !sites.is_empty() {
+            table {
+                tr { th { "site" } th.n { "kept" } }
+                @for k in sites {
+                    tr { td { (label(a, k.site, tensors)) } td.n { (signed_bytes(k.bytes)) } }
+                }
+            }
+        }
+    }
+}

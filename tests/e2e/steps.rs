@@ -1,0 +1,198 @@
+//! Steps with no code change (PyTorch's optimizer, through the bootstrap's
+//! hook) and marked by the program (`gmem_prof.step()`): over the fake
+//! CUPTI and driver, fake_app.py's `steps` scenario, whose allocations per
+//! step are known by construction.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const MIB: i64 = 1 << 20;
+/// fake_app.py's STEPS: steps marked by the optimizer.
+const OPTIMIZER_STEPS: u64 = 50;
+const PROGRAM_STEPS: u64 = 5;
+
+/// The line (fake_app.py's `line:` mark) of a site of `table` ("sites" or
+/// "tensor_sites").
+fn line_of(a: &Value, table: &str, site: &Value) -> u64 {
+    let label = a[table][site.as_u64().unwrap() as usize]["label"]
+        .as_str()
+        .unwrap();
+    let (_, line) = label.rsplit_once("fake_app.py:").unwrap_or(("", "0"));
+    line.trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or(0)
+}
+
+/// (line, bytes) of what a step kept, by site.
+fn kept(a: &Value, table: &str, rows: &Value) -> Vec<(u64, i64)> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (line_of(a, table, &k["site"]), k["bytes"].as_i64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn each_step_keeps_what_the_program_kept_in_it() {
+    let lines = marked_lines(&repo().join("tests/fake_cupti/fake_app.py"));
+    let dir = scratch("steps");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[OsStr::new("steps"), fake_torch().as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // gmem_prof.step() returns each step's number in the process.
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("program steps 51 52 53 54 55"),
+        "{printed}"
+    );
+
+    let recs = dump_json(&dir.join("t.bin"));
+    let marks = of_type(&recs, "Step");
+    let sources: Vec<u64> = marks
+        .iter()
+        .map(|s| s["source"].as_u64().unwrap())
+        .collect();
+    let mut expected = vec![1; OPTIMIZER_STEPS as usize];
+    expected.extend([2; PROGRAM_STEPS as usize]);
+    assert_eq!(
+        sources, expected,
+        "one step per iteration, whoever marked it"
+    );
+
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let steps = &a["steps"][0];
+    assert_eq!(steps["marked_by"], "optimizer and program");
+    assert_eq!(steps["count"], OPTIMIZER_STEPS + PROGRAM_STEPS);
+    let list = steps["steps"].as_array().unwrap();
+    assert_eq!(list.len() as u64, OPTIMIZER_STEPS + PROGRAM_STEPS);
+
+    // Step 1 keeps its tensor and the optimizer's state, made in its
+    // optimizer step; its activation was freed.
+    let first = &list[0]["tensors"];
+    assert_eq!(first["kept_bytes"], 18 * MIB);
+    assert_eq!(
+        kept(&a, "tensor_sites", &first["kept_by_site"]),
+        vec![
+            (lines["optimizer_state"], 16 * MIB),
+            (lines["kept_tensor"], 2 * MIB)
+        ]
+    );
+    // Every later optimizer step keeps exactly its 2 MiB tensor, and goes
+    // as high as everything kept before it plus its activation and tensor.
+    for (i, s) in list[1..OPTIMIZER_STEPS as usize].iter().enumerate() {
+        let n = i as i64 + 2;
+        let t = &s["tensors"];
+        assert_eq!(t["kept_bytes"], 2 * MIB, "step {n}");
+        assert_eq!(
+            kept(&a, "tensor_sites", &t["kept_by_site"]),
+            vec![(lines["kept_tensor"], 2 * MIB)],
+            "step {n}"
+        );
+        assert_eq!(t["allocated_peak"], (16 + 2 * n + 4) * MIB, "step {n}");
+    }
+    // The program's steps keep 1 MiB of driver memory each, and no tensor.
+    for s in &list[OPTIMIZER_STEPS as usize..] {
+        assert_eq!(s["kept_bytes"], MIB, "{s}");
+        assert_eq!(
+            kept(&a, "sites", &s["kept_by_site"]),
+            vec![(lines["allocate"], MIB)]
+        );
+        assert_eq!(s["tensors"]["kept_bytes"], 0, "{s}");
+    }
+    // The steady state: the median step after the first keeps 2 MiB of
+    // tensors.
+    assert_eq!(steps["steady"]["from_step"], 2);
+    assert_eq!(steps["steady"]["tensors_kept_bytes"], 2 * MIB);
+
+    // The summary and the page say it in words.
+    let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
+    let state = format!(
+        "+16.0 MiB  steps.<locals>.update at fake_app.py:{}",
+        lines["optimizer_state"]
+    );
+    assert!(summary.contains("steps of pid"), "{summary}");
+    assert!(summary.contains(&state), "{summary}");
+    // 2 MiB in 49 of the 54 steps after the first: 1.81 MiB a step.
+    let per_step = format!(
+        "+1.81 MiB/step  steps at fake_app.py:{} (kept in 49 of the 54 later steps)",
+        lines["kept_tensor"]
+    );
+    assert!(summary.contains(&per_step), "{summary}");
+    let page = std::fs::read_to_string(dir.join("report/t.html")).unwrap();
+    assert!(page.contains("<h2 id=\"steps\">Steps</h2>"));
+
+    // Perfetto: a slice per step on a track of the process's steps.
+    let out = std::process::Command::new(gmem())
+        .args(["export", "-q", "--format", "perfetto", "-o"])
+        .arg(dir.join("p.json"))
+        .arg(dir.join("t.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let p: Value = serde_json::from_slice(&std::fs::read(dir.join("p.json")).unwrap()).unwrap();
+    let slices: Vec<&Value> = p["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "step")
+        .collect();
+    assert_eq!(slices.len() as u64, OPTIMIZER_STEPS + PROGRAM_STEPS);
+    assert_eq!(slices[1]["name"], "step 2");
+    assert_eq!(slices[1]["args"]["tensors_kept_bytes"], 2 * MIB);
+}
+
+/// A C program marks its steps through collector/include/gmem_prof.h:
+/// each keeps 1 MiB at site_alpha and frees what it made at site_beta.
+#[test]
+fn a_c_program_marks_its_steps_with_the_header() {
+    let dir = scratch("steps-c");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["steps"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("1 2 3 4 5 6 7 8 9 10"), "{printed}");
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let steps = &a["steps"][0];
+    assert_eq!(steps["marked_by"], "program");
+    assert_eq!(steps["count"], 10);
+    for s in steps["steps"].as_array().unwrap() {
+        assert_eq!(s["kept_bytes"], MIB, "{s}");
+        let kept = s["kept_by_site"].as_array().unwrap();
+        assert_eq!(kept.len(), 1, "{s}");
+        let label = a["sites"][kept[0]["site"].as_u64().unwrap() as usize]["label"]
+            .as_str()
+            .unwrap();
+        assert!(label.starts_with("site_alpha"), "{label}");
+        assert!(s.get("tensors").is_none(), "{s}");
+    }
+    // Step n went as high as the n − 1 MiB kept before it, its 4 MiB
+    // temporary and its 1 MiB.
+    let peaks: Vec<i64> = steps["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["peak_bytes"].as_i64().unwrap())
+        .collect();
+    let expected: Vec<i64> = (1..=10).map(|n| (n - 1 + 4 + 1) * MIB).collect();
+    assert_eq!(peaks, expected);
+}
+
+/// Unrecorded, the header's call does nothing and says 0.
+#[test]
+fn the_header_does_nothing_when_not_recorded() {
+    let out = std::process::Command::new(&fake().app)
+        .arg("steps")
+        .env_remove("CUDA_INJECTION64_PATH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("0 0 0"));
+}

@@ -1,0 +1,25 @@
+"""Stand-in for `torch.optim.optimizer`: an optimizer whose `step()` runs
+the global post-step hooks after its own update, as PyTorch 2's does
+(`register_optimizer_step_post_hook`; hooks are called with the optimizer,
+the step's args and kwargs)."""
+
+from collections import OrderedDict
+
+_global_optimizer_post_hooks = OrderedDict()
+
+
+def register_optimizer_step_post_hook(hook):
+    key = len(_global_optimizer_post_hooks)
+    _global_optimizer_post_hooks[key] = hook
+    return key
+
+
+class Optimizer:
+    def __init__(self, update):
+        self._update = update
+
+    def step(self, *args, **kwargs):
+        out = self._update()
+        for hook in list(_global_optimizer_post_hooks.values()):
+            hook(self, args, kwargs)
+        return out
