@@ -968,3 +968,60 @@ fn ctypes_cuda_sites_are_python_lines_with_native_frames_inside() {
         assert!(svg.contains(&title), "{title} in {svg}");
     }
 }
+
+/// Training steps marked by PyTorch's optimizer with no code change
+/// (tests/gpu/torch_steps.py): each step's tensors kept and allocated peak
+/// equal PyTorch's own figures at the step's end (memory_allocated, and
+/// max_memory_allocated since the step before), a second optimizer adds
+/// no step, step 1 names the momentum buffers at the `optimizer.step()`
+/// line and every later step keeps its tensor's block at the `kept` line.
+#[test]
+fn torch_steps_match_pytorchs_own_figures_step_by_step() {
+    let (a, t) = analysis_and_truth("torch_steps");
+    let p = &a["steps"][0];
+    assert_eq!(p["count"], t["steps"]);
+    assert_eq!(p["marked_by"], "optimizer");
+    let line = |mark: &str| format!("torch_steps.py:{}", t["lines"][mark]);
+    let at = |k: &Value| {
+        let label = a["tensor_sites"][k["site"].as_u64().unwrap() as usize]["label"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (label, k["bytes"].as_i64().unwrap())
+    };
+    let steps = p["steps"].as_array().unwrap();
+    let allocated = t["allocated"].as_array().unwrap();
+    let peaks = t["peaks"].as_array().unwrap();
+    assert_eq!(steps.len(), allocated.len());
+    let mut before = 0;
+    for (s, (now, peak)) in steps.iter().zip(allocated.iter().zip(peaks)) {
+        let n = s["number"].as_u64().unwrap();
+        let now = now.as_i64().unwrap();
+        let tensors = &s["tensors"];
+        assert_eq!(
+            tensors["kept_bytes"].as_i64(),
+            Some(now - before),
+            "step {n}"
+        );
+        assert_eq!(tensors["allocated_peak"], *peak, "step {n}");
+        let kept: Vec<(String, i64)> = tensors["kept_by_site"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(at)
+            .collect();
+        if n == 1 {
+            let state = t["params"].as_i64().unwrap();
+            assert!(
+                kept.iter()
+                    .any(|(l, b)| l.ends_with(&line("step")) && *b == state),
+                "{kept:?}"
+            );
+        } else {
+            assert_eq!(kept.len(), 1, "step {n}: {kept:?}");
+            assert!(kept[0].0.ends_with(&line("kept")), "step {n}: {kept:?}");
+            assert_eq!(kept[0].1, now - before, "step {n}");
+        }
+        before = now;
+    }
+}
