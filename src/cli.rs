@@ -270,7 +270,7 @@ pub struct ReportArgs {
     A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
     of max_peak, max_pinned, max_allocated, max_leaked, max_cached_at_exit, \
     max_library_held, max_module_globals, max_tensors_at_exit, max_growth, \
-    max_fragmentation and max_ooms (docs/ci.md). \
+    max_fragmentation, max_ooms, max_step_growth and max_step_peak (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
     its figure and the sites responsible), 2 bad input or no budget given, 3 part of the \
@@ -347,6 +347,21 @@ pub struct CheckArgs {
     /// growing site: the budget that catches a Python program's leak.
     #[arg(long, value_name = "SIZE")]
     pub max_growth: Option<gmem_prof_model::budgets::ByteSize>,
+    /// Bytes a process's steps (training iterations) may keep per step,
+    /// on average over the steps after the warm-up (the first 20% of them,
+    /// at least one): memory that grows step after step. Counted in
+    /// tensors where the trace sees the framework allocator from the inside
+    /// (PyTorch's), else in the process's CUDA allocations. Steps are
+    /// marked by PyTorch's optimizer with no code change, or by the
+    /// program (gmem_prof.step(), gmem_prof_mark_step()); with no step
+    /// marked the budget fails, since it cannot be judged.
+    #[arg(long, value_name = "SIZE")]
+    pub max_step_growth: Option<gmem_prof_model::budgets::ByteSize>,
+    /// The highest live bytes any one step may reach: the process's CUDA
+    /// allocations, the figure of --max-peak, within each of its steps
+    /// (the first 1,000). With no step marked the budget fails.
+    #[arg(long, value_name = "SIZE")]
+    pub max_step_peak: Option<gmem_prof_model::budgets::ByteSize>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,
     /// VMM reservations and the pools of a framework allocator (0 to 1).
     #[arg(long, value_name = "F")]

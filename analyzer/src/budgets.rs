@@ -19,6 +19,8 @@
 //! max_cached_at_exit = "8GiB" # held at exit by a caching allocator
 //! max_module_globals = "64MiB"
 //! max_pinned = "2GiB"        # pinned host memory live at once
+//! max_step_growth = "1MiB"   # kept per training step after the warm-up
+//! max_step_peak = "70GiB"    # the highest live bytes of any one step
 //!
 //! [device.1]                 # device 1 only: max_peak, max_pinned,
 //! max_peak = "20GiB"         # max_allocated, max_fragmentation, max_ooms
@@ -28,7 +30,9 @@
 //! ```
 
 use gmem_prof_model::budgets::*;
-use gmem_prof_model::{Analysis, Category, FrameworkOom, FrameworkView, Oom, ProcessReport};
+use gmem_prof_model::{
+    Analysis, Category, FrameworkOom, FrameworkView, Oom, ProcessReport, ProcessSteps,
+};
 
 /// Applies every budget to the analysis of run `run`. Also returns
 /// warnings (a budget for a device or process the run does not have). A run
@@ -157,6 +161,7 @@ pub fn evaluate(
     if let Some(max) = b.run.max_growth {
         out.push(growth(run, a, Target::Run, None, max.0));
     }
+    out.extend(steps(run, a, &b.run, Target::Run, None));
     if let Some(max) = b.run.max_ooms {
         out.push(ooms(run, a, Target::Run, max, |_, _| true));
     }
@@ -213,6 +218,7 @@ pub fn evaluate(
             if let Some(max) = limits.max_growth {
                 out.push(growth(run, a, target.clone(), Some(p.pid), max.0));
             }
+            out.extend(steps(run, a, limits, target.clone(), Some(p.pid)));
             if let Some(max) = limits.max_ooms {
                 out.push(ooms(run, a, target.clone(), max, |pid, _| pid == p.pid));
             }
@@ -365,6 +371,89 @@ fn growth(run: &str, a: &Analysis, target: Target, pid: Option<u32>, max: u64) -
         max,
         Evidence::Growth { over, sites },
     )
+}
+
+/// The step budgets of `limits` for the run or one process. With no step
+/// in the target each fails, saying so: a budget that cannot be judged
+/// must not pass.
+fn steps(
+    run: &str,
+    a: &Analysis,
+    limits: &Limits,
+    target: Target,
+    pid: Option<u32>,
+) -> Vec<Outcome> {
+    let of_target: Vec<&ProcessSteps> = a
+        .steps
+        .iter()
+        .filter(|p| pid.is_none_or(|x| p.pid == x))
+        .collect();
+    let judged = |budget: Budget, figure: u64, max: u64, evidence: Evidence, any: bool| {
+        let mut o = Outcome::bytes(run, budget, target.clone(), figure, max, evidence);
+        o.passed &= any;
+        o
+    };
+    let mut out = Vec::new();
+    if let Some(max) = limits.max_step_growth {
+        let worst = of_target
+            .iter()
+            .filter_map(|p| p.growth.as_ref().map(|g| (p.pid, g)))
+            .max_by_key(|(pid, g)| (g.bytes_per_step, std::cmp::Reverse(*pid)));
+        let figure = worst.map_or(0, |(_, g)| g.bytes_per_step.max(0) as u64);
+        let sites = worst.map_or_else(Vec::new, |(pid, g)| {
+            g.sites
+                .iter()
+                .map(|k| Grew {
+                    bytes: k.bytes as u64,
+                    pid,
+                    label: if g.tensors {
+                        format!("tensors at {}", a.tensor_site_label(k.site))
+                    } else {
+                        a.site_label(k.site)
+                    },
+                })
+                .collect()
+        });
+        let evidence = Evidence::StepGrowth {
+            worst: worst.map(|(pid, g)| StepsJudged {
+                pid,
+                from_step: g.from_step,
+                to_step: g.from_step + g.steps - 1,
+                tensors: g.tensors,
+            }),
+            sites,
+        };
+        out.push(judged(
+            Budget::MaxStepGrowth,
+            figure,
+            max.0,
+            evidence,
+            worst.is_some(),
+        ));
+    }
+    if let Some(max) = limits.max_step_peak {
+        let worst = of_target
+            .iter()
+            .flat_map(|p| p.steps.iter().map(move |s| (p.pid, s)))
+            .max_by_key(|(pid, s)| (s.peak_bytes, std::cmp::Reverse((*pid, s.number))));
+        let evidence = Evidence::StepPeak {
+            worst: worst.map(|(pid, s)| StepsJudged {
+                pid,
+                from_step: s.number,
+                to_step: s.number,
+                tensors: false,
+            }),
+        };
+        let figure = worst.map_or(0, |(_, s)| s.peak_bytes);
+        out.push(judged(
+            Budget::MaxStepPeak,
+            figure,
+            max.0,
+            evidence,
+            worst.is_some(),
+        ));
+    }
+    out
 }
 
 /// The highest tensor bytes of the framework views `of_target` accepts.

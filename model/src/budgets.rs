@@ -111,6 +111,11 @@ pub struct Limits {
     pub max_module_globals: Option<ByteSize>,
     /// Pinned host memory live at once (host RAM, not the device's).
     pub max_pinned: Option<ByteSize>,
+    /// Bytes a process's steps may keep on average after the warm-up
+    /// (`ProcessSteps::growth`).
+    pub max_step_growth: Option<ByteSize>,
+    /// The highest live bytes any one step of a process may reach.
+    pub max_step_peak: Option<ByteSize>,
 }
 
 impl Limits {
@@ -132,6 +137,8 @@ impl Limits {
             max_library_held: other.max_library_held.or(self.max_library_held),
             max_module_globals: other.max_module_globals.or(self.max_module_globals),
             max_pinned: other.max_pinned.or(self.max_pinned),
+            max_step_growth: other.max_step_growth.or(self.max_step_growth),
+            max_step_peak: other.max_step_peak.or(self.max_step_peak),
         }
     }
 
@@ -208,8 +215,10 @@ impl Budgets {
                 || l.max_cached_at_exit.is_some()
                 || l.max_library_held.is_some()
                 || l.max_module_globals.is_some()
+                || l.max_step_growth.is_some()
+                || l.max_step_peak.is_some()
             {
-                return Err(format!("device.{d}: device budgets take max_peak, max_pinned, max_allocated, max_fragmentation and max_ooms (memory held at exit and growth are budgeted per run or per process)"));
+                return Err(format!("device.{d}: device budgets take max_peak, max_pinned, max_allocated, max_fragmentation and max_ooms (memory held at exit, growth and steps are budgeted per run or per process)"));
             }
         }
         for (p, l) in &self.process {
@@ -246,6 +255,8 @@ pub enum Budget {
     MaxModuleGlobals,
     MaxTensorsAtExit,
     MaxGrowth,
+    MaxStepGrowth,
+    MaxStepPeak,
 }
 
 impl fmt::Display for Budget {
@@ -263,6 +274,8 @@ impl fmt::Display for Budget {
             Budget::MaxModuleGlobals => "max_module_globals",
             Budget::MaxTensorsAtExit => "max_tensors_at_exit",
             Budget::MaxGrowth => "max_growth",
+            Budget::MaxStepGrowth => "max_step_growth",
+            Budget::MaxStepPeak => "max_step_peak",
         })
     }
 }
@@ -449,6 +462,29 @@ pub enum Evidence {
     Ooms {
         errors: Vec<OomError>,
     },
+    /// The process whose steps kept most per step after the warm-up (None:
+    /// no process of the target marked steps), with the steps judged and
+    /// the sites that kept most.
+    StepGrowth {
+        worst: Option<StepsJudged>,
+        sites: Vec<Grew>,
+    },
+    /// The step that went highest (None: no process of the target marked
+    /// steps).
+    StepPeak {
+        worst: Option<StepsJudged>,
+    },
+}
+
+/// Which steps of which process a step budget's figure comes from: steps
+/// `from_step` to `to_step` of `pid` (one step for a peak).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepsJudged {
+    pub pid: u32,
+    pub from_step: u64,
+    pub to_step: u64,
+    /// The figure is of tensors (else of CUDA allocations).
+    pub tensors: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

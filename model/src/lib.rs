@@ -30,8 +30,8 @@ pub use reasons::{
     BlindSpot, InputWarning, MessageLevel, NotProfiled, ProcessMessage, UnprofiledPart,
 };
 pub use steps::{
-    ProcessSteps, SiteKept, SteadyStep, StepFigures, StepSource, StepTensors, STEPS_KEPT,
-    STEP_SITES,
+    ProcessSteps, SiteKept, SteadyStep, StepFigures, StepGrowth, StepSource, StepTensors,
+    STEPS_KEPT, STEP_SITES,
 };
 
 /// Sites whose live bytes rise by at least this much after the warm-up are

@@ -44,6 +44,30 @@ pub struct ProcessSteps {
     /// The step the process's highest live bytes fell in (None: after its
     /// last step).
     pub peak_step: Option<u64>,
+    /// What the steps after the warm-up kept on average (with at least 2
+    /// such steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<StepGrowth>,
+}
+
+/// Memory kept step after step: the bytes the steps after the warm-up (the
+/// first `WARM_UP` share of the steps, at least one) kept on average, in
+/// the terms that speak for the process (its tensors when the trace saw
+/// them, else its CUDA allocations), and the sites that kept them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepGrowth {
+    /// The first step judged.
+    pub from_step: u64,
+    /// How many steps were judged (to the last).
+    pub steps: u64,
+    /// Bytes kept per step, on average over the judged steps.
+    pub bytes_per_step: i64,
+    /// The figures are the tensors' (site ids are tensor sites).
+    pub tensors: bool,
+    /// The sites that kept most per step on average, over the judged steps
+    /// that are listed (`STEPS_KEPT`), the most first; only those that
+    /// kept memory.
+    pub sites: Vec<SiteKept>,
 }
 
 /// One step's figures.

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use gmem_prof_model::budgets::{Budget, Evidence, OomError, Outcome, Share, Unit};
+use gmem_prof_model::budgets::{Budget, Evidence, OomError, Outcome, Share, StepsJudged, Unit};
 use gmem_prof_model::{Analysis, Category, OomOutcome};
 use serde::Serialize;
 
@@ -125,7 +125,36 @@ pub fn summary(o: &Outcome) -> String {
         Evidence::Ooms { .. } => {
             format!("{fig_b} out-of-memory error(s) reached the program; budget {max}")
         }
+        Evidence::StepGrowth { worst, .. } => steps_summary(o, worst.as_ref(), true),
+        Evidence::StepPeak { worst } => steps_summary(o, worst.as_ref(), false),
         Evidence::None => format!("{} {}: {figure} against {limit}", o.budget, o.target),
+    }
+}
+
+/// A step budget's line: what the steps judged kept per step (`growth`) or
+/// how high the highest went.
+fn steps_summary(o: &Outcome, worst: Option<&StepsJudged>, growth: bool) -> String {
+    let (fig_b, max) = (o.figure.0 as u64, o.limit.0 as u64);
+    let budget = format!("budget {} ({max} bytes)", bytes(max));
+    match worst {
+        None => format!(
+            "no process of {} marked steps, so {} cannot be judged (PyTorch's optimizer marks them in programs that use one; others call gmem_prof.step())",
+            o.target, o.budget
+        ),
+        Some(w) if growth => format!(
+            "process {}'s steps {} to {} (after the warm-up) kept {} ({fig_b} bytes) per step on average{}; {budget}",
+            w.pid,
+            w.from_step,
+            w.to_step,
+            bytes(fig_b),
+            if w.tensors { " of tensors" } else { "" },
+        ),
+        Some(w) => format!(
+            "step {} of process {} went up to {} ({fig_b} bytes); {budget}",
+            w.from_step,
+            w.pid,
+            bytes(fig_b),
+        ),
     }
 }
 
@@ -198,6 +227,17 @@ pub fn details(o: &Outcome) -> Vec<String> {
             .iter()
             .map(|g| format!("+{} in pid {} from {}", bytes(g.bytes), g.pid, g.label))
             .collect(),
+        Evidence::StepGrowth { sites, .. } => sites
+            .iter()
+            .map(|g| {
+                format!(
+                    "+{} per step in pid {} from {}",
+                    bytes(g.bytes),
+                    g.pid,
+                    g.label
+                )
+            })
+            .collect(),
         Evidence::Ooms { errors } => errors
             .iter()
             .map(|e| match e {
@@ -213,7 +253,10 @@ pub fn details(o: &Outcome) -> Vec<String> {
                 } => format!("{function} of {} from {site}", bytes(*requested_bytes)),
             })
             .collect(),
-        Evidence::ProcessPeak { .. } | Evidence::Pinned { .. } | Evidence::None => Vec::new(),
+        Evidence::ProcessPeak { .. }
+        | Evidence::Pinned { .. }
+        | Evidence::StepPeak { .. }
+        | Evidence::None => Vec::new(),
     }
 }
 

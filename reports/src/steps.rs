@@ -1,6 +1,7 @@
 //! The program's steps (training iterations): per process, what the first
-//! step kept (a model's parameters, an optimizer's state), what every later
-//! step keeps on average by site (memory growing step after step), the
+//! step kept (a model's parameters, an optimizer's state), what the steps
+//! after the warm-up keep on average by site (memory growing step after
+//! step), the
 //! steady state's peak, and each step's figures; for the terminal summary
 //! and the page. Where the trace saw a framework allocator's tensors, the
 //! tensors speak (the driver sees only its segments).
@@ -31,33 +32,6 @@ fn label(a: &Analysis, site: u32, tensors: bool) -> String {
     } else {
         a.site_label(site)
     }
-}
-
-/// The sites that kept memory step after step, after the first: (site,
-/// average bytes kept per step, steps that kept some), the most first.
-fn kept_per_step(p: &ProcessSteps) -> Vec<(u32, i64, usize)> {
-    let later = p.steps.get(1..).unwrap_or_default();
-    let mut sums: Vec<(u32, i64, usize)> = Vec::new();
-    for s in later {
-        for k in kept_of(s).1 {
-            match sums.iter_mut().find(|x| x.0 == k.site) {
-                Some(x) => {
-                    x.1 += k.bytes;
-                    x.2 += 1;
-                }
-                None => sums.push((k.site, k.bytes, 1)),
-            }
-        }
-    }
-    let n = later.len().max(1) as i64;
-    let mut out: Vec<(u32, i64, usize)> = sums
-        .into_iter()
-        .map(|(site, sum, steps)| (site, sum / n, steps))
-        .filter(|x| x.1 > 0)
-        .collect();
-    out.sort_by_key(|x| (std::cmp::Reverse(x.1), x.0));
-    out.truncate(5);
-    out
 }
 
 /// "peak 1.00 GiB, kept +2.00 MiB (tensors: allocated peak …, kept …)".
@@ -120,15 +94,23 @@ pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 step_words(s.peak_bytes, s.kept_bytes, t)
             )?;
         }
-        let tensors = p.steps.first().is_some_and(|s| s.tensors.is_some());
-        for (site, per_step, steps) in kept_per_step(p) {
+        if let Some(g) = &p.growth {
             writeln!(
                 w,
-                "    {:>11}/step  {} (kept in {steps} of the {} later steps)",
-                signed_bytes(per_step),
-                label(a, site, tensors),
-                p.steps.len() - 1
+                "  kept step after step: {}/step on average over steps {} to {} (after the warm-up){}",
+                signed_bytes(g.bytes_per_step),
+                g.from_step,
+                g.from_step + g.steps - 1,
+                if g.tensors { ", of tensors" } else { "" }
             )?;
+            for k in &g.sites {
+                writeln!(
+                    w,
+                    "    {:>11}/step  {}",
+                    signed_bytes(k.bytes),
+                    label(a, k.site, g.tensors)
+                )?;
+            }
         }
         if let Some(n) = p.peak_step {
             writeln!(w, "  the process's peak fell in step {n}")?;
@@ -156,7 +138,6 @@ pub(crate) fn html(a: &Analysis, _: &[Chart]) -> Markup {
 
 fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
     let tensors = p.steps.first().is_some_and(|s| s.tensors.is_some());
-    let growing = kept_per_step(p);
     html! {
         h3 { (head(p)) }
         @if let Some(first) = p.steps.first() {
@@ -170,12 +151,19 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
                 (step_words(s.peak_bytes, s.kept_bytes, s.allocated_peak.zip(s.tensors_kept_bytes))) " per step."
             }
         }
-        @if !growing.is_empty() {
-            p { "Kept step after step, on average over the steps after the first:" }
-            table {
-                tr { th { "site" } th.n { "per step" } th.n { "steps that kept some" } }
-                @for (site, per_step, steps) in &growing {
-                    tr { td { (label(a, *site, tensors)) } td.n { (signed_bytes(*per_step)) } td.n { (steps) " of " (p.steps.len() - 1) } }
+        @if let Some(g) = &p.growth {
+            p {
+                "Kept step after step: " b { (signed_bytes(g.bytes_per_step)) " per step" }
+                @if g.tensors { " of tensors" }
+                ", on average over steps " (g.from_step) " to " (g.from_step + g.steps - 1) " (after the warm-up)"
+                (if g.sites.is_empty() { "." } else { ":" })
+            }
+            @if !g.sites.is_empty() {
+                table {
+                    tr { th { "site" } th.n { "per step" } }
+                    @for k in &g.sites {
+                        tr { td { (label(a, k.site, g.tensors)) } td.n { (signed_bytes(k.bytes)) } }
+                    }
                 }
             }
         }

@@ -121,9 +121,16 @@ fn each_step_keeps_what_the_program_kept_in_it() {
     );
     assert!(summary.contains("steps of pid"), "{summary}");
     assert!(summary.contains(&state), "{summary}");
-    // 2 MiB in 49 of the 54 steps after the first: 1.81 MiB a step.
+    // After the warm-up (the first 11 of 55 steps), 2 MiB of tensors in
+    // 39 of the 44 steps judged: 1.77 MiB a step.
+    assert!(
+        summary.contains(
+            "kept step after step: +1.77 MiB/step on average over steps 12 to 55 (after the warm-up), of tensors"
+        ),
+        "{summary}"
+    );
     let per_step = format!(
-        "+1.81 MiB/step  steps at fake_app.py:{} (kept in 49 of the 54 later steps)",
+        "+1.77 MiB/step  steps at fake_app.py:{}",
         lines["kept_tensor"]
     );
     assert!(summary.contains(&per_step), "{summary}");
@@ -195,4 +202,81 @@ fn the_header_does_nothing_when_not_recorded() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("0 0 0"));
+}
+
+/// `gmem-prof check` with the step budgets on the real steps sample
+/// (traces/samples/torch_steps.bin): the figures are the report's, judged
+/// against limits on either side of them; a run with no steps fails them.
+#[test]
+fn step_budgets_judge_growth_per_step_and_the_highest_step() {
+    let dir = scratch("step-budgets");
+    let trace = sample("torch_steps.bin");
+    let truth: Value =
+        serde_json::from_slice(&std::fs::read(sample("torch_steps.truth.json")).unwrap()).unwrap();
+    // PyTorch's figures: the tensors kept by steps 7 to 30 (the first 6 of
+    // 30 are the warm-up), on average.
+    let allocated: Vec<i64> = truth["allocated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let per_step = (allocated[29] - allocated[5]) / 24;
+    let check = |flags: &[&str], trace: &Path| {
+        let out = std::process::Command::new(gmem())
+            .arg("check")
+            .args(flags)
+            .arg("--json")
+            .arg(dir.join("c.json"))
+            .arg(trace)
+            .output()
+            .unwrap();
+        let json: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("c.json")).unwrap_or_default())
+                .unwrap_or(Value::Null);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            json,
+        )
+    };
+    let mib = |n: i64| n.to_string();
+    let (code, text, json) = check(&["--max-step-growth", &mib(per_step)], &trace);
+    assert_eq!(code, Some(0), "{text}");
+    let outcome = &json["budgets"][0];
+    assert_eq!(outcome["budget"], "max_step_growth", "{json}");
+    assert_eq!(outcome["figure"], per_step, "{json}");
+    let (code, text, _) = check(&["--max-step-growth", &mib(per_step - 1)], &trace);
+    assert_eq!(code, Some(1), "{text}");
+    let kept_line = format!("torch_steps.py:{}", truth["lines"]["kept"]);
+    assert!(text.contains("steps 7 to 30 (after the warm-up)"), "{text}");
+    assert!(text.contains(&kept_line), "{text}");
+
+    // The highest step: the report's figure, a byte under it fails.
+    let a = export_json(&trace, &dir);
+    let (number, peak) = a["steps"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["number"].as_u64().unwrap(),
+                s["peak_bytes"].as_i64().unwrap(),
+            )
+        })
+        .max_by_key(|&(n, p)| (p, std::cmp::Reverse(n)))
+        .unwrap();
+    let (code, text, _) = check(&["--max-step-peak", &mib(peak)], &trace);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text, _) = check(&["--max-step-peak", &mib(peak - 1)], &trace);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!("step {number} of process")),
+        "{text}"
+    );
+
+    // A run that marked no step cannot pass a step budget.
+    let (code, text, _) = check(&["--max-step-growth", "1GiB"], &sample("kinds.bin"));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("marked steps"), "{text}");
 }

@@ -4,7 +4,8 @@
 //! of the process's peak.
 
 use gmem_prof_model::{
-    ProcessSteps, SiteKept, SteadyStep, StepFigures, StepSource, StepTensors, STEP_SITES,
+    ProcessSteps, SiteKept, SteadyStep, StepFigures, StepGrowth, StepSource, StepTensors,
+    STEP_SITES, WARM_UP,
 };
 use gmem_prof_traces::record::step;
 
@@ -92,6 +93,7 @@ pub fn process_steps(
             (true, false) => StepSource::Optimizer,
             _ => StepSource::Program,
         };
+        let growth = step_growth(&list, &steps.figures, tensors_seen);
         out.push(ProcessSteps {
             pid: st.pid(),
             marked_by,
@@ -99,7 +101,53 @@ pub fn process_steps(
             steps: list,
             steady,
             peak_step,
+            growth,
         });
     }
     out
+}
+
+/// What the steps after the warm-up kept on average (`StepGrowth`); None
+/// with fewer than 2 of them. `figures` holds every step's (peak, kept,
+/// tensors' peak, tensors' kept); `listed` the steps kept one by one.
+fn step_growth(
+    listed: &[StepFigures],
+    figures: &[(u64, i64, u64, i64)],
+    tensors: bool,
+) -> Option<StepGrowth> {
+    let warm_up = ((figures.len() as f64 * WARM_UP).round() as usize).max(1);
+    let judged = figures.get(warm_up..).filter(|j| j.len() >= 2)?;
+    let kept: i64 = judged.iter().map(|f| if tensors { f.3 } else { f.1 }).sum();
+    let listed = listed.get(warm_up..).unwrap_or_default();
+    let mut sums: Vec<SiteKept> = Vec::new();
+    for s in listed {
+        let rows = match (&s.tensors, tensors) {
+            (Some(t), true) => &t.kept_by_site,
+            _ => &s.kept_by_site,
+        };
+        for k in rows {
+            match sums.iter_mut().find(|x| x.site == k.site) {
+                Some(x) => x.bytes += k.bytes,
+                None => sums.push(*k),
+            }
+        }
+    }
+    let n = listed.len().max(1) as i64;
+    let mut sites: Vec<SiteKept> = sums
+        .into_iter()
+        .map(|k| SiteKept {
+            site: k.site,
+            bytes: k.bytes / n,
+        })
+        .filter(|k| k.bytes > 0)
+        .collect();
+    sites.sort_by_key(|k| (std::cmp::Reverse(k.bytes), k.site));
+    sites.truncate(5);
+    Some(StepGrowth {
+        from_step: warm_up as u64 + 1,
+        steps: judged.len() as u64,
+        bytes_per_step: kept / judged.len() as i64,
+        tensors,
+        sites,
+    })
 }
