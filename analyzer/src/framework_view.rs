@@ -607,6 +607,7 @@ fn framework_oom(
         largest_free_block: o.pool_free.map_or(o.largest_free, |p| p.largest),
         site: o.site.map(|s| ids[s as usize]),
         live_by_site: by_site(&o.live_by_site, ids).into_iter().take(10).collect(),
+        step: None,
     }
 }
 

@@ -926,6 +926,11 @@ pub struct Oom {
     /// collector samples NVML then), when it could.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_view: Option<DeviceViewMoment>,
+    /// The step of its process it happened in (`ProcessSteps`; one past
+    /// the last finished step when it came after it), when the process
+    /// marked steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
 }
 
 /// What `nvidia-smi` showed for a device (NVML, sampled by the collector at
@@ -1327,6 +1332,9 @@ pub struct FrameworkOom {
     pub site: Option<u32>,
     /// What was allocated then, by tensor site, largest first.
     pub live_by_site: Vec<SiteBytes>,
+    /// The step of its process it happened in, as `Oom::step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
 }
 
 /// Where tensors were allocated: one innermost frame of the program's own

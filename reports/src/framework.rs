@@ -120,13 +120,14 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
     if framework_first {
         let o = framework?;
         Some(format!(
-            "PyTorch raised OutOfMemoryError for {} at {} (pid {}, device {}, at {}): refused by {}; {}",
+            "PyTorch raised OutOfMemoryError for {} at {} (pid {}, device {}, at {}{}): refused by {}; {}",
             oom_request(o),
             o.site
                 .map_or_else(|| "an unknown site".into(), |s| a.tensor_site_label(s)),
             o.pid,
             o.device,
             time(o.time_ns),
+            crate::words::in_step(o.step),
             oom_limit(o),
             oom_state(o)
         ))
@@ -140,13 +141,14 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
             )
         });
         Some(format!(
-            "{} of {} failed at {} (pid {}, device {}, at {}) with {} live on the device{}{}",
+            "{} of {} failed at {} (pid {}, device {}, at {}{}) with {} live on the device{}{}",
             o.function,
             bytes(o.requested_bytes),
             a.site_label(o.site),
             o.pid,
             o.device,
             time(o.time_ns),
+            crate::words::in_step(o.step),
             bytes(o.device_live_bytes),
             if o.device_total_bytes > 0 {
                 format!(" of {}", bytes(o.device_total_bytes))
@@ -286,7 +288,7 @@ fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str) -> Markup {
     html! {
         @for (i, o) in v.ooms.iter().enumerate() {
             h4 id={ (stem) "-oom-" (i) } {
-                "Out of memory raised by the allocator at " (time(o.time_ns)) ": " (oom_request(o)) " requested"
+                "Out of memory raised by the allocator at " (time(o.time_ns)) (crate::words::in_step(o.step)) ": " (oom_request(o)) " requested"
             }
             p {
                 "Refused by " (oom_limit(o)) ". The allocator then: " (oom_state(o))

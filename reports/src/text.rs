@@ -416,7 +416,7 @@ pub(crate) fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         for o in a.ooms.iter().take(TOP) {
             writeln!(
                 w,
-                "  {}{} {} of {} at {} (pid {}, {} live on device {}): {}",
+                "  {}{} {} of {} at {} (pid {}{}, {} live on device {}): {}",
                 o.outcome,
                 o.raised_as
                     .as_ref()
@@ -425,6 +425,7 @@ pub(crate) fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(o.requested_bytes),
                 time(o.time_ns),
                 o.pid,
+                crate::words::in_step(o.step),
                 bytes(o.device_live_bytes),
                 o.device,
                 a.site_label(o.site)

@@ -165,3 +165,9 @@ pub fn oom_limit(o: &FrameworkOom) -> String {
         _ => format!("{} free on the device", bytes(o.device_free_bytes)),
     }
 }
+
+/// ", in step 12": the step of the process a moment fell in, when it
+/// marked steps.
+pub fn in_step(step: Option<u64>) -> String {
+    step.map_or_else(String::new, |n| format!(", in step {n}"))
+}

@@ -113,6 +113,9 @@ fn each_step_keeps_what_the_program_kept_in_it() {
     assert_eq!(steps["steady"]["from_step"], 2);
     assert_eq!(steps["steady"]["tensors_kept_bytes"], 2 * MIB);
 
+    // The error came in the step under way when the program ended.
+    assert_eq!(a["frameworks"][0]["ooms"][0]["step"], 56);
+
     // The summary and the page say it in words.
     let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
     let state = format!(
@@ -120,6 +123,7 @@ fn each_step_keeps_what_the_program_kept_in_it() {
         lines["optimizer_state"]
     );
     assert!(summary.contains("steps of pid"), "{summary}");
+    assert!(summary.contains(", in step 56)"), "{summary}");
     assert!(summary.contains(&state), "{summary}");
     // After the warm-up (the first 11 of 55 steps), 2 MiB of tensors in
     // 39 of the 44 steps judged: 1.77 MiB a step.
@@ -182,6 +186,7 @@ fn a_c_program_marks_its_steps_with_the_header() {
     }
     // Step n went as high as the n − 1 MiB kept before it, its 4 MiB
     // temporary and its 1 MiB.
+    assert_eq!(a["ooms"][0]["step"], 5, "the failed request of step 5");
     let peaks: Vec<i64> = steps["steps"]
         .as_array()
         .unwrap()

@@ -213,11 +213,12 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "steps")) {
         /* 10 steps marked with gmem_prof_mark_step: each keeps 1 MiB at
-         * site_alpha and frees 4 MiB it made at site_beta. Prints each
-         * step's number. */
+         * site_alpha and frees 4 MiB it made at site_beta; step 5 also
+         * fails a 2 TiB request. Prints each step's number. */
         for (int i = 0; i < 10; i++) {
             uint64_t temporary = site_beta(4 << 20);
             site_alpha(1 << 20);
+            if (i == 4 && site_too_big() != 2) return 11;
             fake_cuMemFree(temporary, 4 << 20);
             printf("%llu ", (unsigned long long)gmem_prof_mark_step());
         }

@@ -186,7 +186,8 @@ def steps(library):
     reuses: each tensor's block is its own size). A
     second optimizer steps in every iteration too and must not add steps.
     Then 5 steps marked by the program (gmem_prof.step()), each keeping
-    1 MiB of driver memory."""
+    1 MiB of driver memory, and an out-of-memory error in the step under
+    way (the 56th)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
     from torch.optim import optimizer
 
@@ -213,6 +214,7 @@ def steps(library):
         kept.append(allocate(1 << 20))  # line:kept_driver
         numbers.append(gmem_prof.step())
     print("program steps", *numbers)
+    c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:step_oom
 
 
 def cupy_loop(keep):

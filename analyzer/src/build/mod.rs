@@ -67,6 +67,13 @@ pub fn build(
     summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();
     warnings::add_sweep_warnings(&mut summary, &engine);
     let steps = steps::process_steps(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
+    for o in &mut ooms {
+        o.step = steps::step_of(&steps, o.pid, o.time_ns);
+    }
+    let mut frameworks = frameworks;
+    for o in frameworks.iter_mut().flat_map(|v| v.ooms.iter_mut()) {
+        o.step = steps::step_of(&steps, o.pid, o.time_ns);
+    }
     let site_ids = SiteIds {
         sites: (0..engine.sites.len() as u32)
             .map(|raw| sites.id(raw))

@@ -52,6 +52,7 @@ pub(super) fn oom_reports(
                     .collect(),
                 raised_as: None,
                 device_view,
+                step: None,
             }
         })
         .collect()

@@ -107,6 +107,19 @@ pub fn process_steps(
     out
 }
 
+/// The step of process `pid` that moment `time_ns` fell in: the first step
+/// ending at or after it, or one past the last when it came after every
+/// listed step (the step under way, such as one an error cut short).
+pub fn step_of(steps: &[ProcessSteps], pid: u32, time_ns: u64) -> Option<u64> {
+    let p = steps.iter().find(|p| p.pid == pid)?;
+    match p.steps.iter().find(|s| s.end_ns >= time_ns) {
+        Some(s) => Some(s.number),
+        // Steps beyond the listed ones have no times kept.
+        None if p.count as usize == p.steps.len() => p.steps.last().map(|s| s.number + 1),
+        None => None,
+    }
+}
+
 /// What the steps after the warm-up kept on average (`StepGrowth`); None
 /// with fewer than 2 of them. `figures` holds every step's (peak, kept,
 /// tensors' peak, tensors' kept); `listed` the steps kept one by one.
