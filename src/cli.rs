@@ -449,7 +449,10 @@ pub struct DiffArgs {
     /// The figures --fail-above judges, comma-separated, of: peak (each
     /// device's), allocated (tensors' peak), leaked, library (held by CUDA
     /// libraries at exit), ooms, fragmentation (the worst pool's), growth
-    /// (the largest growing site). Default: peak,leaked,ooms.
+    /// (the largest growing site), step_peak (the steady-state step's
+    /// peak: the median of the steps after the first, of the process with
+    /// the most steps), step_growth (bytes kept per step after the
+    /// warm-up). Default: peak,leaked,ooms.
     #[arg(
         long,
         value_name = "FIGURE",

@@ -76,6 +76,20 @@ pub fn judge(d: &Diff, figures: &[Judged], threshold: f64) -> Vec<Verdict> {
                 n.worst_fragmentation,
             )],
             Judged::Growth => one("largest growth", b.max_growth_bytes, n.max_growth_bytes),
+            Judged::StepPeak => one(
+                "steady-state step's peak",
+                b.steps.as_ref().map_or(0, |s| s.peak_bytes),
+                n.steps.as_ref().map_or(0, |s| s.peak_bytes),
+            ),
+            Judged::StepGrowth => {
+                let per_step = |t: &RunTotals| {
+                    t.steps
+                        .as_ref()
+                        .and_then(|s| s.bytes_per_step)
+                        .map_or(0, |b| b.max(0) as u64)
+                };
+                one("kept per step after the warm-up", per_step(b), per_step(n))
+            }
         };
         for (what, base, new) in rows {
             push(f, what, base, new);
@@ -120,8 +134,28 @@ fn delta(a: u64, b: u64) -> i64 {
     (i128::from(b) - i128::from(a)).clamp(i64::MIN.into(), i64::MAX.into()) as i64
 }
 
+/// The steady state of the run's process with the most steps.
+fn steady_steps(a: &Analysis) -> Option<SteadySteps> {
+    let p = a
+        .steps
+        .iter()
+        .filter(|p| p.steady.is_some())
+        .max_by_key(|p| (p.count, std::cmp::Reverse(p.pid)))?;
+    let s = p.steady.as_ref()?;
+    Some(SteadySteps {
+        pid: p.pid,
+        count: p.count,
+        peak_bytes: s.peak_bytes,
+        kept_bytes: s.kept_bytes,
+        allocated_peak: s.allocated_peak,
+        tensors_kept_bytes: s.tensors_kept_bytes,
+        bytes_per_step: p.growth.as_ref().map(|g| g.bytes_per_step),
+    })
+}
+
 fn totals(a: &Analysis) -> RunTotals {
     RunTotals {
+        steps: steady_steps(a),
         files: a.input.files.clone(),
         duration_ns: a.timeline.end_ns,
         leaked_bytes: a.leaked_bytes(),

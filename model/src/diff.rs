@@ -56,6 +56,28 @@ pub struct RunTotals {
     /// profiled from start to end.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_profiled: Vec<crate::UnprofiledPart>,
+    /// The steady state of the process with the most steps (training
+    /// steps are what two runs of one training compare best by).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<SteadySteps>,
+}
+
+/// A run's steady-state step: the medians of the steps after the first
+/// (`crate::SteadyStep`) and what the steps after the warm-up kept on
+/// average (`crate::StepGrowth`), of its process with the most steps.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SteadySteps {
+    pub pid: u32,
+    pub count: u64,
+    pub peak_bytes: u64,
+    pub kept_bytes: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocated_peak: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensors_kept_bytes: Option<i64>,
+    /// Bytes kept per step after the warm-up (tensors' where seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_step: Option<i64>,
 }
 
 /// A figure of the diff `--fail-above` can judge.
@@ -76,13 +98,18 @@ pub enum Judged {
     Fragmentation,
     /// The largest growth of any site.
     Growth,
+    /// The steady-state step's peak (the median step's, of the process with
+    /// the most steps).
+    StepPeak,
+    /// The bytes kept per step after the warm-up.
+    StepGrowth,
 }
 
 impl Judged {
     /// What `--fail-above` judges unless told otherwise.
     pub const DEFAULT: [Judged; 3] = [Judged::Peak, Judged::Leaked, Judged::Ooms];
     /// Every figure, with its name on the command line and in the JSON.
-    pub const ALL: [(Judged, &'static str); 7] = [
+    pub const ALL: [(Judged, &'static str); 9] = [
         (Judged::Peak, "peak"),
         (Judged::Allocated, "allocated"),
         (Judged::Leaked, "leaked"),
@@ -90,6 +117,8 @@ impl Judged {
         (Judged::Ooms, "ooms"),
         (Judged::Fragmentation, "fragmentation"),
         (Judged::Growth, "growth"),
+        (Judged::StepPeak, "step_peak"),
+        (Judged::StepGrowth, "step_growth"),
     ];
 }
 

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use gmem_prof_model::diff::{Diff, Presence, SiteDiff};
+use gmem_prof_model::diff::{Diff, Presence, RunTotals, SiteDiff, SteadySteps};
 use gmem_prof_model::Analysis;
 
 use crate::blocks::frames_details;
@@ -78,6 +78,9 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
         "OOMs reaching the program: {} → {}; growing sites: {} → {}",
         b.ooms_reached_program, n.ooms_reached_program, b.growing_sites, n.growing_sites
     )?;
+    if let Some(line) = steps_line(b, n) {
+        writeln!(w, "{line}")?;
+    }
     if !changed_sites(
         w,
         &d.sites,
@@ -101,6 +104,40 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
         )?;
     }
     Ok(())
+}
+
+/// The rows comparing the runs' steady-state steps (`SteadySteps`):
+/// (what, base, new), figures in words; empty when neither marked steps.
+fn steps_rows(b: &RunTotals, n: &RunTotals) -> Vec<(&'static str, String, String)> {
+    if b.steps.is_none() && n.steps.is_none() {
+        return Vec::new();
+    }
+    let word = |t: &RunTotals, f: &dyn Fn(&SteadySteps) -> Option<String>| {
+        t.steps.as_ref().and_then(f).unwrap_or_else(|| "–".into())
+    };
+    let row = |what, f: &dyn Fn(&SteadySteps) -> Option<String>| (what, word(b, f), word(n, f));
+    vec![
+        row("steps", &|s| Some(s.count.to_string())),
+        row("steady-state step's peak", &|s| Some(bytes(s.peak_bytes))),
+        row("its tensors' allocated peak", &|s| {
+            s.allocated_peak.map(bytes)
+        }),
+        row("kept per step after the warm-up", &|s| {
+            s.bytes_per_step.map(signed_bytes)
+        }),
+    ]
+}
+
+/// The steady-state steps in one line; None when neither run marked steps.
+fn steps_line(b: &RunTotals, n: &RunTotals) -> Option<String> {
+    let rows = steps_rows(b, n);
+    (!rows.is_empty()).then(|| {
+        let parts: Vec<String> = rows
+            .iter()
+            .map(|(what, base, new)| format!("{what} {base} → {new}"))
+            .collect();
+        format!("training steps: {}", parts.join("; "))
+    })
 }
 
 /// The sites that changed most under `title`; false when none changed.
@@ -176,6 +213,9 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
         bytes(d.base.total_allocated_bytes),
         bytes(d.new.total_allocated_bytes)
     );
+    if let Some(line) = steps_line(&d.base, &d.new) {
+        let _ = writeln!(out, "{}\n", md(&line));
+    }
     let moved: Vec<&SiteDiff> = d.sites.iter().filter(changed).take(SITES_SHOWN).collect();
     if !moved.is_empty() {
         out.push_str("| Site | Δ live at peak | Δ leaked | Δ allocated |\n|---|---|---|---|\n");
@@ -253,6 +293,17 @@ pub fn html(
             }
         }
         (totals(d))
+        @let steps = steps_rows(&d.base, &d.new);
+        @if !steps.is_empty() {
+            h2 { "Training steps" }
+            p.meta { "The steady state of each run's process with the most steps: the median of its steps after the first, and what its steps after the warm-up kept on average." }
+            table {
+                tr { th {} th.n { "base" } th.n { "new" } }
+                @for (what, base, new) in &steps {
+                    tr { td { (what) } td.n { (base) } td.n { (new) } }
+                }
+            }
+        }
         h2 { "Sites, matched by stack" }
         p.meta { "Largest change of bytes live at the peak first; sites are matched by their frames' functions, not by address." }
         table {

@@ -285,3 +285,58 @@ fn step_budgets_judge_growth_per_step_and_the_highest_step() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("marked steps"), "{text}");
 }
+
+/// `gmem-prof diff` compares the runs' steady-state steps and judges them
+/// with --fail-on step_peak,step_growth.
+#[test]
+fn diff_compares_steady_state_steps() {
+    let dir = scratch("steps-diff");
+    let steps = sample("torch_steps.bin");
+    let a = export_json(&steps, &dir);
+    let p = &a["steps"][0];
+    let diff = |base: &Path, new: &Path| {
+        let out = std::process::Command::new(gmem())
+            .arg("diff")
+            .arg(base)
+            .arg(new)
+            .args([
+                "--fail-above",
+                "0%",
+                "--fail-on",
+                "step_peak,step_growth",
+                "--json",
+            ])
+            .arg(dir.join("d.json"))
+            .output()
+            .unwrap();
+        let json: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("d.json")).unwrap()).unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            json,
+        )
+    };
+    // The same run: its figures on both sides, nothing above.
+    let (code, text, json) = diff(&steps, &steps);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(
+        json["new"]["steps"]["peak_bytes"],
+        p["steady"]["peak_bytes"]
+    );
+    assert_eq!(
+        json["new"]["steps"]["bytes_per_step"],
+        p["growth"]["bytes_per_step"]
+    );
+    let verdicts = json["verdicts"].as_array().unwrap();
+    assert_eq!(verdicts.len(), 2, "{json}");
+    assert_eq!(
+        verdicts[1]["new"].as_f64(),
+        p["growth"]["bytes_per_step"].as_f64()
+    );
+    assert!(text.contains("training steps: steps 30 → 30"), "{text}");
+    // From a run with no steps: steps that keep memory are new, above.
+    let (code, text, _) = diff(&sample("kinds.bin"), &steps);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("training steps: steps – → 30"), "{text}");
+}
