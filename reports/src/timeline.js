@@ -2,7 +2,8 @@
 // from the JSON beside each `.timeline` element. Pointer over a band: its
 // site, bytes then, and stack. Drag across the chart: zoom to that span;
 // double-click: the whole run. OOMs are red lines, the peak a red dot,
-// kernels at the peak ticks under the axis. No network, no library. Each
+// kernels at the peak ticks under the axis; the program's steps a strip
+// under the kernels' (pointer: the step's figures). No network, no library. Each
 // band is a path (data-band) whose upper edge runs left to right and lower
 // edge back: the browser test reads the chart from that alone.
 (function () {
@@ -10,8 +11,11 @@
   var NS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bbbbbb"];
   var W = 960, H = 330, L = 84, R = 16, T = 16, B = 46;
-  // The kernel strip: under the plot, above the time labels.
-  var STRIP = 10;
+  // The kernel strip: under the plot, above the time labels; the steps'
+  // strip under it, when the program marked steps.
+  var STRIP = 10, STEPS = 9;
+  function stepsTop() { return H - B + STRIP + 2; }
+  function labelsY(data) { return H - B + STRIP + 18 + (data.steps ? STEPS : 0); }
 
   function bytes(b) {
     var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
@@ -81,7 +85,7 @@
       var t = el("text", { x: L - 6, y: s.y(v) + 4, "text-anchor": "end", "font-size": "11" }, svg);
       t.textContent = bytes(v);
       var i = view.from + (view.to - 1 - view.from) * k / 4;
-      var tx = el("text", { x: s.x(i), y: H - B + STRIP + 18, "text-anchor": k === 0 ? "start" : k === 4 ? "end" : "middle", "font-size": "11" }, svg);
+      var tx = el("text", { x: s.x(i), y: labelsY(chart.data), "text-anchor": k === 0 ? "start" : k === 4 ? "end" : "middle", "font-size": "11" }, svg);
       tx.textContent = seconds(i * chart.data.bucket_s);
     }
   }
@@ -98,6 +102,29 @@
       el("rect", { x: s.x(j) - bw / 2, y: H - B + 3, width: bw, height: STRIP - 2, fill: "#666",
         "fill-opacity": (0.15 + 0.85 * Math.log(1 + c) / Math.log(1 + kmax)).toFixed(2) }, svg);
     }
+  }
+
+  // Each step as a span of the strip under the kernels, shaded in turn.
+  function drawStepStrip(svg, chart, view, s) {
+    var data = chart.data;
+    (data.steps || []).forEach(function (st, k) {
+      var a = Math.max(view.from, st.t0 / data.bucket_s), b = Math.min(view.to - 1, st.t1 / data.bucket_s);
+      if (b < a) return;
+      el("rect", { x: s.x(a), y: stepsTop(), width: Math.max(0.5, s.x(b) - s.x(a)), height: STEPS - 1,
+        fill: k % 2 ? "#6f8fb8" : "#a9c0dd", "data-step": st.n }, svg);
+    });
+  }
+
+  // The step at moment t (seconds): the one holding it, else the nearest
+  // within `slack` seconds (steps can be far narrower than a pixel).
+  function stepAt(data, t, slack) {
+    var steps = data.steps || [], best = null, gap = slack;
+    for (var k = 0; k < steps.length; k++) {
+      var d = t < steps[k].t0 ? steps[k].t0 - t : t > steps[k].t1 ? t - steps[k].t1 : 0;
+      if (d <= gap) { best = steps[k]; gap = d; }
+      if (d === 0) break;
+    }
+    return best;
   }
 
   // OOMs, kernels at the peak, and the peak.
@@ -123,16 +150,22 @@
     drawBands(svg, chart, view, s);
     drawAxes(svg, chart, view, s);
     drawKernelStrip(svg, chart, view, s);
+    drawStepStrip(svg, chart, view, s);
     drawMarks(svg, chart, view, s);
     return s;
   }
 
   // What is under a point of the chart, in its own units: a band at a
-  // bucket, the kernel strip at a bucket, or nothing.
+  // bucket, the kernel strip at a bucket, a step, or nothing.
   function hit(chart, view, s, px, py) {
     var j = Math.round(view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1));
     if (j < view.from || j >= view.to) return null;
-    if (py > H - B && py <= H - B + STRIP + 2) return { bucket: j, kernels: chart.data.kernel_counts[j] || 0 };
+    if (py > H - B && py <= stepsTop()) return { bucket: j, kernels: chart.data.kernel_counts[j] || 0 };
+    if (py > stepsTop() && py <= stepsTop() + STEPS) {
+      var at = (view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1)) * chart.data.bucket_s;
+      var st = stepAt(chart.data, at, chart.data.bucket_s / 2);
+      return st ? { bucket: j, step: st } : null;
+    }
     for (var b = 0; b < chart.bands.length; b++) {
       var y0 = s.y(chart.tops[j][b]), y1 = s.y(chart.tops[j][b + 1]);
       if (py <= y0 && py >= y1 && y0 - y1 > 0.1) return { band: b, bucket: j };
@@ -140,9 +173,22 @@
     return { band: -1, bucket: j };
   }
 
+  // A step's figures, in one line.
+  function stepWords(st) {
+    var kept = function (b) { return (b < 0 ? "-" + bytes(-b) : "+" + bytes(b)); };
+    return "step " + st.n + " (pid " + st.pid + "): " + seconds(st.t0) + " to " + seconds(st.t1) +
+      ", peak " + bytes(st.peak) + ", kept " + kept(st.kept) +
+      (st.tensors_kept === undefined ? "" : "; tensors: peak " + bytes(st.tensors_peak) + ", kept " + kept(st.tensors_kept));
+  }
+
   // The tooltip for what `hit` found.
   function show(tip, chart, h) {
     var data = chart.data, step = data.bucket_s;
+    if (h && h.step) {
+      tip.hidden = false;
+      tip.textContent = stepWords(h.step);
+      return;
+    }
     if (h && h.kernels !== undefined) {
       tip.hidden = false;
       tip.textContent = h.kernels + " kernel" + (h.kernels === 1 ? "" : "s") +

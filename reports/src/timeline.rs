@@ -29,6 +29,46 @@ struct Data {
     kernel_counts: Vec<u32>,
     kernels_launched: bool,
     peak: Peak,
+    /// The steps (training iterations) of the processes drawn, for the
+    /// strip under the axis; absent without steps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    steps: Vec<StepBand>,
+}
+
+/// One step: its span (seconds) and figures, for its tooltip.
+#[derive(Serialize)]
+struct StepBand {
+    pid: u32,
+    n: u64,
+    t0: f64,
+    t1: f64,
+    peak: u64,
+    kept: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tensors_peak: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tensors_kept: Option<i64>,
+}
+
+/// The steps of the processes `of` accepts, as the strip draws them.
+fn step_bands(a: &Analysis, of: impl Fn(u32) -> bool) -> Vec<StepBand> {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    a.steps
+        .iter()
+        .filter(|p| of(p.pid))
+        .flat_map(|p| {
+            p.steps.iter().map(move |s| StepBand {
+                pid: p.pid,
+                n: s.number,
+                t0: secs(s.start_ns),
+                t1: secs(s.end_ns),
+                peak: s.peak_bytes,
+                kept: s.kept_bytes,
+                tensors_peak: s.tensors.as_ref().map(|t| t.allocated_peak),
+                tensors_kept: s.tensors.as_ref().map(|t| t.kept_bytes),
+            })
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -129,6 +169,11 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> Markup {
             t: secs(d.peak_time_ns),
             bytes: d.peak_bytes,
         },
+        steps: step_bands(a, |pid| {
+            a.processes
+                .iter()
+                .any(|p| p.pid == pid && p.devices.contains(&d.device))
+        }),
     };
     container(
         &format!("device{}", d.device),
@@ -168,6 +213,7 @@ pub fn framework_html(a: &Analysis, v: &FrameworkView) -> Markup {
             t: secs(v.allocated_peak_time_ns),
             bytes: v.allocated_peak,
         },
+        steps: step_bands(a, |pid| pid == v.pid),
     };
     container(
         &crate::chart::framework_stem(v),

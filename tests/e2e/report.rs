@@ -358,6 +358,26 @@ fn report_renders_in_headless_chromium() {
         shown.contains(" kernels started from "),
         "the strip showed {shown:?}"
     );
+    // The steps' strip under the peak of a training run gives the figures
+    // of the step the peak fell in, as the report has them.
+    let o = report(&[&sample("torch_steps.bin")], &dir);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let a: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("torch_steps.json")).unwrap()).unwrap();
+    let p = &a["steps"][0];
+    let n = p["peak_step"].as_u64().unwrap();
+    let shown = pointed(
+        &browser,
+        &flags,
+        &dir.join("torch_steps.html"),
+        "#selftest-0-steps",
+    );
+    let expected = format!("step {n} (pid {}): ", p["pid"]);
+    assert!(
+        shown.starts_with(&expected),
+        "the steps' strip showed {shown:?}"
+    );
+    assert!(shown.contains("; tensors: peak "), "{shown:?}");
     let shot = dir.join("page.png");
     let o = run(Command::new(&browser)
         .args(flags)
