@@ -167,7 +167,38 @@ fn expandable_segments(a: &Analysis, out: &mut Vec<Remedy>) {
 }
 
 fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
-    for g in &a.tensor_growth {
+    // Where a process marked steps, what its steps kept after the warm-up
+    // is the evidence: a rise over time there is as likely its set-up
+    // (gradients made once, a cache filled) as a leak.
+    let mut judged_by_steps = Vec::new();
+    for p in &a.steps {
+        let Some(g) = &p.growth else { continue };
+        judged_by_steps.push(p.pid);
+        for k in &g.sites {
+            let per_step = k.bytes.max(0) as u64;
+            if per_step.saturating_mul(g.steps) < gmem_prof_model::GROWTH_MIN_BYTES {
+                continue;
+            }
+            let site = if g.tensors {
+                a.tensor_site_label(k.site)
+            } else {
+                a.site_label(k.site)
+            };
+            out.push(Remedy::GrowingPerStep {
+                pid: p.pid,
+                site,
+                tensors: g.tensors,
+                bytes_per_step: per_step,
+                from_step: g.from_step,
+                steps: g.steps,
+            });
+        }
+    }
+    for g in a
+        .tensor_growth
+        .iter()
+        .filter(|g| !judged_by_steps.contains(&g.pid))
+    {
         let Some(s) = a.tensor_sites.get(g.site as usize) else {
             continue;
         };
@@ -180,7 +211,11 @@ fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
             held_at_end_bytes: s.live_at_exit_bytes,
         });
     }
-    for g in &a.growth {
+    for g in a
+        .growth
+        .iter()
+        .filter(|g| !judged_by_steps.contains(&g.pid))
+    {
         let Some(s) = a.sites.get(g.site as usize) else {
             continue;
         };

@@ -117,6 +117,18 @@ pub enum Remedy {
         held_most_bytes: u64,
         held_at_end_bytes: u64,
     },
+    /// A line whose memory grows step after step, in a process that marked
+    /// steps (`ProcessSteps::growth`: judged over the steps after the
+    /// warm-up, which replaces the growth over time for that process): what
+    /// it kept per step on average, over how many steps.
+    GrowingPerStep {
+        pid: u32,
+        site: String,
+        tensors: bool,
+        bytes_per_step: u64,
+        from_step: u64,
+        steps: u64,
+    },
     /// Several processes held memory on one device at the same time and
     /// together came close to its memory, or one ran out of a request the
     /// others' memory would have made room for.

@@ -107,6 +107,26 @@ pub fn advice(r: &Remedy) -> Advice {
                 }
             ),
         },
+        Remedy::GrowingPerStep {
+            pid,
+            site,
+            tensors,
+            bytes_per_step,
+            from_step,
+            steps,
+        } => Advice {
+            change: if *tensors {
+                format!("stop {site} from keeping tensors every step (a list or dict that keeps them, a loss kept with its graph: keep `.item()` or `.detach()` instead)")
+            } else {
+                format!("free what {site} allocates every step once it is done with it")
+            },
+            because: format!(
+                "in pid {pid} it kept {} per step on average over steps {from_step} to {} (after the warm-up), {} in all",
+                bytes(*bytes_per_step),
+                from_step + steps - 1,
+                bytes(bytes_per_step.saturating_mul(*steps))
+            ),
+        },
         Remedy::SharedDevice {
             device,
             processes,

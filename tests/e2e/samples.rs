@@ -1024,4 +1024,14 @@ fn torch_steps_match_pytorchs_own_figures_step_by_step() {
         }
         before = now;
     }
+    // The one remedy: the line that keeps a tensor every step, judged by
+    // the steps (the gradients, made once and held, rise over time but
+    // not step after step), with PyTorch's figure per step.
+    let remedies = a["remedies"].as_array().unwrap();
+    assert_eq!(remedies.len(), 1, "{remedies:?}");
+    let r = &remedies[0];
+    assert_eq!(r["kind"], "growing_per_step");
+    assert!(r["site"].as_str().unwrap().ends_with(&line("kept")), "{r}");
+    let kept_after_warm_up = allocated[29].as_i64().unwrap() - allocated[5].as_i64().unwrap();
+    assert_eq!(r["bytes_per_step"].as_i64(), Some(kept_after_warm_up / 24));
 }

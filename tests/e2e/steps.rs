@@ -113,6 +113,21 @@ fn each_step_keeps_what_the_program_kept_in_it() {
     assert_eq!(steps["steady"]["from_step"], 2);
     assert_eq!(steps["steady"]["tensors_kept_bytes"], 2 * MIB);
 
+    // The remedy comes from the steps, in the process's tensors: the kept
+    // tensor's line, per step (no growth over time for this process).
+    let remedies: Vec<&Value> = a["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "growing_per_step" || r["kind"] == "growing_line")
+        .collect();
+    assert_eq!(remedies.len(), 1, "{remedies:?}");
+    assert_eq!(remedies[0]["kind"], "growing_per_step");
+    assert!(remedies[0]["site"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("fake_app.py:{}", lines["kept_tensor"])));
+
     // The error came in the step under way when the program ended.
     assert_eq!(a["frameworks"][0]["ooms"][0]["step"], 56);
 
