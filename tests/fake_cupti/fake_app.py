@@ -217,6 +217,28 @@ def steps(library):
     c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:step_oom
 
 
+def step_bench(library, n):
+    """µs per step marked from Python: gmem_prof.step() n times, and n
+    steps of the stand-in optimizer (its global hook, which the bootstrap
+    registers, marks each), timed inside the program."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    from torch.optim import optimizer
+
+    import gmem_prof
+
+    load_c10(library)
+    gmem_prof.step()  # the collector found once
+    t = time.perf_counter()
+    for _ in range(n):
+        gmem_prof.step()
+    print("%.2f us per gmem_prof.step()" % ((time.perf_counter() - t) / n * 1e6))
+    o = optimizer.Optimizer(lambda: None)
+    t = time.perf_counter()
+    for _ in range(n):
+        o.step()
+    print("%.2f us per optimizer step, its hook included" % ((time.perf_counter() - t) / n * 1e6))
+
+
 def cupy_loop(keep):
     """CuPy's pool taking a 1 MiB chunk from CUDA at each of 60 steps, for
     an array the loop keeps (`keep`: CuPy's own count of arrays in use
@@ -377,6 +399,8 @@ elif sys.argv[2:3] == ["os_exit"]:
     os_exit()
 elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
+elif sys.argv[2:3] == ["step_bench"]:
+    step_bench(sys.argv[3], int(sys.argv[4]))
 elif sys.argv[2:3] == ["fork_workers"]:
     fork_workers()
 else:
