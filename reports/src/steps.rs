@@ -119,6 +119,28 @@ pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The page's answer on steps, one line per process that marked them:
+/// how many, and what the steps after the warm-up kept per step (the
+/// site that kept most).
+pub(crate) fn answer(a: &Analysis) -> Markup {
+    html! {
+        @for p in &a.steps {
+            li {
+                a href="#steps" { "Steps" } " of pid " (p.pid) ": " (p.count)
+                @if let Some(g) = &p.growth {
+                    ", kept " b { (signed_bytes(g.bytes_per_step)) " per step" }
+                    @if g.tensors { " of tensors" }
+                    " after the warm-up"
+                    @if let Some(k) = g.sites.first() {
+                        ", most at " (label(a, k.site, g.tensors))
+                    }
+                }
+                "."
+            }
+        }
+    }
+}
+
 /// The page's section on steps.
 pub(crate) fn html(a: &Analysis, _: &[Chart]) -> Markup {
     html! {

@@ -131,6 +131,13 @@ fn each_step_keeps_what_the_program_kept_in_it() {
     // The error came in the step under way when the program ended.
     assert_eq!(a["frameworks"][0]["ooms"][0]["step"], 56);
 
+    said_in_words(&dir, &lines);
+}
+
+/// The fake-driver steps run of `each_step_keeps_what_the_program_kept_in_it`
+/// in words: the summary, the page (its section and its answer) and
+/// Perfetto's slices.
+fn said_in_words(dir: &Path, lines: &std::collections::HashMap<String, u64>) {
     // The summary and the page say it in words.
     let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
     let state = format!(
@@ -155,6 +162,14 @@ fn each_step_keeps_what_the_program_kept_in_it() {
     assert!(summary.contains(&per_step), "{summary}");
     let page = std::fs::read_to_string(dir.join("report/t.html")).unwrap();
     assert!(page.contains("<h2 id=\"steps\">Steps</h2>"));
+    // The answers at the top say it in a line, linked to the section.
+    assert!(
+        page.contains(">Steps</a> of pid ")
+            && page.contains(
+                "MiB per step</b> of tensors after the warm-up, most at steps at fake_app.py:"
+            ),
+        "no answer on steps"
+    );
 
     // Perfetto: a slice per step on a track of the process's steps.
     let out = std::process::Command::new(gmem())
