@@ -143,10 +143,13 @@ pub struct RecordArgs {
     /// allocated and freed inside the segments CUDA sees; and in Python
     /// programs that import JAX or CuPy, a small module reads their pools'
     /// own figures (JAX's memory_stats(), CuPy's used/total bytes) every
-    /// GMEM_PROF_POOL_MS (50 ms) and at exit. That module is a
-    /// sitecustomize put first on PYTHONPATH (with this flag too: it also
-    /// lets a process ending with os._exit finish its part of the trace);
-    /// the program's own sitecustomize still runs after it.
+    /// GMEM_PROF_POOL_MS (50 ms) and at exit, and in programs that use
+    /// PyTorch's optimizers it marks a training step each time the first
+    /// optimizer steps. That module is a sitecustomize put first on
+    /// PYTHONPATH (with this flag too: it also lets a process ending with
+    /// os._exit finish its part of the trace, and beside it the gmem_prof
+    /// module whose step() a program may call); the program's own
+    /// sitecustomize still runs after it.
     #[arg(long)]
     pub no_frameworks: bool,
     /// Do not record the device's own view. By default the collector reads
@@ -233,7 +236,9 @@ impl CodeArgs {
     memory an allocator cache holds at exit), sites that keep growing, fragmentation \
     and out-of-memory failures; with PyTorch's caching allocator, also its tensors: \
     allocated and reserved, the peak by Python line, fragmentation per pool, the errors it \
-    raised. The HTML file needs no network. A damaged or cut-short trace gives a partial \
+    raised; with training steps (PyTorch's optimizer, gmem_prof.step()), what step 1 kept, \
+    the steady state and what each step keeps after the warm-up, by line. The HTML file \
+    needs no network. A damaged or cut-short trace gives a partial \
     report with a warning; a file that is not a trace exits with 2.\n\n\
     Sites are named by their innermost frame of the program's own code: for a stack with \
     Python frames, the innermost Python frame whose file is not in site-packages, \
