@@ -1,8 +1,8 @@
 //! The program's steps (training iterations): per process, what the first
 //! step kept (a model's parameters, an optimizer's state), what the steps
 //! after the warm-up keep on average by site (memory growing step after
-//! step), the
-//! steady state's peak, and each step's figures; for the terminal summary
+//! step), the steady state's peak, and each step's figures; for the
+//! terminal summary
 //! and the page. Where the trace saw a framework allocator's tensors, the
 //! tensors speak (the driver sees only its segments).
 

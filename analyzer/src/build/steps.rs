@@ -12,15 +12,21 @@ use gmem_prof_traces::record::step;
 use crate::engine::Engine;
 use crate::timeline::Axis;
 
+/// Adds `bytes` to `site`'s row of `rows` (a new row when it has none).
+fn add_kept(rows: &mut Vec<SiteKept>, site: u32, bytes: i64) {
+    match rows.iter_mut().find(|k| k.site == site) {
+        Some(k) => k.bytes += bytes,
+        None => rows.push(SiteKept { site, bytes }),
+    }
+}
+
 /// (raw site, bytes) rows under the report's ids, summed, the largest
 /// change first.
 fn kept_by_site(raw: &[(u32, i64)], id: impl Fn(u32) -> Option<u32>) -> Vec<SiteKept> {
     let mut out: Vec<SiteKept> = Vec::new();
     for &(site, bytes) in raw {
-        let Some(site) = id(site) else { continue };
-        match out.iter_mut().find(|k| k.site == site) {
-            Some(k) => k.bytes += bytes,
-            None => out.push(SiteKept { site, bytes }),
+        if let Some(site) = id(site) {
+            add_kept(&mut out, site, bytes);
         }
     }
     out.retain(|k| k.bytes != 0);
@@ -139,10 +145,7 @@ fn step_growth(
             _ => &s.kept_by_site,
         };
         for k in rows {
-            match sums.iter_mut().find(|x| x.site == k.site) {
-                Some(x) => x.bytes += k.bytes,
-                None => sums.push(*k),
-            }
+            add_kept(&mut sums, k.site, k.bytes);
         }
     }
     let n = listed.len().max(1) as i64;
