@@ -1092,12 +1092,14 @@ impl Engine {
         };
         steps.count += 1;
         steps.sources |= 1 << (source & 7);
-        steps.figures.push((
-            driver.peak,
-            driver.kept,
-            tensors.as_ref().map_or(0, |x| x.peak),
-            tensors.as_ref().map_or(0, |x| x.kept),
-        ));
+        if steps.figures.len() < crate::steps::STEPS_MEASURED {
+            steps.figures.push((
+                driver.peak,
+                driver.kept,
+                tensors.as_ref().map_or(0, |x| x.peak),
+                tensors.as_ref().map_or(0, |x| x.kept),
+            ));
+        }
         if steps.done.len() < gmem_prof_model::STEPS_KEPT {
             let start = steps.done.last().map_or(steps.start, |s| s.end);
             steps.done.push(FinishedStep {

@@ -10,6 +10,12 @@ use gmem_prof_model::STEP_SITES;
 
 use crate::fast_map::FastMap;
 
+/// Steps whose figures are kept for the steady state and the growth per
+/// step (32 bytes each): memory stays bounded whatever a trace holds; a
+/// run of more steps (a day at ten steps a second) is judged on its first
+/// ones.
+pub const STEPS_MEASURED: usize = 1_000_000;
+
 /// One kind of memory (CUDA allocations, or tensors) through the steps.
 #[derive(Default)]
 pub struct Tracker {
@@ -99,8 +105,9 @@ pub struct ProcSteps {
     pub done: Vec<FinishedStep>,
     /// Steps finished, including those beyond `STEPS_KEPT`.
     pub count: u64,
-    /// Every step's (peak, kept, tensors' allocated peak, tensors' kept),
-    /// for the steady state's medians.
+    /// Each step's (peak, kept, tensors' allocated peak, tensors' kept),
+    /// for the steady state's medians and the growth per step (the first
+    /// `STEPS_MEASURED`).
     pub figures: Vec<(u64, i64, u64, i64)>,
     /// The sources that marked steps (bit `1 << source`).
     pub sources: u8,

@@ -370,3 +370,21 @@ fn diff_compares_steady_state_steps() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("training steps: steps – → 30"), "{text}");
 }
+
+/// A run of more steps than the analysis measures one by one: the count is
+/// whole, the steady state and the growth are judged on the first
+/// 1,000,000 steps (memory stays bounded whatever the trace holds).
+#[test]
+fn more_steps_than_measured_are_counted_and_judged_on_the_first() {
+    let dir = scratch("steps-many");
+    let out = run(&mut record_cmd(&dir, "t.bin", &["step_bench", "1100000"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let p = &a["steps"][0];
+    assert_eq!(p["count"], 1_100_000);
+    assert_eq!(p["steps"].as_array().unwrap().len(), 1000);
+    // The warm-up is the first 20% of the measured steps.
+    assert_eq!(p["growth"]["from_step"], 200_001);
+    assert_eq!(p["growth"]["steps"], 800_000);
+    assert_eq!(p["growth"]["bytes_per_step"], 0);
+}
