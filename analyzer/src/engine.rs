@@ -15,7 +15,7 @@ use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC}
 use crate::model::OomOutcome;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::ProcDefs;
-use crate::steps::{FinishedStep, ProcSteps, Tracker};
+use crate::steps::{FinishedStep, Measured, ProcSteps, Tracker};
 use crate::timeline::{Axis, Counts, Curve, Samples};
 
 /// Memory kinds by CUPTI's numbering (0..=7).
@@ -1080,7 +1080,7 @@ impl Engine {
                 start: st.first_time.unwrap_or(t),
                 done: Vec::new(),
                 count: 0,
-                figures: Vec::new(),
+                measured: Vec::new(),
                 sources: 0,
             })
         });
@@ -1092,13 +1092,13 @@ impl Engine {
         };
         steps.count += 1;
         steps.sources |= 1 << (source & 7);
-        if steps.figures.len() < crate::steps::STEPS_MEASURED {
-            steps.figures.push((
-                driver.peak,
-                driver.kept,
-                tensors.as_ref().map_or(0, |x| x.peak),
-                tensors.as_ref().map_or(0, |x| x.kept),
-            ));
+        if steps.measured.len() < crate::steps::STEPS_MEASURED {
+            steps.measured.push(Measured {
+                peak: driver.peak,
+                kept: driver.kept,
+                tensors_peak: tensors.as_ref().map_or(0, |x| x.peak),
+                tensors_kept: tensors.as_ref().map_or(0, |x| x.kept),
+            });
         }
         if steps.done.len() < gmem_prof_model::STEPS_KEPT {
             let start = steps.done.last().map_or(steps.start, |s| s.end);

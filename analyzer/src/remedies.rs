@@ -179,14 +179,9 @@ fn growing_lines(a: &Analysis, out: &mut Vec<Remedy>) {
             if per_step.saturating_mul(g.steps) < gmem_prof_model::GROWTH_MIN_BYTES {
                 continue;
             }
-            let site = if g.tensors {
-                a.tensor_site_label(k.site)
-            } else {
-                a.site_label(k.site)
-            };
             out.push(Remedy::GrowingPerStep {
                 pid: p.pid,
-                site,
+                site: a.site_or_tensor_label(k.site, g.tensors),
                 tensors: g.tensors,
                 bytes_per_step: per_step,
                 from_step: g.from_step,

@@ -88,6 +88,17 @@ impl Tracker {
     }
 }
 
+/// One step's figures, kept for every step measured (`STEPS_MEASURED`)
+/// for the steady state's medians and the growth per step.
+#[derive(Clone, Copy)]
+pub struct Measured {
+    pub peak: u64,
+    pub kept: i64,
+    /// The tensors' allocated peak and kept bytes (0 when none are seen).
+    pub tensors_peak: u64,
+    pub tensors_kept: i64,
+}
+
 /// One finished step of a process.
 pub struct FinishedStep {
     pub number: u64,
@@ -105,10 +116,8 @@ pub struct ProcSteps {
     pub done: Vec<FinishedStep>,
     /// Steps finished, including those beyond `STEPS_KEPT`.
     pub count: u64,
-    /// Each step's (peak, kept, tensors' allocated peak, tensors' kept),
-    /// for the steady state's medians and the growth per step (the first
-    /// `STEPS_MEASURED`).
-    pub figures: Vec<(u64, i64, u64, i64)>,
+    /// Each step's figures (the first `STEPS_MEASURED`).
+    pub measured: Vec<Measured>,
     /// The sources that marked steps (bit `1 << source`).
     pub sources: u8,
 }

@@ -183,6 +183,8 @@ def _mark_optimizer_steps(optimizer_module):
         return
     import weakref
 
+    import gmem_prof
+
     first = [None]
 
     def hook(optimizer, args, kwargs):
@@ -192,8 +194,6 @@ def _mark_optimizer_steps(optimizer_module):
                 first[0] = weakref.ref(optimizer)
             elif leader is not optimizer:
                 return
-            import gmem_prof
-
             gmem_prof.step(gmem_prof.OPTIMIZER)
         except Exception:
             pass

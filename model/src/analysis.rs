@@ -341,6 +341,16 @@ impl Analysis {
             .map_or_else(|| format!("tensor site {id}"), |s| s.label.clone())
     }
 
+    /// The label of a tensor site (`tensors`) or a CUDA allocation site:
+    /// for figures that are either, such as what steps kept.
+    pub fn site_or_tensor_label(&self, id: u32, tensors: bool) -> String {
+        if tensors {
+            self.tensor_site_label(id)
+        } else {
+            self.site_label(id)
+        }
+    }
+
     /// Every growing site, CUDA allocations and tensors together, largest
     /// first: (growth, label, whether it is a tensor site).
     pub fn growing(&self) -> Vec<(&Growth, String, bool)> {

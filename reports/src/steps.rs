@@ -2,9 +2,9 @@
 //! step kept (a model's parameters, an optimizer's state), what the steps
 //! after the warm-up keep on average by site (memory growing step after
 //! step), the steady state's peak, and each step's figures; for the
-//! terminal summary
-//! and the page. Where the trace saw a framework allocator's tensors, the
-//! tensors speak (the driver sees only its segments).
+//! terminal summary and the page. Where the trace saw a framework
+//! allocator's tensors, the tensors speak (the driver sees only its
+//! segments).
 
 use std::io::{self, Write};
 
@@ -23,14 +23,6 @@ fn kept_of(s: &StepFigures) -> (i64, &[SiteKept], bool) {
     match &s.tensors {
         Some(t) => (t.kept_bytes, &t.kept_by_site, true),
         None => (s.kept_bytes, &s.kept_by_site, false),
-    }
-}
-
-fn label(a: &Analysis, site: u32, tensors: bool) -> String {
-    if tensors {
-        a.tensor_site_label(site)
-    } else {
-        a.site_label(site)
     }
 }
 
@@ -81,7 +73,7 @@ pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                     w,
                     "    {:>11}  {}",
                     signed_bytes(k.bytes),
-                    label(a, k.site, tensors)
+                    a.site_or_tensor_label(k.site, tensors)
                 )?;
             }
         }
@@ -108,7 +100,7 @@ pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                     w,
                     "    {:>11}/step  {}",
                     signed_bytes(k.bytes),
-                    label(a, k.site, g.tensors)
+                    a.site_or_tensor_label(k.site, g.tensors)
                 )?;
             }
         }
@@ -132,7 +124,7 @@ pub(crate) fn answer(a: &Analysis) -> Markup {
                     @if g.tensors { " of tensors" }
                     " after the warm-up"
                     @if let Some(k) = g.sites.first() {
-                        ", most at " (label(a, k.site, g.tensors))
+                        ", most at " (a.site_or_tensor_label(k.site, g.tensors))
                     }
                 }
                 "."
@@ -165,7 +157,7 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
         @if let Some(first) = p.steps.first() {
             @let (kept, sites, tensors) = kept_of(first);
             p { "Step 1 kept " b { (signed_bytes(kept)) } @if tensors { " of tensors" } ":" }
-            (kept_table(a, sites, tensors))
+            (kept_table(a, sites, tensors, "kept"))
         }
         @if let Some(s) = &p.steady {
             p {
@@ -180,14 +172,7 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
                 ", on average over steps " (g.from_step) " to " (g.from_step + g.steps - 1) " (after the warm-up)"
                 (if g.sites.is_empty() { "." } else { ":" })
             }
-            @if !g.sites.is_empty() {
-                table {
-                    tr { th { "site" } th.n { "per step" } }
-                    @for k in &g.sites {
-                        tr { td { (label(a, k.site, g.tensors)) } td.n { (signed_bytes(k.bytes)) } }
-                    }
-                }
-            }
+            (kept_table(a, &g.sites, g.tensors, "per step"))
         }
         @if let Some(n) = p.peak_step {
             p { "The process's peak fell in step " (n) "." }
@@ -218,13 +203,15 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
     }
 }
 
-fn kept_table(a: &Analysis, sites: &[SiteKept], tensors: bool) -> Markup {
+/// Sites with the bytes they kept (`column` heads the bytes); nothing
+/// when there is none.
+fn kept_table(a: &Analysis, sites: &[SiteKept], tensors: bool, column: &str) -> Markup {
     html! {
         @if !sites.is_empty() {
             table {
-                tr { th { "site" } th.n { "kept" } }
+                tr { th { "site" } th.n { (column) } }
                 @for k in sites {
-                    tr { td { (label(a, k.site, tensors)) } td.n { (signed_bytes(k.bytes)) } }
+                    tr { td { (a.site_or_tensor_label(k.site, tensors)) } td.n { (signed_bytes(k.bytes)) } }
                 }
             }
         }

@@ -54,7 +54,7 @@ pub fn build(
     let mut growth = growth::site_growth(&mut engine, &axis, &sites, &framework_pools);
     let mut ooms = ooms::oom_reports(&engine, &axis, &sites, &devices, oom_views);
     let framework_view::Views {
-        frameworks,
+        mut frameworks,
         tensor_sites,
         tensor_growth,
         at_device_peak,
@@ -70,7 +70,6 @@ pub fn build(
     for o in &mut ooms {
         o.step = steps::step_of(&steps, o.pid, o.time_ns);
     }
-    let mut frameworks = frameworks;
     for o in frameworks.iter_mut().flat_map(|v| v.ooms.iter_mut()) {
         o.step = steps::step_of(&steps, o.pid, o.time_ns);
     }

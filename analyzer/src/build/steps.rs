@@ -10,6 +10,7 @@ use gmem_prof_model::{
 use gmem_prof_traces::record::step;
 
 use crate::engine::Engine;
+use crate::steps::Measured;
 use crate::timeline::Axis;
 
 /// Adds `bytes` to `site`'s row of `rows` (a new row when it has none).
@@ -73,17 +74,17 @@ pub fn process_steps(
                 }),
             })
             .collect();
-        let later = steps.figures.get(1..).unwrap_or_default();
+        let later = steps.measured.get(1..).unwrap_or_default();
         let tensors_seen = steps.tensors.is_some();
         let steady = (later.len() >= 2).then(|| SteadyStep {
             from_step: list.get(1).map_or(2, |s| s.number),
-            peak_bytes: median(later.iter().map(|f| f.0).collect()).unwrap_or(0),
-            kept_bytes: median(later.iter().map(|f| f.1).collect()).unwrap_or(0),
+            peak_bytes: median(later.iter().map(|m| m.peak).collect()).unwrap_or(0),
+            kept_bytes: median(later.iter().map(|m| m.kept).collect()).unwrap_or(0),
             allocated_peak: tensors_seen
-                .then(|| median(later.iter().map(|f| f.2).collect()))
+                .then(|| median(later.iter().map(|m| m.tensors_peak).collect()))
                 .flatten(),
             tensors_kept_bytes: tensors_seen
-                .then(|| median(later.iter().map(|f| f.3).collect()))
+                .then(|| median(later.iter().map(|m| m.tensors_kept).collect()))
                 .flatten(),
         });
         let peak_step = steps
@@ -99,7 +100,7 @@ pub fn process_steps(
             (true, false) => StepSource::Optimizer,
             _ => StepSource::Program,
         };
-        let growth = step_growth(&list, &steps.figures, tensors_seen);
+        let growth = step_growth(&list, &steps.measured, tensors_seen);
         out.push(ProcessSteps {
             pid: st.pid(),
             marked_by,
@@ -127,16 +128,15 @@ pub fn step_of(steps: &[ProcessSteps], pid: u32, time_ns: u64) -> Option<u64> {
 }
 
 /// What the steps after the warm-up kept on average (`StepGrowth`); None
-/// with fewer than 2 of them. `figures` holds every step's (peak, kept,
-/// tensors' peak, tensors' kept); `listed` the steps kept one by one.
-fn step_growth(
-    listed: &[StepFigures],
-    figures: &[(u64, i64, u64, i64)],
-    tensors: bool,
-) -> Option<StepGrowth> {
-    let warm_up = ((figures.len() as f64 * WARM_UP).round() as usize).max(1);
-    let judged = figures.get(warm_up..).filter(|j| j.len() >= 2)?;
-    let kept: i64 = judged.iter().map(|f| if tensors { f.3 } else { f.1 }).sum();
+/// with fewer than 2 of them. `measured` holds every step measured;
+/// `listed` the steps kept one by one.
+fn step_growth(listed: &[StepFigures], measured: &[Measured], tensors: bool) -> Option<StepGrowth> {
+    let warm_up = ((measured.len() as f64 * WARM_UP).round() as usize).max(1);
+    let judged = measured.get(warm_up..).filter(|j| j.len() >= 2)?;
+    let kept: i64 = judged
+        .iter()
+        .map(|m| if tensors { m.tensors_kept } else { m.kept })
+        .sum();
     let listed = listed.get(warm_up..).unwrap_or_default();
     let mut sums: Vec<SiteKept> = Vec::new();
     for s in listed {
