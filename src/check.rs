@@ -64,7 +64,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     for (i, t) in a.traces.iter().enumerate() {
         let files = crate::inputs::expand(std::slice::from_ref(t))?;
         let label = crate::progress::run_label(i, a.traces.len());
-        let analysis = crate::report::analyze_with_progress(&files, tty, &label, &a.code)?;
+        let analysis = crate::report::analyze_with_progress(&files, tty, &label, &a.reading)?;
         for w in analysis
             .input
             .warnings

@@ -159,6 +159,15 @@ pub struct RecordArgs {
     /// tracked (CUDA contexts, other processes, the driver's share).
     #[arg(long)]
     pub no_device_view: bool,
+    /// Do not record the program's NVTX ranges and marks. By default the
+    /// collector is NVTX's tool too (`NVTX_INJECTION64_PATH`): ranges
+    /// pushed or started and marks made from C/C++ (NVTX3), PyTorch's
+    /// `torch.cuda.nvtx` and the `nvtx` Python package are recorded, and the
+    /// report gives each range's memory. When another tool already set
+    /// `NVTX_INJECTION64_PATH`, that tool keeps NVTX and no range is
+    /// recorded.
+    #[arg(long)]
+    pub no_nvtx: bool,
     /// Leave Python frames out of stacks. By default a stack taken on a
     /// thread running Python (CPython 3.10 to 3.15) holds the Python
     /// functions and lines where the interpreter ran them.
@@ -201,11 +210,11 @@ pub struct RecordArgs {
     pub program: Vec<std::ffi::OsString>,
 }
 
-/// How frames are told apart into the program's own code and library code,
-/// for site labels (each site is named by its innermost frame of the
-/// program's own code).
+/// How a trace is read, for every command that analyzes one: which frames
+/// are the program's own code (each site is named by its innermost frame of
+/// the program's own code), and what marks the program's steps.
 #[derive(Args, Debug, Clone, Default)]
-pub struct CodeArgs {
+pub struct ReadingArgs {
     /// Frames whose file (Python) or module path contains PATTERN are the
     /// program's own code, even in site-packages (a package you develop);
     /// repeatable.
@@ -215,9 +224,16 @@ pub struct CodeArgs {
     /// (a vendored framework); repeatable.
     #[arg(long = "library-code", value_name = "PATTERN")]
     pub library_code: Vec<String>,
+    /// Each instance of the NVTX range NAME is a step: step N ends where
+    /// the range's Nth instance ends (in any domain; "DOMAIN:NAME" for one
+    /// domain). For programs that mark their iterations with NVTX; the
+    /// steps PyTorch's optimizer and gmem_prof.step() marked are then left
+    /// out.
+    #[arg(long = "step-range", value_name = "NAME")]
+    pub step_range: Option<String>,
 }
 
-impl CodeArgs {
+impl ReadingArgs {
     pub fn rules(&self) -> gmem_prof_analyzer::CodeRules {
         gmem_prof_analyzer::CodeRules {
             user: self.user_code.clone(),
@@ -237,7 +253,8 @@ impl CodeArgs {
     and out-of-memory failures; with PyTorch's caching allocator, also its tensors: \
     allocated and reserved, the peak by Python line, fragmentation per pool, the errors it \
     raised; with training steps (PyTorch's optimizer, gmem_prof.step()), what step 1 kept, \
-    the steady state and what each step keeps after the warm-up, by line. The HTML file \
+    the steady state and what each step keeps after the warm-up, by line; with NVTX ranges, \
+    what each range name rises to inside an instance and keeps, by line. The HTML file \
     needs no network. A damaged or cut-short trace gives a partial \
     report with a warning; a file that is not a trace exits with 2.\n\n\
     Sites are named by their innermost frame of the program's own code: for a stack with \
@@ -264,7 +281,7 @@ pub struct ReportArgs {
     #[arg(short, long)]
     pub quiet: bool,
     #[command(flatten)]
-    pub code: CodeArgs,
+    pub reading: ReadingArgs,
 }
 
 #[derive(Args, Debug)]
@@ -388,7 +405,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub allow_unprofiled: bool,
     #[command(flatten)]
-    pub code: CodeArgs,
+    pub reading: ReadingArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -416,7 +433,7 @@ pub struct ExportArgs {
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
     #[command(flatten)]
-    pub code: CodeArgs,
+    pub reading: ReadingArgs,
     /// What to write.
     #[arg(short, long, value_enum)]
     pub format: ExportFormat,
@@ -443,7 +460,7 @@ pub struct DiffArgs {
     #[arg(value_name = "BASE")]
     pub base: PathBuf,
     #[command(flatten)]
-    pub code: CodeArgs,
+    pub reading: ReadingArgs,
     /// The run to compare with it.
     #[arg(value_name = "NEW")]
     pub new: PathBuf,

@@ -22,11 +22,11 @@ fn load(
     path: &PathBuf,
     label: &str,
     quiet: bool,
-    code: &crate::cli::CodeArgs,
+    reading: &crate::cli::ReadingArgs,
 ) -> Result<(String, Analysis)> {
     let files = crate::inputs::expand(std::slice::from_ref(path))?;
     let tty = std::io::stderr().is_terminal() && !quiet;
-    let a = crate::report::analyze_with_progress(&files, tty, label, code)?;
+    let a = crate::report::analyze_with_progress(&files, tty, label, reading)?;
     for w in a
         .input
         .warnings
@@ -39,8 +39,8 @@ fn load(
 }
 
 pub fn run(a: DiffArgs) -> Result<i32> {
-    let (base_name, base) = load(&a.base, "base: ", a.quiet, &a.code)?;
-    let (mut new_name, new) = load(&a.new, "new: ", a.quiet, &a.code)?;
+    let (base_name, base) = load(&a.base, "base: ", a.quiet, &a.reading)?;
+    let (mut new_name, new) = load(&a.new, "new: ", a.quiet, &a.reading)?;
     if new_name == base_name {
         new_name = format!("{new_name} (new)");
     }

@@ -22,7 +22,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
         .unwrap_or_else(|| default_output(&files, a.format));
     let tmp = temp_path(&out);
     let file = File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    let result = write(&files, a.format, file, &a.code);
+    let result = write(&files, a.format, file, &a.reading);
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
@@ -42,10 +42,11 @@ fn write(
     files: &[PathBuf],
     format: ExportFormat,
     file: File,
-    code: &crate::cli::CodeArgs,
+    reading: &crate::cli::ReadingArgs,
 ) -> Result<String> {
     let opts = Options {
-        code: code.rules(),
+        code: reading.rules(),
+        step_range: reading.step_range.clone(),
         ..Default::default()
     };
     match format {

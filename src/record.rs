@@ -136,7 +136,9 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env(env::TENSOR_STACKS, a.tensor_stacks.env_value())
         .env(env::FLUSH_MS, a.flush_ms.to_string())
         .env(env::UNDER_CLI, "1")
+        .env(env::NVTX, if a.no_nvtx { "0" } else { "1" })
         .env_remove(env::DISABLE);
+    nvtx_tool(&mut cmd, &collector, a.no_nvtx);
     put_python_bootstrap(&mut cmd, &parts)?;
 
     let code = match run_program(cmd, program) {
@@ -199,6 +201,28 @@ const PYTHON_FILES: [(&str, &str); 2] = [
         include_str!("../collector/python/gmem_prof/__init__.py"),
     ),
 ];
+
+/// Makes the collector NVTX's tool: the same path as CUDA's, so that NVTX's
+/// loader gets the library CUDA loads (one copy in the process). A tool
+/// that set `NVTX_INJECTION64_PATH` before us keeps it.
+fn nvtx_tool(cmd: &mut Command, collector: &Path, off: bool) {
+    match std::env::var_os(env::NVTX_INJECTION) {
+        Some(v) if !v.is_empty() && v != collector.as_os_str() => {
+            if !off {
+                eprintln!(
+                    "gmem-prof: note: {} is set by another tool ({}): NVTX ranges are left to \
+                     it and not recorded",
+                    env::NVTX_INJECTION,
+                    Path::new(&v).display()
+                );
+            }
+        }
+        _ if off => {}
+        _ => {
+            cmd.env(env::NVTX_INJECTION, collector);
+        }
+    }
+}
 
 fn put_python_bootstrap(cmd: &mut Command, parts: &Path) -> Result<()> {
     let dir = parts.join("python");

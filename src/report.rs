@@ -30,7 +30,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     let mut pages = Vec::new();
     for (i, (files, stem)) in inputs.iter().zip(&stems).enumerate() {
         let label = run_label(i, inputs.len());
-        let analysis = analyze_with_progress(files, tty, &label, &a.code)?;
+        let analysis = analyze_with_progress(files, tty, &label, &a.reading)?;
         let written = write_report(&analysis, stem, &dir)?;
         if !a.quiet && !several {
             let stdout = std::io::stdout();
@@ -95,13 +95,14 @@ pub(crate) fn analyze_with_progress(
     files: &[PathBuf],
     tty: bool,
     label: &str,
-    code: &crate::cli::CodeArgs,
+    reading: &crate::cli::ReadingArgs,
 ) -> Result<Analysis> {
     let line = ProgressLine::new(format!("{label}analyzing:"), tty);
     let progress = |done: u64, total: u64| line.show(done, total);
     let opts = Options {
         progress: if tty { Some(&progress) } else { None },
-        code: code.rules(),
+        code: reading.rules(),
+        step_range: reading.step_range.clone(),
     };
     let analysis = analyze_files(files, &opts)?;
     line.clear();

@@ -21,6 +21,9 @@
 //!   stand-in for PyTorch's caching allocator, recorded and analyzed.
 //! - `steps`: training steps marked by PyTorch's optimizer (the stand-in's)
 //!   and by the program, each step's kept bytes against the program's.
+//! - `ranges`: NVTX ranges and marks (NVTX3's own header, the `nvtx`
+//!   package), each range's rise and kept bytes against the program's,
+//!   ranges as steps, range budgets.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -61,6 +64,9 @@ mod export;
 
 #[path = "e2e/steps.rs"]
 mod steps;
+
+#[path = "e2e/ranges.rs"]
+mod ranges;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

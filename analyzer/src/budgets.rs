@@ -27,6 +27,11 @@
 //!
 //! [process."train.py"]       # processes whose command line contains "train.py":
 //! max_leaked = "16MiB"       # all but max_fragmentation and max_pinned
+//!
+//! [range."forward"]          # the NVTX range "forward" ("DOMAIN:NAME" for a
+//! max_peak = "40GiB"         # domain's), in every process: the highest inside,
+//! max_rise = "12GiB"         # the most one instance rose above its start,
+//! max_kept = "0"             # what the median instance kept
 //! ```
 
 use gmem_prof_model::budgets::*;
@@ -224,7 +229,78 @@ pub fn evaluate(
             }
         }
     }
+    for (name, limits) in &b.range {
+        let judged = ranges(run, a, name, limits);
+        if judged.is_empty() && *limits != RangeLimits::default() {
+            warnings.push(UnmatchedBudget::Range(name.clone()));
+        }
+        out.extend(judged);
+    }
     (out, warnings)
+}
+
+/// One range's budgets: each figure, the worst over the processes that
+/// finished an instance of it (`name` is "NAME" in any domain, or
+/// "DOMAIN:NAME").
+fn ranges(run: &str, a: &Analysis, name: &str, limits: &RangeLimits) -> Vec<Outcome> {
+    let (domain, bare) = match name.split_once(':') {
+        Some((d, n)) => (Some(d), n),
+        None => (None, name),
+    };
+    let found: Vec<(u32, &gmem_prof_model::RangeFigures)> = a
+        .ranges
+        .iter()
+        .flat_map(|p| p.ranges.iter().map(move |r| (p.pid, r)))
+        .filter(|(_, r)| r.name == bare && domain.is_none_or(|d| r.domain == d) && r.instances > 0)
+        .collect();
+    let speaking = |r: &gmem_prof_model::RangeFigures| {
+        r.tensors
+            .clone()
+            .map_or((r.driver.clone(), false), |t| (t, true))
+    };
+    let mut out = Vec::new();
+    let budgets = [
+        (Budget::MaxPeak, limits.max_peak),
+        (Budget::MaxRise, limits.max_rise),
+        (Budget::MaxKept, limits.max_kept),
+    ];
+    for (budget, max) in budgets {
+        let Some(max) = max else { continue };
+        let figure = |r: &gmem_prof_model::RangeFigures| {
+            let (m, _) = speaking(r);
+            match budget {
+                Budget::MaxPeak => m.peak_bytes,
+                Budget::MaxRise => m.rise_bytes,
+                _ => m.kept_median.max(0) as u64,
+            }
+        };
+        let Some(&(pid, worst)) = found
+            .iter()
+            .max_by_key(|(pid, r)| (figure(r), std::cmp::Reverse(*pid)))
+        else {
+            continue;
+        };
+        let (m, tensors) = speaking(worst);
+        let kept_most = m.kept_by_site.first().map(|k| Grew {
+            bytes: k.bytes.max(0) as u64,
+            pid,
+            label: a.site_or_tensor_label(k.site, tensors),
+        });
+        out.push(Outcome::bytes(
+            run,
+            budget,
+            Target::Range(name.to_string()),
+            figure(worst),
+            max.0,
+            Evidence::Range {
+                pid,
+                instances: worst.instances,
+                tensors,
+                kept_most,
+            },
+        ));
+    }
+    out
 }
 
 /// A device's fragmentation: its worst pool's, whether a framework's pool

@@ -11,8 +11,10 @@ use crate::events::{EventKind, EventRow};
 use crate::fast_map::FastMap;
 use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
 use crate::holding::{sites_holding, Holding, SiteClass, SiteStats};
+use crate::input::RangeBeginEv;
 use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC};
 use crate::model::OomOutcome;
+use crate::ranges::ProcRanges;
 use crate::regions::{PoolBlock, PoolId, Regions};
 use crate::sites::ProcDefs;
 use crate::steps::{FinishedStep, Measured, ProcSteps, Tracker};
@@ -513,6 +515,8 @@ pub struct ProcState {
     torch_stacks: FastMap<u32, bool>,
     /// Its steps, from its first `Step` record on.
     pub steps: Option<Box<ProcSteps>>,
+    /// Its ranges and marks, from its first on.
+    pub ranges: Option<Box<ProcRanges>>,
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -567,6 +571,7 @@ impl ProcState {
             torch_pools: Vec::new(),
             torch_stacks: FastMap::default(),
             steps: None,
+            ranges: None,
         }
     }
 
@@ -635,6 +640,9 @@ pub struct Engine {
     pub kernels: u64,
     /// Event rows for an exporter, when one asked (`analyze_with_events`).
     pub rows: Option<Vec<EventRow>>,
+    /// The NVTX range whose instances are the steps (`--step-range`):
+    /// (domain, name), any domain when `None`.
+    pub step_range: Option<(Option<String>, String)>,
 }
 
 /// Sizes an event may claim are below this (1 PiB, beyond any GPU's
@@ -662,6 +670,7 @@ fn claims_impossible_bytes(e: &Event) -> bool {
 impl Engine {
     pub fn new(procs: u32) -> Self {
         Engine {
+            step_range: None,
             axis: None,
             now: 0,
             procs: (0..procs).map(|_| ProcState::new()).collect(),
@@ -985,7 +994,21 @@ impl Engine {
                 self.procs[proc as usize].last_device = device;
             }
             Event::End => self.process_end(proc, t),
-            &Event::Step { number, source } => self.step(proc, t, number, source),
+            &Event::Step { number, source } if self.step_range.is_none() => {
+                self.step(proc, t, number, source);
+            }
+            Event::Step { .. } => {}
+            Event::RangeBegin(b) => self.range_begin(proc, t, b),
+            &Event::RangeEnd { id } => self.range_end(proc, t, id),
+            &Event::Mark { tid, domain, name } => {
+                let r = self.procs[proc as usize]
+                    .ranges
+                    .get_or_insert_with(Box::default);
+                r.mark_count += 1;
+                if r.marks.len() < gmem_prof_model::MARKS_KEPT {
+                    r.marks.push((t, tid, domain, name));
+                }
+            }
         }
     }
 
@@ -1035,6 +1058,15 @@ impl Engine {
                 (now + c.bytes, tensors.live.saturating_sub(c.bytes))
             };
             tensors.changed(c.site, before, live, t);
+        }
+        if let (Some(c), Some(ranges)) = (&change, st.ranges.as_deref_mut()) {
+            let now = fw.sites[c.site as usize].held.live;
+            let before = if c.alloc {
+                now - c.bytes
+            } else {
+                now + c.bytes
+            };
+            ranges.tensors_changed(c.site, before, c.bytes, c.alloc, t);
         }
         // A view made after its device reached its peak (the first
         // segment's driver allocation comes before the allocator's record
@@ -1109,6 +1141,45 @@ impl Engine {
                 driver,
                 tensors,
             });
+        }
+    }
+
+    /// A range of the program's began: it tracks what is live from here.
+    fn range_begin(&mut self, proc: u32, t: u64, b: &RangeBeginEv) {
+        let st = &mut self.procs[proc as usize];
+        let tensors_live = st
+            .framework
+            .as_deref()
+            .map(|fw| fw.devices.values().map(|d| d.allocated).sum());
+        let live = st.live;
+        let is_step = self.step_range.as_ref().is_some_and(|(domain, name)| {
+            let text = |id: u32| st.defs.strings.get(&id).map_or("", String::as_str);
+            text(b.name) == name
+                && domain
+                    .as_ref()
+                    .is_none_or(|d| (if b.domain != 0 { text(b.domain) } else { "" }) == d)
+        });
+        let ranges = st.ranges.get_or_insert_with(Box::default);
+        ranges.begin(t, b, live, tensors_live, is_step);
+    }
+
+    /// A range of the program's ended.
+    fn range_end(&mut self, proc: u32, t: u64, id: u64) {
+        let st = &mut self.procs[proc as usize];
+        let Some(ranges) = st.ranges.as_deref_mut() else {
+            return;
+        };
+        let sites = &self.sites;
+        let fw = st.framework.as_deref();
+        let is_step = ranges.end(
+            t,
+            id,
+            |i| sites[i as usize].held.live,
+            |i| fw.map_or(0, |fw| fw.sites[i as usize].held.live),
+        );
+        if is_step {
+            let number = st.steps.as_deref().map_or(0, |s| s.count) + 1;
+            self.step(proc, t, number, crate::steps::RANGE_SOURCE);
         }
     }
 
@@ -1231,6 +1302,9 @@ impl Engine {
         }
         if let Some(steps) = st.steps.as_deref_mut() {
             steps.driver.changed(site, s.held.live - bytes, st.live, t);
+        }
+        if let Some(ranges) = st.ranges.as_deref_mut() {
+            ranges.driver_changed(site, s.held.live - bytes, st.live, t);
         }
         let dev = self.devices.get_or_insert(device);
         let k = usize::from(kind & 7);
@@ -1455,6 +1529,9 @@ impl Engine {
         s.held.release(l.bytes, axis);
         if let Some(steps) = st.steps.as_deref_mut() {
             steps.driver.changed(l.site, before, st.live, self.now);
+        }
+        if let Some(ranges) = st.ranges.as_deref_mut() {
+            ranges.driver_changed(l.site, before, st.live, self.now);
         }
         if counted && st.allocations == l.seq {
             s.held.temporaries += 1;

@@ -187,6 +187,28 @@ pub enum Event {
         number: u64,
         source: u8,
     },
+    /// A range of the program's began (`record::RangeBegin`).
+    RangeBegin(RangeBeginEv),
+    /// The range `id` ended.
+    RangeEnd {
+        id: u64,
+    },
+    /// The program marked an instant (`record::Mark`).
+    Mark {
+        tid: u32,
+        domain: u32,
+        name: u32,
+    },
+}
+
+/// A range's beginning, as the sweep needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct RangeBeginEv {
+    pub id: u64,
+    pub tid: u32,
+    pub domain: u32,
+    pub name: u32,
+    pub depth: u32,
 }
 
 /// A decoded chunk: definitions (applied in file order) and events.
@@ -493,6 +515,24 @@ impl fast::Sink for Events {
     fn other(&mut self, index: u64, record: Record) {
         if let Record::CallDevice(c) = &record {
             self.push(c.time.0, index, Event::CallDevice { device: c.device });
+        }
+        match &record {
+            Record::RangeBegin(r) => {
+                let b = RangeBeginEv {
+                    id: r.id,
+                    tid: r.tid,
+                    domain: r.domain.0,
+                    name: r.name.0,
+                    depth: r.depth,
+                };
+                return self.push(r.time.0, index, Event::RangeBegin(b));
+            }
+            Record::RangeEnd(r) => return self.push(r.time.0, index, Event::RangeEnd { id: r.id }),
+            Record::Mark(m) => {
+                let (tid, domain, name) = (m.tid, m.domain.0, m.name.0);
+                return self.push(m.time.0, index, Event::Mark { tid, domain, name });
+            }
+            _ => {}
         }
         if let Record::Step(s) = &record {
             let (number, source) = (s.number, s.source);

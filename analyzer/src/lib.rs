@@ -39,6 +39,7 @@ mod growth;
 mod holding;
 mod input;
 mod pipeline;
+mod ranges;
 mod regions;
 mod remedies;
 mod site_figures;
@@ -82,6 +83,9 @@ pub struct Options<'a> {
     /// Which frames are the program's own code (site labels name the
     /// innermost one).
     pub code: CodeRules,
+    /// The NVTX range whose instances are the steps ("NAME", or
+    /// "DOMAIN:NAME"), in place of `Step` records.
+    pub step_range: Option<String>,
 }
 
 /// Analyzes trace files (or per-process files of one run) together.

@@ -87,6 +87,10 @@ pub fn run(
         })
         .collect();
     let mut engine = Engine::new(procs);
+    engine.step_range = opts.step_range.as_ref().map(|r| match r.split_once(':') {
+        Some((domain, name)) => (Some(domain.to_string()), name.to_string()),
+        None => (None, r.clone()),
+    });
     if sink.is_some() {
         engine.rows = Some(Vec::new());
     }

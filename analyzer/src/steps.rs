@@ -16,6 +16,10 @@ use crate::fast_map::FastMap;
 /// ones.
 pub const STEPS_MEASURED: usize = 1_000_000;
 
+/// The source of steps that instances of an NVTX range end
+/// (`--step-range`), beside the trace's own (`record::step`).
+pub const RANGE_SOURCE: u8 = 3;
+
 /// One kind of memory (CUDA allocations, or tensors) through the steps.
 #[derive(Default)]
 pub struct Tracker {
@@ -51,6 +55,22 @@ impl Tracker {
             peak_time,
             at_start: holding.map(|site| (site, 0)).collect(),
         }
+    }
+
+    /// A tracker starting now with `live` bytes live (a range's instance).
+    pub fn starting(live: u64, t: u64) -> Self {
+        Tracker {
+            live,
+            start_live: live,
+            peak: live,
+            peak_time: t,
+            at_start: FastMap::default(),
+        }
+    }
+
+    /// The live bytes its step began with.
+    pub fn start_live(&self) -> u64 {
+        self.start_live
     }
 
     /// A site's live bytes changed from `before`; the kind's live bytes are

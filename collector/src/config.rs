@@ -83,7 +83,7 @@ fn is_off(value: &str) -> bool {
     matches!(value.trim(), "0" | "" | "false" | "no" | "off")
 }
 
-fn flag(name: &str, default: bool) -> bool {
+pub(crate) fn flag(name: &str, default: bool) -> bool {
     match std::env::var(name) {
         Ok(v) => !is_off(&v),
         Err(_) => default,

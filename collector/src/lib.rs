@@ -29,6 +29,8 @@ mod costs;
 /// calls watched (callbacks) and the device's records (activity).
 mod cuda;
 mod nvml;
+/// The program's NVTX ranges and marks (the collector is NVTX's tool too).
+mod nvtx;
 pub mod python;
 mod session;
 mod sink;

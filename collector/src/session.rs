@@ -97,7 +97,7 @@ fn start_with(config: Config) -> Result<(), String> {
         python,
         torch: TorchHook::default(),
         torch_pool_ids: AtomicBool::new(false),
-        kernel_names: Mutex::new(Names::default()),
+        names: Mutex::new(Names::default()),
         costs: CostMeters::default(),
         device_view: DeviceView::default(),
         pid,

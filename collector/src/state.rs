@@ -39,7 +39,7 @@ pub struct Collector {
     pub torch: TorchHook,
     /// Whether PyTorch's trace entries carry the private pool id (2.11+).
     pub(crate) torch_pool_ids: AtomicBool,
-    pub kernel_names: Mutex<Names>,
+    pub names: Mutex<Names>,
     /// What recording costs, measured as it runs.
     pub costs: CostMeters,
     /// The device's own view (NVML) of the devices CUPTI reported.

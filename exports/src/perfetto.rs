@@ -50,6 +50,12 @@ fn steps_track(n: usize) -> u64 {
     1_000_000 + n as u64
 }
 
+/// The track of the NVTX ranges of the `n`th process that made any (one
+/// row per thread, as the program's threads pushed them).
+fn ranges_track(n: usize) -> u64 {
+    2_000_000 + n as u64
+}
+
 /// Nanoseconds written as the format's microseconds, exactly.
 struct Micros(u64);
 
@@ -245,6 +251,7 @@ impl<W: Write> PerfettoWriter<W> {
             }
         }
         self.steps(a)?;
+        self.ranges(a)?;
         self.out.write_all(b"\n]}\n")?;
         self.out.flush()?;
         Ok(self.out)
@@ -275,6 +282,52 @@ impl<W: Write> PerfettoWriter<W> {
                     steps_track(n),
                     s.peak_bytes,
                     s.kept_bytes
+                );
+                self.event(&line)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each process's NVTX ranges (the instances the analysis lists) as
+    /// slices on a track of their own, a row per thread, nested as pushed;
+    /// its marks as instants.
+    fn ranges(&mut self, a: &Analysis) -> io::Result<()> {
+        for (n, p) in a.ranges.iter().enumerate() {
+            let line = format!(
+                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"NVTX ranges of pid {}\"}}}}",
+                ranges_track(n),
+                p.pid
+            );
+            self.event(&line)?;
+            for i in &p.instances {
+                // Still open when the trace ended: to the trace's end.
+                let end = i.end_ns.unwrap_or(a.timeline.end_ns);
+                let name = i
+                    .range
+                    .and_then(|r| p.ranges.get(r as usize))
+                    .map_or_else(|| "(not measured)".to_string(), |r| r.full_name());
+                let line = format!(
+                    "{{\"name\":{},\"cat\":\"nvtx\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{\"kept_bytes\":{},\"depth\":{},\"ended\":{}}}}}",
+                    json_str(&name),
+                    Micros(i.start_ns),
+                    Micros(end.saturating_sub(i.start_ns)),
+                    ranges_track(n),
+                    i.tid,
+                    i.kept_bytes,
+                    i.depth,
+                    i.end_ns.is_some()
+                );
+                self.event(&line)?;
+            }
+            for m in &p.marks {
+                let name = m.full_name();
+                let line = format!(
+                    "{{\"name\":{},\"cat\":\"nvtx\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{},\"pid\":{},\"tid\":{}}}",
+                    json_str(&name),
+                    Micros(m.time_ns),
+                    ranges_track(n),
+                    m.tid
                 );
                 self.event(&line)?;
             }

@@ -57,6 +57,9 @@ pub struct Analysis {
     /// The steps of each process that marked them (training iterations).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::ProcessSteps>,
+    /// The NVTX ranges and marks of each process that made any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<crate::ProcessRanges>,
 }
 
 /// A finding turned into the change a user would make (`change`), with

@@ -169,6 +169,24 @@ pub struct Budgets {
     /// By a piece of the command line (or executable name).
     #[serde(default)]
     pub process: BTreeMap<String, Limits>,
+    /// By NVTX range name ("forward", or "DOMAIN:NAME"), in every process.
+    #[serde(default)]
+    pub range: BTreeMap<String, RangeLimits>,
+}
+
+/// The limits of one NVTX range, over its instances in every process, in
+/// the terms that speak for a process (its tensors when the trace saw them,
+/// else its CUDA allocations).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RangeLimits {
+    /// The highest live bytes inside any instance.
+    pub max_peak: Option<ByteSize>,
+    /// The most an instance may rise above what was live when it began.
+    pub max_rise: Option<ByteSize>,
+    /// What the median instance may keep (live at its end minus at its
+    /// start).
+    pub max_kept: Option<ByteSize>,
 }
 
 impl Budgets {
@@ -191,6 +209,7 @@ impl Budgets {
         self.run.is_empty()
             && self.device.values().all(Limits::is_empty)
             && self.process.values().all(Limits::is_empty)
+            && self.range.values().all(|l| *l == RangeLimits::default())
     }
 
     /// Budgets that cannot mean anything, said in words.
@@ -257,6 +276,8 @@ pub enum Budget {
     MaxGrowth,
     MaxStepGrowth,
     MaxStepPeak,
+    MaxRise,
+    MaxKept,
 }
 
 impl fmt::Display for Budget {
@@ -276,6 +297,8 @@ impl fmt::Display for Budget {
             Budget::MaxGrowth => "max_growth",
             Budget::MaxStepGrowth => "max_step_growth",
             Budget::MaxStepPeak => "max_step_peak",
+            Budget::MaxRise => "max_rise",
+            Budget::MaxKept => "max_kept",
         })
     }
 }
@@ -291,6 +314,8 @@ pub enum Target {
         pid: u32,
         key: String,
     },
+    /// An NVTX range, by name, in every process.
+    Range(String),
 }
 
 impl fmt::Display for Target {
@@ -299,6 +324,7 @@ impl fmt::Display for Target {
             Target::Run => f.write_str("run"),
             Target::Device(d) => write!(f, "device {d}"),
             Target::Process { pid, key } => write!(f, "process {pid} ({key})"),
+            Target::Range(name) => write!(f, "range {name:?}"),
         }
     }
 }
@@ -316,6 +342,8 @@ pub enum UnmatchedBudget {
     Device(u32),
     /// `[process."KEY"]` where no process's command line contains KEY.
     Process(String),
+    /// `[range."NAME"]` where no process finished a range of that name.
+    Range(String),
 }
 
 /// What a figure counts.
@@ -473,6 +501,15 @@ pub enum Evidence {
     /// steps).
     StepPeak {
         worst: Option<StepsJudged>,
+    },
+    /// The process whose instances of the range gave the figure (the
+    /// worst), how many it finished, whether the figure is of tensors, and
+    /// the site that kept most over them.
+    Range {
+        pid: u32,
+        instances: u64,
+        tensors: bool,
+        kept_most: Option<Grew>,
     },
 }
 

@@ -7,7 +7,8 @@
 //! - [`budgets`]: the limits of `gmem-prof check` and each budget's outcome;
 //! - [`diff`]: the comparison of two runs and its verdicts;
 //! - the program's steps (training iterations), each one's peak and what it
-//!   kept by site (`ProcessSteps`);
+//!   kept by site (`ProcessSteps`); its NVTX ranges, each name's peak,
+//!   rise and kept bytes (`ProcessRanges`);
 //! - why figures may be short or uncertain, as facts (`InputWarning`,
 //!   `BlindSpot`, `NotProfiled`, `ProcessMessage`), worded by the reports;
 //! - the definitions the analysis and its readers share (the growth rule's
@@ -22,10 +23,15 @@ mod vocabulary;
 mod analysis;
 pub mod budgets;
 pub mod diff;
+mod ranges;
 mod reasons;
 mod steps;
 
 pub use analysis::*;
+pub use ranges::{
+    MarkAt, ProcessRanges, RangeFigures, RangeInstance, RangeMemory, MARKS_KEPT, RANGES_KEPT,
+    RANGE_NAMES,
+};
 pub use reasons::{
     BlindSpot, InputWarning, MessageLevel, NotProfiled, ProcessMessage, UnprofiledPart,
 };

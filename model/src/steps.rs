@@ -27,6 +27,9 @@ vocabulary! {
         Program => "program",
         /// Both, in one process.
         Both => "optimizer and program",
+        /// The ends of an NVTX range's instances (`--step-range`; its name
+        /// is `ProcessSteps::range`).
+        Range => "NVTX range",
     }
 }
 
@@ -35,6 +38,9 @@ vocabulary! {
 pub struct ProcessSteps {
     pub pid: u32,
     pub marked_by: StepSource,
+    /// The NVTX range whose instances are the steps (`--step-range`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<String>,
     /// Steps the process finished.
     pub count: u64,
     /// Each step, the first `STEPS_KEPT`.

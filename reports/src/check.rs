@@ -127,6 +127,23 @@ pub fn summary(o: &Outcome) -> String {
         }
         Evidence::StepGrowth { worst, .. } => steps_summary(o, worst.as_ref(), true),
         Evidence::StepPeak { worst } => steps_summary(o, worst.as_ref(), false),
+        Evidence::Range {
+            pid,
+            instances,
+            tensors,
+            ..
+        } => format!(
+            "{} ({instances} instance(s) in process {pid}): {} {} ({fig_b} bytes){}; {}",
+            o.target,
+            match o.budget {
+                Budget::MaxRise => "rose at most",
+                Budget::MaxKept => "the median instance kept",
+                _ => "went up to",
+            },
+            bytes(fig_b),
+            if *tensors { " of tensors" } else { "" },
+            budget()
+        ),
         Evidence::None => format!("{} {}: {figure} against {limit}", o.budget, o.target),
     }
 }
@@ -257,6 +274,16 @@ pub fn details(o: &Outcome) -> Vec<String> {
         | Evidence::Pinned { .. }
         | Evidence::StepPeak { .. }
         | Evidence::None => Vec::new(),
+        Evidence::Range { kept_most, .. } => kept_most
+            .iter()
+            .map(|g| {
+                format!(
+                    "kept most over its instances: {} at {}",
+                    bytes(g.bytes),
+                    g.label
+                )
+            })
+            .collect(),
     }
 }
 

@@ -568,6 +568,7 @@ pub(crate) fn answers(a: &Analysis, _: &[Chart]) -> Markup {
             }
             li { a href="#leaks" { "Growth" } ": " (growth_answer(a)) "." }
             (crate::steps::answer(a))
+            (crate::ranges::answer(a))
             li {
                 a href="#oom" { "Out of memory" } ": "
                 @if a.ooms.is_empty() && a.ooms_reached_program() == 0 {

@@ -24,6 +24,7 @@ mod framework;
 mod html;
 mod outline;
 mod pools;
+mod ranges;
 pub mod reasons;
 pub mod remedies;
 pub mod runs;

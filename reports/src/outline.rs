@@ -50,7 +50,7 @@ pub(crate) struct Section {
     pub html: Option<Html>,
 }
 
-pub(crate) const OUTLINE: [Section; 11] = [
+pub(crate) const OUTLINE: [Section; 12] = [
     Section {
         name: "headline: not profiled, why it ran out, what to change",
         text: Some(text::headline),
@@ -75,6 +75,11 @@ pub(crate) const OUTLINE: [Section; 11] = [
         name: "the program's steps: what the first kept, what each keeps",
         text: Some(crate::steps::text),
         html: Some(crate::steps::html),
+    },
+    Section {
+        name: "the program's NVTX ranges: what each takes and keeps",
+        text: Some(crate::ranges::text),
+        html: Some(crate::ranges::html),
     },
     Section {
         name: "top allocation sites",

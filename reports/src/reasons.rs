@@ -120,5 +120,8 @@ pub fn unmatched_budget(u: &UnmatchedBudget) -> String {
         UnmatchedBudget::Process(key) => format!(
             "the budget for process {key:?} checks nothing: no process's command line contains it"
         ),
+        UnmatchedBudget::Range(name) => format!(
+            "the budget for range {name:?} checks nothing: no process finished an NVTX range of that name (is the program recorded with its NVTX ranges, and is the name exact?)"
+        ),
     }
 }

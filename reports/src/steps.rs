@@ -41,10 +41,13 @@ fn step_words(peak: u64, kept: i64, tensors: Option<(u64, i64)>) -> String {
 
 fn head(p: &ProcessSteps) -> String {
     format!(
-        "pid {}: {} steps, marked by the {}{}",
+        "pid {}: {} steps, marked by the {}{}{}",
         p.pid,
         p.count,
         p.marked_by,
+        p.range
+            .as_ref()
+            .map_or(String::new(), |r| format!(" \"{r}\"")),
         if p.count as usize > p.steps.len() {
             format!(" (the first {} listed)", p.steps.len())
         } else {

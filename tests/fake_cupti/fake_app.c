@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "../../collector/include/gmem_prof.h"
+/* NVTX3 as NVIDIA ships it (header only; nvtx3/LICENSE.txt). */
+#include "nvtx3/nvToolsExt.h"
 
 uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
@@ -70,12 +72,91 @@ NOINLINE void *thread_worker(void *arg) {
     return NULL;
 }
 
+NOINLINE void *io_worker(void *arg) {
+    (void)arg;
+    nvtxRangePushA("io");
+    uint64_t p = site_alpha(256 << 10);
+    fake_cuMemFree(p, 256 << 10);
+    nvtxRangePop();
+    return NULL;
+}
+
+struct epoch { nvtxDomainHandle_t domain; nvtxRangeId_t id; };
+
+NOINLINE void *epoch_ender(void *arg) {
+    struct epoch *e = arg;
+    nvtxDomainRangeEnd(e->domain, e->id);
+    return NULL;
+}
+
+/* nvtx: ranges and marks as NVTX3 programs make them. A range pushed before
+ * CUDA started ("before_cuda", not recorded); 8 iterations of a pushed
+ * "step" holding a pushed "forward" (keeps 2 MiB at site_alpha, frees a
+ * 1 MiB temporary of site_beta) and "backward" (frees forward's 2 MiB and
+ * keeps 1 MiB at site_beta, for good); a started range "epoch" of the
+ * domain "trainer", named by a registered string, around them all and
+ * ended by another thread; a thread's own pushed "io" (256 KiB made and
+ * freed); marks "begin" (text) and "done" (wide text, in "trainer").
+ * Prints what the first iteration's pushes and pop returned. */
+static int nvtx_scenario(void) {
+    /* What NVTX's calls return (the tool's answers; -2 with no tool). */
+    printf("before_cuda popped at %d\n", nvtxRangePop());
+    nvtxMarkA("begin");
+    nvtxDomainHandle_t trainer = nvtxDomainCreateA("trainer");
+    nvtxEventAttributes_t a = {0};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    a.message.registered = nvtxDomainRegisterStringA(trainer, "epoch");
+    struct epoch e = {trainer, nvtxDomainRangeStartEx(trainer, &a)};
+    pthread_t io;
+    pthread_create(&io, NULL, io_worker, NULL);
+    pthread_join(io, NULL);
+    for (int i = 0; i < 8; i++) {
+        int step = nvtxRangePushA("step");
+        int forward = nvtxRangePushA("forward");
+        uint64_t activation = site_alpha(2 << 20);
+        uint64_t temporary = site_beta(1 << 20);
+        fake_cuMemFree(temporary, 1 << 20);
+        nvtxRangePop();
+        nvtxRangePushA("backward");
+        fake_cuMemFree(activation, 2 << 20);
+        site_beta(1 << 20); /* kept for good */
+        nvtxRangePop();
+        int popped = nvtxRangePop();
+        if (i == 0) printf("depths: step %d, forward %d, step popped at %d\n", step, forward, popped);
+    }
+    pthread_t ender;
+    pthread_create(&ender, NULL, epoch_ender, &e);
+    pthread_join(ender, NULL);
+    a.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+    a.message.unicode = L"done";
+    nvtxDomainMarkEx(trainer, &a);
+    return 0;
+}
+
 static volatile sig_atomic_t got_signal;
 static void on_signal(int s) { got_signal = s; }
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "nvtx")) nvtxRangePushA("before_cuda");
     if (fake_cuInit() < 0) return 20;
+    if (!strcmp(mode, "nvtx")) return nvtx_scenario();
+    if (!strcmp(mode, "nvtx_bench")) {
+        /* ns per NVTX push and pop pair, measured inside the program. */
+        long n = argc > 2 ? atol(argv[2]) : 100000;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long i = 0; i < n; i++) {
+            nvtxRangePushA("bench");
+            nvtxRangePop();
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+        printf("%.1f ns per push+pop\n", ns / n);
+        return 0;
+    }
     if (!strcmp(mode, "basic")) {
         basic();
         return argc > 2 ? atoi(argv[2]) : 0;

@@ -18,8 +18,8 @@ code), `os_exit` (allocations, then os._exit), `fork_workers` (multiprocessing
 workers started by fork that use CUDA), `pools` (JAX's and CuPy's pools, from the
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
 `cupy_kept` / `cupy_freed` (CuPy's pool growing with arrays kept, or with its
-cache alone) or `steps` (training steps marked by a stand-in optimizer, then
-by the program)."""
+cache alone), `steps` (training steps marked by a stand-in optimizer, then
+by the program) or `nvtx` (ranges of the `nvtx` package)."""
 
 import asyncio
 import contextlib
@@ -239,6 +239,25 @@ def step_bench(library, n):
     print("%.2f us per optimizer step, its hook included" % ((time.perf_counter() - t) / n * 1e6))
 
 
+def nvtx_ranges(library):
+    """NVTX ranges from the `nvtx` package: 6 iterations, each an
+    `annotate("step", domain="train")` holding a pushed "forward" that
+    keeps a 2 MiB tensor and frees a 4 MiB one, then a mark."""
+    import nvtx
+
+    c10 = load_c10(library)
+    kept = []
+    for _ in range(6):
+        with nvtx.annotate("step", domain="train"):
+            nvtx.push_range("forward")
+            activation = c10.fake_torch_malloc(4 << 20)  # line:range_activation
+            kept.append(c10.fake_torch_malloc(2 << 20))  # line:range_kept
+            c10.fake_torch_free(activation)
+            nvtx.pop_range()
+        nvtx.mark("iteration")
+    return kept
+
+
 def cupy_loop(keep):
     """CuPy's pool taking a 1 MiB chunk from CUDA at each of 60 steps, for
     an array the loop keeps (`keep`: CuPy's own count of arrays in use
@@ -399,6 +418,8 @@ elif sys.argv[2:3] == ["os_exit"]:
     os_exit()
 elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
+elif sys.argv[2:3] == ["nvtx"]:
+    kept = nvtx_ranges(sys.argv[3])
 elif sys.argv[2:3] == ["step_bench"]:
     step_bench(sys.argv[3], int(sys.argv[4]))
 elif sys.argv[2:3] == ["fork_workers"]:

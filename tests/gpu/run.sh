@@ -2,7 +2,7 @@
 # Records the CUDA test programs (and PyTorch/CuPy programs) on the GPU machine
 # with the real CLI and checks every expected figure from the traces.
 #
-#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch framework fixtures jax
+#   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch steps framework fixtures jax
 #                                   deviceview ums pools remedies
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
@@ -115,6 +115,26 @@ torch_phase() {
     "$GMEM" dump "$WORK/traces/torch_profiler.bin" | grep -E " message | process_end" | cut -c1-300 | sed 's/^/    /'
     record cupy python3 "$ROOT/tests/gpu/cupy_arrays.py"
     "$GMEM" dump "$WORK/traces/cupy.bin" | awk '{print $2, $4}' | sort | uniq -c | sort -rn | head -12 | sed 's/^/    /'
+}
+
+# Steps and NVTX ranges of real PyTorch programs, against PyTorch's own
+# figures (torch_steps.py, torch_ranges.py), and what a torch.cuda.nvtx
+# push+pop pair costs recorded, recorded with --no-nvtx, and plain.
+steps_phase() {
+    note "steps and ranges"
+    record torch_steps python3 "$ROOT/tests/gpu/torch_steps.py" "$WORK/torch_steps.json"
+    "$GMEM" export -q --format json -o "$WORK/torch_steps.analysis.json" "$WORK/traces/torch_steps.bin"
+    (cd "$ROOT/tests/gpu" && python3 steps_check.py "$WORK/torch_steps.analysis.json" "$WORK/torch_steps.json") || FAILED=1
+    record torch_ranges python3 "$ROOT/tests/gpu/torch_ranges.py" "$WORK/torch_ranges.json"
+    "$GMEM" export -q --format json -o "$WORK/torch_ranges.analysis.json" "$WORK/traces/torch_ranges.bin"
+    "$GMEM" export -q --format json --step-range iteration -o "$WORK/torch_ranges.steps.json" "$WORK/traces/torch_ranges.bin"
+    (cd "$ROOT/tests/gpu" && python3 ranges_check.py "$WORK/torch_ranges.analysis.json" "$WORK/torch_ranges.json" "$WORK/torch_ranges.steps.json") || FAILED=1
+    "$GMEM" report "$WORK/traces/torch_ranges.bin" -o "$WORK/reports/torch_ranges" 2>&1 | sed -n '/^ranges of/,/^$/p' | sed 's/^/    /'
+    for i in 1 2 3; do
+        RECORD_FLAGS=--no-nvtx record torch_ranges_nonvtx python3 "$ROOT/tests/gpu/torch_ranges.py" "$WORK/torch_ranges_nonvtx.json"
+        (cd "$ROOT/tests/gpu" && python3 torch_ranges.py "$WORK/torch_ranges_plain.json" | sed 's/^/    plain: /')
+        record torch_ranges_again python3 "$ROOT/tests/gpu/torch_ranges.py" "$WORK/torch_ranges_again.json"
+    done
 }
 
 framework() {
@@ -330,6 +350,7 @@ for phase in $PHASES; do
         programs) programs ;;
         killed) killed ;;
         torch) torch_phase ;;
+        steps) steps_phase ;;
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;

@@ -34,6 +34,11 @@ pub const DEVICE_VIEW: &str = "GMEM_PROF_DEVICE_VIEW";
 /// Path of the libnvidia-ml to load. Default: the driver's
 /// `libnvidia-ml.so.1` on the linker's path.
 pub const NVML: &str = "GMEM_PROF_NVML";
+/// "0": do not record the program's NVTX ranges and marks.
+pub const NVTX: &str = "GMEM_PROF_NVTX";
+/// NVTX's own variable: the library its headers load as their tool on the
+/// first NVTX call. `record` points it at the collector.
+pub const NVTX_INJECTION: &str = "NVTX_INJECTION64_PATH";
 /// "1" makes the collector do nothing in this process.
 pub const DISABLE: &str = "GMEM_PROF_DISABLE";
 /// Set by `gmem-prof record`: the collector then leaves messages to the CLI

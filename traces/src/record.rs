@@ -65,6 +65,9 @@ pub mod tag {
     pub const POOL_USAGE: u8 = 20;
     pub const KERNEL_LAUNCH: u8 = 21;
     pub const STEP: u8 = 22;
+    pub const RANGE_BEGIN: u8 = 23;
+    pub const RANGE_END: u8 = 24;
+    pub const MARK: u8 = 25;
 }
 
 /// One kind of record's body: written, read and dumped in one place,
@@ -166,6 +169,9 @@ record_kinds! {
     CallDevice(CallDevice) = CALL_DEVICE,
     PoolUsage(PoolUsage) = POOL_USAGE,
     Step(Step) = STEP,
+    RangeBegin(RangeBegin) = RANGE_BEGIN,
+    RangeEnd(RangeEnd) = RANGE_END,
+    Mark(Mark) = MARK,
 }
 
 /// Who the process was. One per process stream, first in the stream.
@@ -1517,6 +1523,135 @@ pub mod step {
     pub const OPTIMIZER: u8 = 1;
     /// The program called `gmem_prof.step()` or `gmem_prof_step`.
     pub const PROGRAM: u8 = 2;
+}
+
+/// A range of the program's own began (NVTX: `nvtxRangePush*`,
+/// `nvtxRangeStart*` and their domain forms; `torch.cuda.nvtx`, the `nvtx`
+/// Python package). `id` (1, 2, … in the process) is what its
+/// `RangeEnd` names. `domain` and `name` are `String` ids; domain 0 is
+/// NVTX's default domain (no domain).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct RangeBegin {
+    pub time: Nanos,
+    pub tid: u32,
+    pub id: u64,
+    pub domain: StringId,
+    pub name: StringId,
+    /// `range::PUSHED` (nested on its thread: `depth` ranges of its
+    /// domain were open on the thread when it was pushed) or
+    /// `range::STARTED` (may end on another thread; `depth` 0).
+    pub kind: u8,
+    pub depth: u32,
+}
+
+impl Kind for RangeBegin {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        put_time(e, self.time, base);
+        e.var(self.tid.into());
+        e.var(self.id);
+        e.var(self.domain.0.into());
+        e.var(self.name.0.into());
+        e.u8(self.kind);
+        e.var(self.depth.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(RangeBegin {
+            time: get_time(d, base)?,
+            tid: d.var32()?,
+            id: d.var()?,
+            domain: StringId(d.var32()?),
+            name: StringId(d.var32()?),
+            kind: d.u8()?,
+            depth: d.var32()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let r = self;
+        write!(
+            l,
+            "range_begin t={} tid={} id={} domain={} name={} kind={} depth={}",
+            r.time.0, r.tid, r.id, r.domain.0, r.name.0, r.kind, r.depth
+        )
+    }
+}
+
+/// `RangeBegin`'s kinds.
+pub mod range {
+    /// `nvtxRangePush*`: ended by the same thread's pop, innermost first.
+    pub const PUSHED: u8 = 1;
+    /// `nvtxRangeStart*`: ended by `nvtxRangeEnd` with its id, from any
+    /// thread.
+    pub const STARTED: u8 = 2;
+}
+
+/// The range `id` ended (`nvtxRangePop`, `nvtxRangeEnd`), on thread `tid`.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct RangeEnd {
+    pub time: Nanos,
+    pub tid: u32,
+    pub id: u64,
+}
+
+impl Kind for RangeEnd {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        put_time(e, self.time, base);
+        e.var(self.tid.into());
+        e.var(self.id);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(RangeEnd {
+            time: get_time(d, base)?,
+            tid: d.var32()?,
+            id: d.var()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let r = self;
+        write!(l, "range_end t={} tid={} id={}", r.time.0, r.tid, r.id)
+    }
+}
+
+/// An instant the program marked (NVTX: `nvtxMark*`, `nvtxDomainMarkEx`).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct Mark {
+    pub time: Nanos,
+    pub tid: u32,
+    pub domain: StringId,
+    pub name: StringId,
+}
+
+impl Kind for Mark {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        put_time(e, self.time, base);
+        e.var(self.tid.into());
+        e.var(self.domain.0.into());
+        e.var(self.name.0.into());
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(Mark {
+            time: get_time(d, base)?,
+            tid: d.var32()?,
+            domain: StringId(d.var32()?),
+            name: StringId(d.var32()?),
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let m = self;
+        write!(
+            l,
+            "mark t={} tid={} domain={} name={}",
+            m.time.0, m.tid, m.domain.0, m.name.0
+        )
+    }
 }
 
 /// The collector shut down cleanly in this process.

@@ -284,6 +284,37 @@ fn record() -> impl Strategy<Value = Record> {
         (
             any::<u64>(),
             any::<u32>(),
+            any::<u64>(),
+            any::<[u32; 4]>(),
+            any::<u8>()
+        )
+            .prop_map(|(t, tid, id, n, kind)| Record::RangeBegin(RangeBegin {
+                time: Nanos(t),
+                tid,
+                id,
+                domain: StringId(n[0]),
+                name: StringId(n[1]),
+                kind,
+                depth: n[2],
+            })),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(t, tid, id)| Record::RangeEnd(
+            RangeEnd {
+                time: Nanos(t),
+                tid,
+                id
+            }
+        )),
+        (any::<u64>(), any::<u32>(), any::<[u32; 2]>()).prop_map(|(t, tid, n)| Record::Mark(
+            Mark {
+                time: Nanos(t),
+                tid,
+                domain: StringId(n[0]),
+                name: StringId(n[1]),
+            }
+        )),
+        (
+            any::<u64>(),
+            any::<u32>(),
             proptest::collection::vec((s(), s(), any::<u32>(), any::<u32>()), 0..4)
         )
             .prop_map(|(a, m, fr)| Record::Symbol(SymbolInfo {

@@ -11,6 +11,7 @@ mod frameworks_at_peak;
 mod growth;
 mod ooms;
 mod processes;
+mod ranges;
 mod sites;
 mod steps;
 mod warnings;
@@ -44,6 +45,7 @@ pub fn build(
             framework_pools: Vec::new(),
             remedies: Vec::new(),
             steps: Vec::new(),
+            ranges: Vec::new(),
         };
         return Ok((analysis, SiteIds::default()));
     };
@@ -67,6 +69,7 @@ pub fn build(
     summary.dropped_records = processes.iter().map(|p| p.dropped_records).sum();
     warnings::add_sweep_warnings(&mut summary, &engine);
     let steps = steps::process_steps(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
+    let ranges = ranges::process_ranges(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
     for o in &mut ooms {
         o.step = steps::step_of(&steps, o.pid, o.time_ns);
     }
@@ -99,6 +102,7 @@ pub fn build(
         framework_pools,
         remedies: Vec::new(),
         steps,
+        ranges,
     };
     analysis.remedies = crate::remedies::remedies(&analysis);
     Ok((analysis, site_ids))

@@ -23,7 +23,7 @@ fn add_kept(rows: &mut Vec<SiteKept>, site: u32, bytes: i64) {
 
 /// (raw site, bytes) rows under the report's ids, summed, the largest
 /// change first.
-fn kept_by_site(raw: &[(u32, i64)], id: impl Fn(u32) -> Option<u32>) -> Vec<SiteKept> {
+pub(super) fn kept_by_site(raw: &[(u32, i64)], id: impl Fn(u32) -> Option<u32>) -> Vec<SiteKept> {
     let mut out: Vec<SiteKept> = Vec::new();
     for &(site, bytes) in raw {
         if let Some(site) = id(site) {
@@ -92,10 +92,12 @@ pub fn process_steps(
             .iter()
             .find(|s| st.peak_time <= s.end)
             .map(|s| s.number);
+        let by_range = steps.sources & (1 << crate::steps::RANGE_SOURCE) != 0;
         let marked_by = match (
             steps.sources & (1 << step::OPTIMIZER) != 0,
             steps.sources & (1 << step::PROGRAM) != 0,
         ) {
+            _ if by_range => StepSource::Range,
             (true, true) => StepSource::Both,
             (true, false) => StepSource::Optimizer,
             _ => StepSource::Program,
@@ -104,6 +106,13 @@ pub fn process_steps(
         out.push(ProcessSteps {
             pid: st.pid(),
             marked_by,
+            range: by_range
+                .then_some(engine.step_range.as_ref())
+                .flatten()
+                .map(|(domain, name)| match domain {
+                    Some(d) => format!("{d}:{name}"),
+                    None => name.clone(),
+                }),
             count: steps.count,
             steps: list,
             steady,

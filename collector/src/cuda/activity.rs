@@ -96,7 +96,7 @@ impl Collector {
     unsafe fn take_activity(&self, buffer: *mut u8, valid: usize) {
         let mut out = Vec::new();
         let mut devices = Vec::new();
-        let Ok(mut names) = self.kernel_names.lock() else {
+        let Ok(mut names) = self.names.lock() else {
             return;
         };
         // Only a CUPTI whose release is known is ever enabled.

@@ -568,7 +568,7 @@ impl Collector {
         // SAFETY: the caller's promise.
         let text = unsafe { std::ffi::CStr::from_ptr(symbol) };
         let mut defs = Vec::new();
-        let id = match self.kernel_names.lock() {
+        let id = match self.names.lock() {
             Ok(mut names) => names.intern(&text.to_string_lossy(), &mut defs),
             Err(_) => return StringId(0),
         };

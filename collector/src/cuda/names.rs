@@ -1,11 +1,12 @@
-//! Kernel names, each written into the trace once per process.
+//! Strings written into the trace once per process (`String` records):
+//! kernel names, and NVTX domains and range names.
 
 use std::collections::HashMap;
 
 use gmem_prof_traces::record::{StringDef, StringId};
 use gmem_prof_traces::Record;
 
-/// Interns kernel names so each is written once per process.
+/// Interns names so each is written once per process.
 #[derive(Default)]
 pub struct Names {
     ids: HashMap<String, StringId>,
