@@ -3,19 +3,27 @@
 // site, bytes then, and stack. Drag across the chart: zoom to that span;
 // double-click: the whole run. OOMs are red lines, the peak a red dot,
 // kernels at the peak ticks under the axis; the program's steps a strip
-// under the kernels' (pointer: the step's figures). No network, no library. Each
+// under the kernels' (pointer: the step's figures), its NVTX ranges lanes
+// under that, one per nesting depth (pointer: the instance's figures). No
+// network, no library. Each
 // band is a path (data-band) whose upper edge runs left to right and lower
 // edge back: the browser test reads the chart from that alone.
 (function () {
   "use strict";
   var NS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bbbbbb"];
-  var W = 960, H = 330, L = 84, R = 16, T = 16, B = 46;
+  // AXIS: the time axis's y; what lies under it (the strips, the time
+  // labels) sets each chart's height.
+  var W = 960, L = 84, R = 16, T = 16, AXIS = 284;
   // The kernel strip: under the plot, above the time labels; the steps'
-  // strip under it, when the program marked steps.
-  var STRIP = 10, STEPS = 9;
-  function stepsTop() { return H - B + STRIP + 2; }
-  function labelsY(data) { return H - B + STRIP + 18 + (data.steps ? STEPS : 0); }
+  // strip under it, when the program marked steps; then a lane of ranges
+  // per nesting depth drawn.
+  var STRIP = 10, STEPS = 9, LANE = 8;
+  function stepsTop() { return AXIS + STRIP + 2; }
+  function rangesTop(data) { return stepsTop() + (data.steps ? STEPS : 0); }
+  function lanes(data) { return data.range_lanes || 0; }
+  function labelsY(data) { return rangesTop(data) + lanes(data) * LANE + 16; }
+  function height(data) { return labelsY(data) + 9; }
 
   function bytes(b) {
     var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0;
@@ -60,7 +68,7 @@
     return {
       ymax: ymax,
       x: function (i) { return L + (i - view.from) / Math.max(1, view.to - view.from - 1) * (W - L - R); },
-      y: function (v) { return H - B - v / ymax * (H - T - B); }
+      y: function (v) { return AXIS - v / ymax * (AXIS - T); }
     };
   }
 
@@ -78,8 +86,8 @@
   }
 
   function drawAxes(svg, chart, view, s) {
-    el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#444", "data-axis": "time" }, svg);
-    el("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#444" }, svg);
+    el("line", { x1: L, y1: AXIS, x2: W - R, y2: AXIS, stroke: "#444", "data-axis": "time" }, svg);
+    el("line", { x1: L, y1: T, x2: L, y2: AXIS, stroke: "#444" }, svg);
     for (var k = 0; k <= 4; k++) {
       var v = s.ymax / 1.08 * k / 4;
       var t = el("text", { x: L - 6, y: s.y(v) + 4, "text-anchor": "end", "font-size": "11" }, svg);
@@ -99,7 +107,7 @@
     for (j = view.from; j < view.to; j++) {
       var c = counts[j] || 0;
       if (!c) continue;
-      el("rect", { x: s.x(j) - bw / 2, y: H - B + 3, width: bw, height: STRIP - 2, fill: "#666",
+      el("rect", { x: s.x(j) - bw / 2, y: AXIS + 3, width: bw, height: STRIP - 2, fill: "#666",
         "fill-opacity": (0.15 + 0.85 * Math.log(1 + c) / Math.log(1 + kmax)).toFixed(2) }, svg);
     }
   }
@@ -113,6 +121,30 @@
       el("rect", { x: s.x(a), y: stepsTop(), width: Math.max(0.5, s.x(b) - s.x(a)), height: STEPS - 1,
         fill: k % 2 ? "#6f8fb8" : "#a9c0dd", "data-step": st.n }, svg);
     });
+  }
+
+  // Each range instance as a span of its depth's lane, shaded by name.
+  function drawRangeLanes(svg, chart, view, s) {
+    var data = chart.data, top = rangesTop(data);
+    (data.ranges || []).forEach(function (r) {
+      var a = Math.max(view.from, r.t0 / data.bucket_s), b = Math.min(view.to - 1, r.t1 / data.bucket_s);
+      if (b < a) return;
+      el("rect", { x: s.x(a), y: top + r.depth * LANE, width: Math.max(0.5, s.x(b) - s.x(a)), height: LANE - 1,
+        fill: COLORS[r.name_index % 8], "fill-opacity": "0.6", stroke: "#fff", "stroke-width": "0.5",
+        "data-range": r.name, "data-depth": r.depth }, svg);
+    });
+  }
+
+  // The range of lane `depth` at moment t (seconds), as `stepAt` finds steps.
+  function rangeAt(data, depth, t, slack) {
+    var ranges = data.ranges || [], best = null, gap = slack;
+    for (var k = 0; k < ranges.length; k++) {
+      if (ranges[k].depth !== depth) continue;
+      var d = t < ranges[k].t0 ? ranges[k].t0 - t : t > ranges[k].t1 ? t - ranges[k].t1 : 0;
+      if (d <= gap) { best = ranges[k]; gap = d; }
+      if (d === 0) break;
+    }
+    return best;
   }
 
   // The step at moment t (seconds): the one holding it, else the nearest
@@ -134,11 +166,11 @@
     var inView = function (i) { return i >= view.from && i <= view.to - 1; };
     data.ooms.forEach(function (o) {
       var i = at(o.t);
-      if (inView(i)) el("line", { x1: s.x(i), y1: T, x2: s.x(i), y2: H - B, stroke: "#d00", "stroke-width": "1.5", "data-oom": o.label }, svg);
+      if (inView(i)) el("line", { x1: s.x(i), y1: T, x2: s.x(i), y2: AXIS, stroke: "#d00", "stroke-width": "1.5", "data-oom": o.label }, svg);
     });
     data.kernels.forEach(function (k) {
       var i = at(k.t);
-      if (inView(i)) el("line", { x1: s.x(i), y1: H - B, x2: s.x(i), y2: H - B + 6, stroke: "#555", "data-kernel": k.name }, svg);
+      if (inView(i)) el("line", { x1: s.x(i), y1: AXIS, x2: s.x(i), y2: AXIS + 6, stroke: "#555", "data-kernel": k.name }, svg);
     });
     var p = at(data.peak.t);
     if (inView(p)) el("circle", { cx: s.x(p), cy: s.y(data.peak.bytes), r: 4, fill: "#d00", "data-peak": "" }, svg);
@@ -151,20 +183,27 @@
     drawAxes(svg, chart, view, s);
     drawKernelStrip(svg, chart, view, s);
     drawStepStrip(svg, chart, view, s);
+    drawRangeLanes(svg, chart, view, s);
     drawMarks(svg, chart, view, s);
     return s;
   }
 
   // What is under a point of the chart, in its own units: a band at a
-  // bucket, the kernel strip at a bucket, a step, or nothing.
+  // bucket, the kernel strip at a bucket, a step, a range, or nothing.
   function hit(chart, view, s, px, py) {
+    var data = chart.data;
     var j = Math.round(view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1));
     if (j < view.from || j >= view.to) return null;
-    if (py > H - B && py <= stepsTop()) return { bucket: j, kernels: chart.data.kernel_counts[j] || 0 };
-    if (py > stepsTop() && py <= stepsTop() + STEPS) {
-      var at = (view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1)) * chart.data.bucket_s;
-      var st = stepAt(chart.data, at, chart.data.bucket_s / 2);
+    var at = (view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1)) * data.bucket_s;
+    if (py > AXIS && py <= stepsTop()) return { bucket: j, kernels: data.kernel_counts[j] || 0 };
+    if (data.steps && py > stepsTop() && py <= stepsTop() + STEPS) {
+      var st = stepAt(data, at, data.bucket_s / 2);
       return st ? { bucket: j, step: st } : null;
+    }
+    var lane = Math.floor((py - rangesTop(data)) / LANE);
+    if (py > rangesTop(data) && lane < lanes(data)) {
+      var r = rangeAt(data, lane, at, data.bucket_s / 2);
+      return r ? { bucket: j, range: r } : null;
     }
     for (var b = 0; b < chart.bands.length; b++) {
       var y0 = s.y(chart.tops[j][b]), y1 = s.y(chart.tops[j][b + 1]);
@@ -181,12 +220,19 @@
       (st.tensors_kept === undefined ? "" : "; tensors: peak " + bytes(st.tensors_peak) + ", kept " + kept(st.tensors_kept));
   }
 
+  // A range instance's figures, in one line.
+  function rangeWords(r) {
+    var kept = r.kept < 0 ? "-" + bytes(-r.kept) : "+" + bytes(r.kept);
+    return r.name + " (pid " + r.pid + ", thread " + r.tid + ", depth " + r.depth + "): " + seconds(r.t0) +
+      " to " + (r.open ? "the end, never ended" : seconds(r.t1)) + ", CUDA memory kept " + kept;
+  }
+
   // The tooltip for what `hit` found.
   function show(tip, chart, h) {
     var data = chart.data, step = data.bucket_s;
-    if (h && h.step) {
+    if (h && (h.step || h.range)) {
       tip.hidden = false;
-      tip.textContent = stepWords(h.step);
+      tip.textContent = h.step ? stepWords(h.step) : rangeWords(h.range);
       return;
     }
     if (h && h.kernels !== undefined) {
@@ -217,6 +263,7 @@
     chart.data = data;
     var n = data.buckets;
     var view = { from: 0, to: n };
+    var H = height(data);
     var svg = el("svg", { viewBox: "0 0 " + W + " " + H, width: "100%", role: "img" }, null);
     box.insertBefore(svg, box.firstChild);
     var tip = box.querySelector(".tip");
@@ -232,8 +279,8 @@
     svg.addEventListener("pointerdown", function (ev) { dragFrom = local(ev)[0]; });
     svg.addEventListener("pointerup", function (ev) {
       if (dragFrom === null) return;
-      var a = hit(chart, view, s, Math.min(dragFrom, local(ev)[0]), H - B);
-      var b = hit(chart, view, s, Math.max(dragFrom, local(ev)[0]), H - B);
+      var a = hit(chart, view, s, Math.min(dragFrom, local(ev)[0]), AXIS);
+      var b = hit(chart, view, s, Math.max(dragFrom, local(ev)[0]), AXIS);
       dragFrom = null;
       if (a && b && b.bucket - a.bucket >= 2) zoom({ from: a.bucket, to: b.bucket + 1 });
     });

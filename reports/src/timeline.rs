@@ -33,6 +33,92 @@ struct Data {
     /// strip under the axis; absent without steps.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     steps: Vec<StepBand>,
+    /// The program's NVTX range instances of the processes drawn, one lane
+    /// per nesting depth (`range_lanes` of them); absent without ranges.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ranges: Vec<RangeBand>,
+    #[serde(skip_serializing_if = "is_zero")]
+    range_lanes: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Range lanes drawn: deeper instances are left to Perfetto's view.
+const RANGE_LANES: u32 = 3;
+/// Range instances drawn per chart (the first, in the order they began).
+const RANGES_DRAWN: usize = 5_000;
+
+/// One range instance: its span (seconds), lane and figures, for its
+/// tooltip.
+#[derive(Serialize)]
+struct RangeBand {
+    pid: u32,
+    tid: u32,
+    depth: u32,
+    name: String,
+    /// Which name, for its shade.
+    name_index: u32,
+    t0: f64,
+    t1: f64,
+    /// Still open when the trace ended (drawn to the end).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    open: bool,
+    kept: i64,
+}
+
+/// The range instances of the processes `of` accepts, as the lanes draw
+/// them, how many lanes they take, and words for what is not drawn.
+fn range_bands(a: &Analysis, of: impl Fn(u32) -> bool) -> (Vec<RangeBand>, u32, String) {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let end = a.timeline.end_ns.saturating_sub(a.timeline.start_ns);
+    let processes: Vec<_> = a.ranges.iter().filter(|p| of(p.pid)).collect();
+    let band = |p: &gmem_prof_model::ProcessRanges, i: &gmem_prof_model::RangeInstance| {
+        let figures = i.range.and_then(|r| p.ranges.get(r as usize));
+        RangeBand {
+            pid: p.pid,
+            tid: i.tid,
+            depth: i.depth,
+            name: figures.map_or("(a range not measured)".into(), |f| f.full_name()),
+            name_index: i.range.unwrap_or(u32::MAX),
+            t0: secs(i.start_ns),
+            t1: secs(i.end_ns.unwrap_or(end)),
+            open: i.end_ns.is_none(),
+            kept: i.kept_bytes,
+        }
+    };
+    let bands: Vec<RangeBand> = processes
+        .iter()
+        .flat_map(|p| {
+            p.instances
+                .iter()
+                .filter(|i| i.depth < RANGE_LANES)
+                .map(move |i| band(p, i))
+        })
+        .take(RANGES_DRAWN)
+        .collect();
+    let lanes = bands.iter().map(|b| b.depth + 1).max().unwrap_or(0);
+    let all: u64 = processes
+        .iter()
+        .map(|p| p.ranges.iter().map(|r| r.instances).sum::<u64>() + p.other_instances)
+        .sum();
+    let deeper = processes
+        .iter()
+        .any(|p| p.instances.iter().any(|i| i.depth >= RANGE_LANES));
+    let mut note = String::new();
+    if all > bands.len() as u64 && (bands.len() == RANGES_DRAWN || deeper) {
+        note = format!(
+            " The range lanes draw {} of the {all} instances (the first ones{}).",
+            bands.len(),
+            if deeper {
+                format!(", nested at most {RANGE_LANES} deep")
+            } else {
+                String::new()
+            }
+        );
+    }
+    (bands, lanes, note)
 }
 
 /// One step: its span (seconds) and figures, for its tooltip.
@@ -126,6 +212,12 @@ fn band(label: String, frames: &[FrameText], live: &[u64]) -> Band {
 /// `SCRIPT` once). Nothing when the run has no time axis.
 pub fn html(a: &Analysis, d: &DeviceReport) -> Markup {
     let secs = |ns: u64| ns as f64 / 1e9;
+    let on_device = |pid: u32| {
+        a.processes
+            .iter()
+            .any(|p| p.pid == pid && p.devices.contains(&d.device))
+    };
+    let (ranges, range_lanes, ranges_note) = range_bands(a, on_device);
     let data = Data {
         buckets: a.timeline.buckets,
         bucket_s: a.timeline.bucket_ns as f64 / 1e9,
@@ -169,17 +261,17 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> Markup {
             t: secs(d.peak_time_ns),
             bytes: d.peak_bytes,
         },
-        steps: step_bands(a, |pid| {
-            a.processes
-                .iter()
-                .any(|p| p.pid == pid && p.devices.contains(&d.device))
-        }),
+        steps: step_bands(a, on_device),
+        ranges,
+        range_lanes,
     };
     container(
         &format!("device{}", d.device),
         &data,
-        "Live memory stacked by allocation site (the largest at the peak; dashed: the highest \
-         in each moment).",
+        &format!(
+            "Live memory stacked by allocation site (the largest at the peak; dashed: the \
+             highest in each moment).{ranges_note}"
+        ),
     )
 }
 
@@ -188,6 +280,7 @@ pub fn html(a: &Analysis, d: &DeviceReport) -> Markup {
 /// line.
 pub fn framework_html(a: &Analysis, v: &FrameworkView) -> Markup {
     let secs = |ns: u64| ns as f64 / 1e9;
+    let (ranges, range_lanes, ranges_note) = range_bands(a, |pid| pid == v.pid);
     let data = Data {
         buckets: a.timeline.buckets,
         bucket_s: a.timeline.bucket_ns as f64 / 1e9,
@@ -214,12 +307,16 @@ pub fn framework_html(a: &Analysis, v: &FrameworkView) -> Markup {
             bytes: v.allocated_peak,
         },
         steps: step_bands(a, |pid| pid == v.pid),
+        ranges,
+        range_lanes,
     };
     container(
         &crate::chart::framework_stem(v),
         &data,
-        "Tensors stacked by the line that allocated them (the largest at the allocated \
-         peak; dashed: what the allocator reserved).",
+        &format!(
+            "Tensors stacked by the line that allocated them (the largest at the allocated \
+             peak; dashed: what the allocator reserved).{ranges_note}"
+        ),
     )
 }
 
@@ -248,7 +345,7 @@ fn container(id: &str, data: &Data, what: &str) -> Markup {
         div.timeline data-json=(script_id) {
             div.tip hidden {}
             p.meta {
-                (what) " Point at a band for its site, bytes and stack; drag across the chart to zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; under the axis, grey: how many kernels started (or, traced as launches, were launched) in each moment (point at it for the count); ticks: the kernels at the peak."
+                (what) " Point at a band for its site, bytes and stack; drag across the chart to zoom in, double-click for the whole run. Red lines: out-of-memory errors; red dot: the peak; under the axis, grey: how many kernels started (or, traced as launches, were launched) in each moment (point at it for the count); ticks: the kernels at the peak. Under that, when the program marked them: its steps, then its NVTX ranges (a lane per nesting depth); point at one for its figures."
             }
         }
         // JSON is not HTML: `embeddable` keeps it from closing the element.

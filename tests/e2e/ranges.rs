@@ -149,6 +149,73 @@ fn nvtx3_ranges_and_marks_are_recorded_with_their_nesting() {
     );
 }
 
+/// The device timeline draws the ranges in lanes under its axis; pointing at
+/// the first outermost instance shows that instance's figures as the
+/// analysis has them.
+#[test]
+fn the_timeline_points_at_a_range() {
+    let Some(browser) = crate::report::browser_or_skip() else {
+        return;
+    };
+    let dir = scratch("nvtx-timeline");
+    record_nvtx(&dir, &[]);
+    let o = run(Command::new(gmem())
+        .args(["report", "-q"])
+        .arg(dir.join("t.bin"))
+        .arg("-o")
+        .arg(&dir));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let a: Value = serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
+    let p = &a["ranges"][0];
+    let first = p["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["depth"] == 0)
+        .unwrap();
+    let figures = &p["ranges"][first["range"].as_u64().unwrap() as usize];
+    let name = match figures["domain"].as_str().unwrap() {
+        "" => figures["name"].as_str().unwrap().to_string(),
+        domain => format!("{domain}: {}", figures["name"].as_str().unwrap()),
+    };
+    let shown = crate::report::pointed(
+        &browser,
+        &crate::report::BROWSER_FLAGS,
+        &dir.join("t.html"),
+        "#selftest-0-ranges",
+    );
+    let head = format!(
+        "{name} (pid {}, thread {}, depth 0): ",
+        p["pid"], first["tid"]
+    );
+    assert!(shown.starts_with(&head), "{shown:?} is not {head:?}");
+    let kept = first["kept_bytes"].as_i64().unwrap();
+    let sign = if kept < 0 { "-" } else { "+" };
+    let kept = format!("{sign}{}", script_bytes(kept.unsigned_abs()));
+    assert!(
+        shown.ends_with(&format!("CUDA memory kept {kept}")),
+        "{shown:?}: kept {kept}"
+    );
+}
+
+/// Bytes as the timeline's script (`bytes` in reports/src/timeline.js)
+/// words them.
+fn script_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut i) = (b as f64, 0);
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    let digits = match (i, v) {
+        (0, _) => 0,
+        (_, v) if v >= 100.0 => 0,
+        (_, v) if v >= 10.0 => 1,
+        _ => 2,
+    };
+    format!("{v:.digits$} {}", units[i])
+}
+
 #[test]
 fn each_range_takes_and_keeps_what_the_program_did_in_it() {
     let dir = scratch("nvtx-figures");

@@ -231,6 +231,29 @@ fn hostile_strings_are_escaped() {
     assert!(html.contains("&amp;amp;"));
 }
 
+/// Flags of every headless run of the browser.
+pub(crate) const BROWSER_FLAGS: [&str; 4] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+];
+
+/// Chromium, or `None` with the skip printed. CI (.ci/run) installs it and
+/// sets GMEM_PROF_REQUIRE_BROWSER: there a browser test must run, never
+/// pass by skipping.
+pub(crate) fn browser_or_skip() -> Option<PathBuf> {
+    let browser = chromium();
+    if browser.is_none() {
+        assert!(
+            std::env::var_os("GMEM_PROF_REQUIRE_BROWSER").is_none(),
+            "no chromium on this machine, and GMEM_PROF_REQUIRE_BROWSER is set"
+        );
+        eprintln!("skipped: no chromium on this machine (apt-get install chromium)");
+    }
+    browser
+}
+
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser", "google-chrome"]
         .iter()
@@ -244,11 +267,12 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// What a report page's timeline showed when pointed at (`fragment`:
-/// #selftest, #selftest-N or #selftest-N-strip; tests/e2e/timeline_selftest.js
+/// #selftest, #selftest-N, #selftest-N-strip, -steps or -ranges;
+/// tests/e2e/timeline_selftest.js
 /// says where each points). Shipped pages hold no test code: the self-test
 /// is appended to a copy of the page, and leaves the tooltip's text in a
 /// `<pre id="selftest">`.
-fn pointed(browser: &Path, flags: &[&str], page: &Path, fragment: &str) -> String {
+pub(crate) fn pointed(browser: &Path, flags: &[&str], page: &Path, fragment: &str) -> String {
     let html = std::fs::read_to_string(page).unwrap();
     assert!(!html.contains("selftest"), "a shipped page holds test code");
     let copy = page.with_extension("selftest.html");
@@ -278,26 +302,14 @@ fn pointed(browser: &Path, flags: &[&str], page: &Path, fragment: &str) -> Strin
 /// except where GMEM_PROF_REQUIRE_BROWSER is set (CI: .ci/run installs it).
 #[test]
 fn report_renders_in_headless_chromium() {
-    let Some(browser) = chromium() else {
-        // CI (.ci/run) installs chromium and sets this: there the test must
-        // run, never pass by skipping.
-        assert!(
-            std::env::var_os("GMEM_PROF_REQUIRE_BROWSER").is_none(),
-            "no chromium on this machine, and GMEM_PROF_REQUIRE_BROWSER is set"
-        );
-        eprintln!("skipped: no chromium on this machine (apt-get install chromium)");
+    let Some(browser) = browser_or_skip() else {
         return;
     };
     let dir = scratch("report-chromium");
     let o = report(&[&sample("torch_oom.bin")], &dir);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let url = format!("file://{}", dir.join("torch_oom.html").display());
-    let flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-    ];
+    let flags = BROWSER_FLAGS;
     let dom = run(Command::new(&browser)
         .args(flags)
         .arg("--dump-dom")

@@ -2,20 +2,25 @@
 // (shipped pages hold no test code). #selftest, or #selftest-N for the Nth
 // timeline (from 0), points at the largest band at that timeline's peak;
 // #selftest-N-strip at the kernel strip under the peak, #selftest-N-steps
-// at the steps' strip under the peak. What the tooltip
+// at the steps' strip under the peak, #selftest-N-ranges at the middle of
+// the first range instance of the top lane. What the tooltip
 // then showed is left in a pre element of id "selftest". The chart is
 // read from the drawn SVG alone: the peak's dot, the time axis, and each
 // band's path, whose upper edge runs left to right and lower edge back.
 (function () {
   "use strict";
-  var test = /^#selftest(?:-(\d+))?(-strip|-steps)?$/.exec(location.hash);
+  var test = /^#selftest(?:-(\d+))?(-strip|-steps|-ranges)?$/.exec(location.hash);
   var boxes = document.querySelectorAll(".timeline");
   var which = test ? Number(test[1] || 0) : -1;
   if (which < 0 || which >= boxes.length) return;
   var box = boxes[which], svg = box.querySelector("svg");
   var vb = svg.viewBox.baseVal;
   var px = Number(svg.querySelector("[data-peak]").getAttribute("cx")), py;
-  if (test[2] === "-steps") {
+  if (test[2] === "-ranges") {
+    var range = svg.querySelector("[data-range][data-depth='0']");
+    px = Number(range.getAttribute("x")) + Number(range.getAttribute("width")) / 2;
+    py = Number(range.getAttribute("y")) + Number(range.getAttribute("height")) / 2;
+  } else if (test[2] === "-steps") {
     var strip = svg.querySelector("[data-step]");
     py = Number(strip.getAttribute("y")) + Number(strip.getAttribute("height")) / 2;
   } else if (test[2]) {
