@@ -135,25 +135,15 @@
     });
   }
 
-  // The range of lane `depth` at moment t (seconds), as `stepAt` finds steps.
-  function rangeAt(data, depth, t, slack) {
-    var ranges = data.ranges || [], best = null, gap = slack;
-    for (var k = 0; k < ranges.length; k++) {
-      if (ranges[k].depth !== depth) continue;
-      var d = t < ranges[k].t0 ? ranges[k].t0 - t : t > ranges[k].t1 ? t - ranges[k].t1 : 0;
-      if (d <= gap) { best = ranges[k]; gap = d; }
-      if (d === 0) break;
-    }
-    return best;
-  }
-
-  // The step at moment t (seconds): the one holding it, else the nearest
-  // within `slack` seconds (steps can be far narrower than a pixel).
-  function stepAt(data, t, slack) {
-    var steps = data.steps || [], best = null, gap = slack;
-    for (var k = 0; k < steps.length; k++) {
-      var d = t < steps[k].t0 ? steps[k].t0 - t : t > steps[k].t1 ? t - steps[k].t1 : 0;
-      if (d <= gap) { best = steps[k]; gap = d; }
+  // The span of `spans` (steps or ranges: t0, t1 in seconds) that `fits`
+  // accepts at moment t: the one holding it, else the nearest within
+  // `slack` seconds (spans can be far narrower than a pixel).
+  function spanAt(spans, fits, t, slack) {
+    var best = null, gap = slack;
+    for (var k = 0; k < (spans || []).length; k++) {
+      if (!fits(spans[k])) continue;
+      var d = t < spans[k].t0 ? spans[k].t0 - t : t > spans[k].t1 ? t - spans[k].t1 : 0;
+      if (d <= gap) { best = spans[k]; gap = d; }
       if (d === 0) break;
     }
     return best;
@@ -197,12 +187,12 @@
     var at = (view.from + (px - L) / (W - L - R) * Math.max(1, view.to - view.from - 1)) * data.bucket_s;
     if (py > AXIS && py <= stepsTop()) return { bucket: j, kernels: data.kernel_counts[j] || 0 };
     if (data.steps && py > stepsTop() && py <= stepsTop() + STEPS) {
-      var st = stepAt(data, at, data.bucket_s / 2);
+      var st = spanAt(data.steps, function () { return true; }, at, data.bucket_s / 2);
       return st ? { bucket: j, step: st } : null;
     }
     var lane = Math.floor((py - rangesTop(data)) / LANE);
     if (py > rangesTop(data) && lane < lanes(data)) {
-      var r = rangeAt(data, lane, at, data.bucket_s / 2);
+      var r = spanAt(data.ranges, function (x) { return x.depth === lane; }, at, data.bucket_s / 2);
       return r ? { bucket: j, range: r } : null;
     }
     for (var b = 0; b < chart.bands.length; b++) {
