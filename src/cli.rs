@@ -205,6 +205,44 @@ pub struct RecordArgs {
     /// `<output>.parts-<pid>/`).
     #[arg(long)]
     pub keep_parts: bool,
+    /// Record only steps FIRST to LAST of each process (as in `100-110`;
+    /// the steps PyTorch's optimizer or gmem_prof.step() mark): the window
+    /// opens as step FIRST-1 ends and closes as step LAST ends. What was
+    /// live when it opened is written then, each allocation, tensor and
+    /// open range with its site, so the report's figures for those steps
+    /// are those of a whole recording; before the window the collector
+    /// still takes the stacks (that costs as much as recording), but writes
+    /// nothing of what was freed again, and after it records nothing.
+    #[arg(long, value_name = "FIRST-LAST", conflicts_with_all = ["capture_range", "delay", "duration", "window_signal"])]
+    pub steps: Option<String>,
+    /// Record only the first instance of an NVTX range: `nvtx:NAME`, or
+    /// `nvtx:DOMAIN:NAME` for one domain (a window, as with --steps).
+    #[arg(long, value_name = "nvtx:NAME", conflicts_with_all = ["delay", "duration", "window_signal"])]
+    pub capture_range: Option<String>,
+    /// Start recording SECONDS after each process starts CUDA (a window, as
+    /// with --steps).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        conflicts_with = "window_signal",
+        allow_negative_numbers = true
+    )]
+    pub delay: Option<f64>,
+    /// Stop recording SECONDS after the window opened (with --delay, or
+    /// from the start).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        conflicts_with = "window_signal",
+        allow_negative_numbers = true
+    )]
+    pub duration: Option<f64>,
+    /// Record between the first and second SIGUSR2 each process receives
+    /// (a window, as with --steps). Send it to the program (`kill -USR2
+    /// PID`, or `pkill -USR2 -f train.py` for all its processes); one sent
+    /// to gmem-prof is passed on to the program it started.
+    #[arg(long)]
+    pub window_signal: bool,
     /// The program to run, and its arguments.
     #[arg(required = true, last = true, value_name = "PROGRAM")]
     pub program: Vec<std::ffi::OsString>,

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use anyhow::{bail, Context, Result};
 use gmem_prof_traces::env;
+use gmem_prof_traces::window::WindowPlan;
 
 use crate::cli::RecordArgs;
 use crate::{locate, merge, signals};
@@ -59,6 +60,48 @@ fn install_signal_handlers() {
     }
 }
 
+/// The part of the run to record (`--steps`, `--capture-range`,
+/// `--delay`/`--duration`, `--window-signal`), or None for all of it.
+fn window_plan(a: &RecordArgs) -> Result<Option<WindowPlan>> {
+    let millis = |flag: &str, s: Option<f64>| -> Result<Option<u64>> {
+        match s {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Some((s * 1e3).round() as u64)),
+            Some(s) => bail!("{flag} {s}: give a number of seconds, 0 or more"),
+        }
+    };
+    if let Some(steps) = &a.steps {
+        return Ok(Some(
+            WindowPlan::steps(steps).map_err(|e| anyhow::anyhow!("--steps: {e}"))?,
+        ));
+    }
+    if let Some(range) = &a.capture_range {
+        let Some(name) = range.strip_prefix("nvtx:") else {
+            bail!("--capture-range {range:?}: give nvtx:NAME (or nvtx:DOMAIN:NAME)");
+        };
+        return Ok(Some(
+            WindowPlan::range(name).map_err(|e| anyhow::anyhow!("--capture-range: {e}"))?,
+        ));
+    }
+    if a.window_signal {
+        return Ok(Some(WindowPlan::Signal));
+    }
+    let (delay, duration) = (
+        millis("--delay", a.delay)?,
+        millis("--duration", a.duration)?,
+    );
+    if delay.is_none() && duration.is_none() {
+        return Ok(None);
+    }
+    if duration == Some(0) {
+        bail!("--duration 0 records nothing: give a duration above 0");
+    }
+    Ok(Some(WindowPlan::Time {
+        delay_ms: delay.unwrap_or(0),
+        duration_ms: duration,
+    }))
+}
+
 /// trace.bin, else trace.1.bin, trace.2.bin, …: never an existing file.
 fn default_output() -> PathBuf {
     let first = PathBuf::from("trace.bin");
@@ -87,6 +130,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         }
         None => default_output(),
     };
+    let window = window_plan(&a)?;
     let collector = locate::collector(a.collector.as_deref()).map_err(anyhow::Error::msg)?;
     if let Some(p) = &a.cupti {
         if !p.is_file() {
@@ -108,7 +152,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
              CUDA_HOME, /usr/local/cuda, the linker cache or pip's nvidia wheels; running the \
              program without profiling. Name it with --cupti PATH."
         );
-        return run_program(cmd, program);
+        return run_program(cmd, program, false);
     };
 
     let parts = parts_dir(&output);
@@ -137,11 +181,15 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         .env(env::FLUSH_MS, a.flush_ms.to_string())
         .env(env::UNDER_CLI, "1")
         .env(env::NVTX, if a.no_nvtx { "0" } else { "1" })
-        .env_remove(env::DISABLE);
+        .env_remove(env::DISABLE)
+        .env_remove(env::WINDOW);
+    if let Some(plan) = &window {
+        cmd.env(env::WINDOW, plan.to_env());
+    }
     nvtx_tool(&mut cmd, &collector, a.no_nvtx);
     put_python_bootstrap(&mut cmd, &parts)?;
 
-    let code = match run_program(cmd, program) {
+    let code = match run_program(cmd, program, a.window_signal) {
         Ok(code) => code,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&parts);
@@ -253,8 +301,11 @@ fn parts_dir(output: &Path) -> PathBuf {
 
 /// Runs the program to its end, forwarding signals, and returns the exit
 /// code a shell would report.
-fn run_program(mut cmd: Command, program: &std::ffi::OsStr) -> Result<i32> {
+fn run_program(mut cmd: Command, program: &std::ffi::OsStr, window_signal: bool) -> Result<i32> {
     install_signal_handlers();
+    if window_signal {
+        signals::set_handler(libc::SIGUSR2, forward_signal);
+    }
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", Path::new(program).display()))?;

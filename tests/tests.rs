@@ -24,6 +24,8 @@
 //! - `ranges`: NVTX ranges and marks (NVTX3's own header, the `nvtx`
 //!   package), each range's rise and kept bytes against the program's,
 //!   ranges as steps, range budgets.
+//! - `windows`: recording a part of the run (`--steps`, `--capture-range`,
+//!   `--window-signal`): the window's figures against the whole run's.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -67,6 +69,9 @@ mod steps;
 
 #[path = "e2e/ranges.rs"]
 mod ranges;
+
+#[path = "e2e/windows.rs"]
+mod windows;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

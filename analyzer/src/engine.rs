@@ -517,6 +517,18 @@ pub struct ProcState {
     pub steps: Option<Box<ProcSteps>>,
     /// Its ranges and marks, from its first on.
     pub ranges: Option<Box<ProcRanges>>,
+    /// The recorded window, when only a part of the run was recorded.
+    pub window: Option<WindowState>,
+}
+
+/// A process's recorded window: when it opened and closed, and what was
+/// live as it opened (CUDA's view, and the tensors').
+#[derive(Clone, Copy, Debug)]
+pub struct WindowState {
+    pub opened: u64,
+    pub closed: Option<u64>,
+    pub live: u64,
+    pub tensors_live: Option<u64>,
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -572,6 +584,7 @@ impl ProcState {
             torch_stacks: FastMap::default(),
             steps: None,
             ranges: None,
+            window: None,
         }
     }
 
@@ -998,6 +1011,7 @@ impl Engine {
                 self.step(proc, t, number, source);
             }
             Event::Step { .. } => {}
+            &Event::Window { open } => self.window_edge(proc, t, open),
             Event::RangeBegin(b) => self.range_begin(proc, t, b),
             &Event::RangeEnd { id } => self.range_end(proc, t, id),
             &Event::Mark { tid, domain, name } => {
@@ -1142,6 +1156,39 @@ impl Engine {
                 tensors,
             });
         }
+    }
+
+    /// The recorded window opened (what was live then came just before) or
+    /// closed. The steps are measured from its opening: the step that
+    /// ended as it opened is not in the trace, and the next begins here
+    /// with what was live.
+    fn window_edge(&mut self, proc: u32, t: u64, open: bool) {
+        let st = &mut self.procs[proc as usize];
+        if !open {
+            if let Some(w) = st.window.as_mut() {
+                w.closed = Some(t);
+            }
+            return;
+        }
+        let tensors_live = st
+            .framework
+            .as_deref()
+            .map(|fw| fw.devices.values().map(|d| d.allocated).sum::<u64>());
+        st.window = Some(WindowState {
+            opened: t,
+            closed: None,
+            live: st.live,
+            tensors_live,
+        });
+        st.steps = Some(Box::new(ProcSteps {
+            driver: Tracker::starting(st.live, t),
+            tensors: tensors_live.map(|live| Tracker::starting(live, t)),
+            start: t,
+            done: Vec::new(),
+            count: 0,
+            measured: Vec::new(),
+            sources: 0,
+        }));
     }
 
     /// A range of the program's began: it tracks what is live from here.

@@ -199,6 +199,11 @@ pub enum Event {
         domain: u32,
         name: u32,
     },
+    /// The recorded window opened or closed (`record::WindowEdge`; its
+    /// words are among the process's definitions).
+    Window {
+        open: bool,
+    },
 }
 
 /// A range's beginning, as the sweep needs it.
@@ -533,6 +538,9 @@ impl fast::Sink for Events {
                 return self.push(m.time.0, index, Event::Mark { tid, domain, name });
             }
             _ => {}
+        }
+        if let Record::Window(w) = &record {
+            self.push(w.time.0, index, Event::Window { open: w.open });
         }
         if let Record::Step(s) = &record {
             let (number, source) = (s.number, s.source);

@@ -39,6 +39,9 @@ pub struct ProcDefs {
     /// JAX's and CuPy's own pool figures, in file order.
     pub pool_usage: Vec<gmem_prof_traces::record::PoolUsage>,
     pub unknown_records: u64,
+    /// The recorded window, in words, when only a part of the run was
+    /// recorded (`record::WindowEdge`).
+    pub window: Option<String>,
 }
 
 /// A kernel's name as people read it: C++ names demangled, without their
@@ -117,6 +120,7 @@ impl ProcDefs {
             Record::Dropped(d) => self.dropped = (d.cupti, d.collector),
             Record::DeviceMemory(m) => self.device_memory.push(m),
             Record::PoolUsage(u) => self.pool_usage.push(u),
+            Record::Window(w) => self.window = Some(w.what),
             Record::Unknown { .. } => self.unknown_records += 1,
             _ => {}
         }

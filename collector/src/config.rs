@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use gmem_prof_traces::env;
+use gmem_prof_traces::window::WindowPlan;
 
 pub const DEFAULT_STACK_DEPTH: usize = 64;
 pub const MAX_STACK_DEPTH: usize = 256;
@@ -76,6 +77,9 @@ pub struct Config {
     pub allow_any_cupti: bool,
     pub disabled: bool,
     pub under_cli: bool,
+    /// Record only this part of the run (`env::WINDOW`); an unreadable
+    /// value is an error the trace reports, and the whole run is recorded.
+    pub window: Option<Result<WindowPlan, String>>,
 }
 
 /// A variable's value that turns a feature off.
@@ -118,6 +122,10 @@ impl Config {
             allow_any_cupti: flag(env::ANY_CUPTI, false),
             disabled: flag(env::DISABLE, false),
             under_cli: flag(env::UNDER_CLI, false),
+            window: std::env::var(env::WINDOW)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| WindowPlan::from_env(v.trim())),
         }
     }
 }

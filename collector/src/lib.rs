@@ -42,6 +42,7 @@ mod switch;
 /// PyTorch from the inside: its caching allocator, its cudaMallocAsync
 /// backend, and autograd's nodes.
 mod torch;
+mod window;
 
 /// Called by the CUDA driver during `cuInit` in every process that has
 /// `CUDA_INJECTION64_PATH` set to this library. Returns 1 (success) always:
@@ -106,6 +107,9 @@ pub extern "C" fn gmem_prof_step(source: u8) -> u64 {
             return 0;
         }
         let number = STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if c.window_opens_after_step(number) {
+            c.flush_activity(cuda::cupti::FLUSH_FORCED);
+        }
         use gmem_prof_traces::record::{Nanos, Step};
         c.sink.push(gmem_prof_traces::Record::Step(Step {
             time: Nanos(c.clock.now()),

@@ -8,6 +8,7 @@ use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
 use gmem_prof_traces::record::{device_memory, Bytes, Message, ModuleInfo, Nanos, ProcessInfo};
+use gmem_prof_traces::window::WindowPlan;
 use gmem_prof_traces::Record;
 
 use crate::clock::{Clock, PartClock, TIMED_EVERY};
@@ -30,6 +31,42 @@ use crate::torch::async_backend;
 use crate::torch::hook::TorchHook;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// SIGUSR2s received, for a window opened and closed by signal
+/// (`record --window-signal`): the writer looks at it each pass.
+static WINDOW_SIGNALS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn on_window_signal(_sig: libc::c_int) {
+    // Async-signal-safe: one atomic add.
+    WINDOW_SIGNALS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Takes SIGUSR2 for the window, unless the program already handles it
+/// (then it says so, and the window stays closed).
+fn take_window_signal() -> Result<(), String> {
+    // SAFETY: sigaction with a null new action only reads the current one
+    // into a zeroed struct; the second call installs a valid handler with
+    // an empty mask.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut old) != 0 {
+            return Err("cannot read SIGUSR2's handler".into());
+        }
+        if old.sa_sigaction != libc::SIG_DFL {
+            return Err(
+                "the program handles SIGUSR2 itself: the window cannot open by signal".into(),
+            );
+        }
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_window_signal as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()) != 0 {
+            return Err("cannot handle SIGUSR2".into());
+        }
+    }
+    Ok(())
+}
 
 thread_local! {
     /// Where an allocator event's stack is captured.
@@ -129,6 +166,15 @@ fn start_with(config: Config) -> Result<(), String> {
     }
     if let Some(problem) = python_problem {
         c.report(1, problem);
+    }
+    match &c.config.window {
+        Some(Err(e)) => c.report(2, format!("{e}: recording the whole run")),
+        Some(Ok(WindowPlan::Signal)) => {
+            if let Err(e) = take_window_signal() {
+                c.report(2, e);
+            }
+        }
+        _ => {}
     }
     // From here on a failure is reported in the trace and the app goes on.
     if let Err(why) = &layout {
@@ -266,6 +312,12 @@ impl WriterEnv for Env<'_> {
     }
     fn cupti_dropped(&self) -> u64 {
         self.0.cupti_dropped.load(Ordering::Relaxed)
+    }
+    fn window_signals(&self) -> u32 {
+        WINDOW_SIGNALS.load(Ordering::SeqCst)
+    }
+    fn window_closed(&self) {
+        self.0.stop_after_window();
     }
 }
 
@@ -445,17 +497,7 @@ impl Collector {
     /// while paused and whose exit came after would be recorded with a
     /// wrong start. Returns whether it took effect.
     pub fn set_paused(&self, paused: bool) -> bool {
-        let Some(sub) = self.subscriber.get() else {
-            return false;
-        };
-        let switched = self.switch.set_paused(paused, || {
-            self.event_callbacks().into_iter().all(|cbid| {
-                self.cupti
-                    .set_callback(sub.0, cupti::DOMAIN_DRIVER_API, cbid, !paused)
-                    .is_ok()
-            })
-        });
-        let Some(all_set) = switched else {
+        let Some(all_set) = self.switch_callbacks(paused) else {
             return false;
         };
         self.report(
@@ -471,6 +513,36 @@ impl Collector {
             ),
         );
         true
+    }
+
+    /// The recorded window closed (window.rs): the watched calls' callbacks
+    /// and the hooks stop, as when paused, so the rest of the run costs
+    /// next to nothing. Called on the writer thread, which makes no CUDA
+    /// call.
+    pub fn stop_after_window(&self) {
+        if self.switch_callbacks(true).is_some() {
+            self.report(0, "the recorded window closed: recording stopped".into());
+        }
+    }
+
+    /// Pauses or resumes the switch and CUPTI's callbacks with it
+    /// (`Switch::set_paused`).
+    fn switch_callbacks(&self, paused: bool) -> Option<bool> {
+        let sub = self.subscriber.get()?;
+        self.switch.set_paused(paused, || {
+            self.event_callbacks().into_iter().all(|cbid| {
+                self.cupti
+                    .set_callback(sub.0, cupti::DOMAIN_DRIVER_API, cbid, !paused)
+                    .is_ok()
+            })
+        })
+    }
+
+    /// Whether the recorded window opens as step `number` ends: CUPTI's
+    /// buffered records are then handed over first, so that what the
+    /// window begins with is complete when it opens.
+    pub fn window_opens_after_step(&self, number: u64) -> bool {
+        matches!(&self.config.window, Some(Ok(WindowPlan::Steps { first, .. })) if number + 1 == *first)
     }
 
     /// The driver API callbacks that record events: the watched calls
@@ -657,8 +729,11 @@ impl Collector {
     fn spawn_writer(&'static self, file: File) -> Result<(u32, mpsc::Receiver<()>), String> {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
-        let writer =
+        let mut writer =
             Writer::create(file).map_err(|e| format!("cannot write the trace file: {e}"))?;
+        if let Some(Ok(plan)) = &self.config.window {
+            writer = writer.with_window(plan.clone(), self.clock.now());
+        }
         let period = Duration::from_millis(self.config.flush_ms);
         std::thread::Builder::new()
             .name("gmem-prof-writer".into())

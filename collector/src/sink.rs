@@ -22,6 +22,8 @@ use gmem_prof_traces::record::{
 use gmem_prof_traces::{file_header, ChunkEncoder, Record};
 
 use crate::python;
+use crate::window::Window;
+use gmem_prof_traces::window::WindowPlan;
 
 /// Items waiting for the writer before new ones are dropped. An item is 96
 /// bytes, so a stalled writer costs the program at most ~100 MiB (and the
@@ -233,6 +235,13 @@ pub trait WriterEnv {
     /// Modules added since `after` (by id), if stacks are captured.
     fn new_modules(&self, after_generation: &mut u64, after_id: u32) -> Vec<ModuleInfo>;
     fn cupti_dropped(&self) -> u64;
+    /// How many window signals (SIGUSR2) the process has received
+    /// (`record --window-signal`).
+    fn window_signals(&self) -> u32 {
+        0
+    }
+    /// The recorded window closed: the collector may stop recording.
+    fn window_closed(&self) {}
 }
 
 /// The writer thread's state: stack interning, the chunk being built, the file.
@@ -251,6 +260,10 @@ pub struct Writer {
     pub records: u64,
     /// First write error, after which the writer stops writing.
     pub failed: Option<String>,
+    /// Recording a part of the run: the filter records pass through.
+    window: Option<Window>,
+    /// What the window let through, waiting to be written.
+    routed: Vec<Record>,
 }
 
 impl Writer {
@@ -270,7 +283,51 @@ impl Writer {
             chunks: 0,
             records: 0,
             failed: None,
+            window: None,
+            routed: Vec::new(),
         })
+    }
+
+    /// Records only the window `plan` (see window.rs).
+    pub fn with_window(mut self, plan: WindowPlan, now: u64) -> Writer {
+        self.window = Some(Window::new(plan, now));
+        self
+    }
+
+    /// A record on its way to the file, through the window if there is one.
+    fn put(&mut self, env: &dyn WriterEnv, r: Record) {
+        let Some(window) = self.window.as_mut() else {
+            self.emit(env, &r);
+            return;
+        };
+        let was_closed = window.closed();
+        window.route(r, &mut self.routed);
+        if !was_closed && window.closed() {
+            env.window_closed();
+        }
+        self.emit_routed(env);
+    }
+
+    fn emit_routed(&mut self, env: &dyn WriterEnv) {
+        let routed = std::mem::take(&mut self.routed);
+        for r in &routed {
+            self.emit(env, r);
+        }
+        self.routed = routed;
+        self.routed.clear();
+    }
+
+    /// The windows that open and close on the clock or on a signal.
+    fn tick_window(&mut self, env: &dyn WriterEnv) {
+        let Some(window) = self.window.as_mut() else {
+            return;
+        };
+        let was_closed = window.closed();
+        window.tick(env.now(), env.window_signals(), &mut self.routed);
+        if !was_closed && window.closed() {
+            env.window_closed();
+        }
+        self.emit_routed(env);
     }
 
     fn emit(&mut self, env: &dyn WriterEnv, r: &Record) {
@@ -322,8 +379,8 @@ impl Writer {
         self.process_items(env, batch);
         batch.batched = 0;
         for records in batch.batches.drain(..) {
-            for r in &records {
-                self.emit(env, r);
+            for r in records {
+                self.put(env, r);
                 if self.enc.len() >= CHUNK_BYTES {
                     self.write_chunk();
                 }
@@ -338,11 +395,11 @@ impl Writer {
         }
         for item in batch.items.drain(..) {
             match item {
-                Item::Record(r) => self.emit(env, &r),
-                Item::Launch(launch) => self.emit(env, &Record::KernelLaunch(launch)),
-                Item::Marked(m) => self.emit(
+                Item::Record(r) => self.put(env, *r),
+                Item::Launch(launch) => self.put(env, Record::KernelLaunch(launch)),
+                Item::Marked(m) => self.put(
                     env,
-                    &match m {
+                    match m {
                         Marked::Step(s) => Record::Step(s),
                         Marked::Begin(r) => Record::RangeBegin(r),
                         Marked::End(r) => Record::RangeEnd(r),
@@ -368,7 +425,7 @@ impl Writer {
                             Record::AllocatorEvent(event)
                         }
                     };
-                    self.emit(env, &record);
+                    self.put(env, record);
                 }
             }
             if self.enc.len() >= CHUNK_BYTES {
@@ -413,6 +470,7 @@ impl Writer {
         loop {
             let closing = sink.take(&mut batch, flush_every / 2);
             self.process(env, &mut batch);
+            self.tick_window(env);
             self.note_drops(env, sink);
             if closing {
                 break;
@@ -445,9 +503,9 @@ impl Writer {
                 }),
             );
         }
-        self.emit(
+        self.put(
             env,
-            &Record::ProcessEnd(ProcessEnd {
+            Record::ProcessEnd(ProcessEnd {
                 time: Nanos(env.now()),
             }),
         );

@@ -691,6 +691,30 @@ pub struct ProcessReport {
     /// this one's figures.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ipc_mapped_peak_bytes: u64,
+    /// Only a part of its run was recorded (`record --steps`,
+    /// `--capture-range`, `--delay`/`--duration`, `--window-signal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<RecordedWindow>,
+}
+
+/// The part of a process's run that was recorded. Its figures are those of
+/// a whole recording over the same span: what was live when it opened was
+/// written then, with its sites. What was live when it closed is counted as
+/// held at the end (`at_exit`), though the process may have freed it later.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordedWindow {
+    /// What it is, in words ("steps 3 to 5").
+    pub what: String,
+    /// When it opened and closed (ns from the trace's start); no close: it
+    /// ran to the process's end.
+    pub opened_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_ns: Option<u64>,
+    /// CUDA memory live when it opened.
+    pub live_at_open_bytes: u64,
+    /// The tensors live then (a framework allocator seen from the inside).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensors_at_open_bytes: Option<u64>,
 }
 
 impl ProcessReport {

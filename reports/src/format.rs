@@ -96,6 +96,36 @@ pub fn ipc_mapped(p: &gmem_prof_model::ProcessReport) -> Option<String> {
     })
 }
 
+/// "pid 12: only steps 3 to 5 were recorded, from 1.2 s to 1.9 s; …", for
+/// a process of which only a window was recorded.
+pub fn recorded_window(p: &gmem_prof_model::ProcessReport) -> Option<String> {
+    let w = p.window.as_ref()?;
+    let span = match w.closed_ns {
+        Some(end) => format!("from {} to {}", time(w.opened_ns), time(end)),
+        None => format!("from {} to its end", time(w.opened_ns)),
+    };
+    let tensors = w.tensors_at_open_bytes.map_or(String::new(), |t| {
+        format!(" ({} of it in tensors)", bytes(t))
+    });
+    let after = if w.closed_ns.is_some() {
+        "; what it held when the window closed is counted as held at its end"
+    } else {
+        ""
+    };
+    Some(format!(
+        "pid {}: only {} of its run {} recorded, {span}; {}{tensors} was live when it \
+         opened, each allocation counted with its site{after}",
+        p.pid,
+        w.what,
+        if w.what.starts_with("steps") {
+            "were"
+        } else {
+            "was"
+        },
+        bytes(w.live_at_open_bytes),
+    ))
+}
+
 /// How much of a framework pool's free space sat in segments that held no
 /// tensor, to follow "N free in segments": that part is cache, which the
 /// allocator gives back (and retries with) before a request could fail,

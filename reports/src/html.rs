@@ -315,7 +315,15 @@ pub(crate) fn leaks_section(a: &Analysis, _: &[Chart]) -> Markup {
                 @let e = &p.at_exit;
                 tr {
                     td { (p.pid) }
-                    td { (if p.clean_exit { "clean" } else { "did not end cleanly: live when the trace ends" }) }
+                    td {
+                        (if p.window.as_ref().is_some_and(|w| w.closed_ns.is_some()) {
+                            "recorded window closed: held then"
+                        } else if p.clean_exit {
+                            "clean"
+                        } else {
+                            "did not end cleanly: live when the trace ends"
+                        })
+                    }
                     td.n { (bytes(e.leaked_bytes)) " in " (e.leaked_count) }
                     td.n { (bytes(e.cached_bytes)) " in " (e.cached_count) }
                     td.n { (bytes(e.library_bytes)) " in " (e.library_count) }
@@ -441,6 +449,9 @@ pub(crate) fn processes_section(a: &Analysis, charts: &[Chart]) -> Markup {
             }
         }
         @for line in a.processes.iter().filter_map(crate::format::ipc_mapped) {
+            p { (line) "." }
+        }
+        @for line in a.processes.iter().filter_map(crate::format::recorded_window) {
             p { (line) "." }
         }
         @for p in a.processes.iter().filter(|p| !p.messages.is_empty()) {

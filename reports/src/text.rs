@@ -66,6 +66,13 @@ pub(crate) fn overview(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
         events,
         time(a.timeline.end_ns)
     )?;
+    for line in a
+        .processes
+        .iter()
+        .filter_map(crate::format::recorded_window)
+    {
+        writeln!(w, "{line}")?;
+    }
     Ok(())
 }
 

@@ -74,11 +74,36 @@ fn compile(cxx: bool, args: &[&std::ffi::OsStr]) {
 
 /// Compiles tests/fake_cupti (a stand-in libcupti.so.13 and driver, and a
 /// "CUDA program" using it) with the system C compiler, once per test run.
+/// Each test process builds the fake driver into a folder of its own
+/// (`fake-cupti-PID`: one process's build must not be rewritten while
+/// another's programs load it); the folders of processes that have ended
+/// are removed here, so that runs do not pile them up.
+fn remove_dead_builds(ours: &Path) {
+    let Some(parent) = ours.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("fake-cupti-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 pub fn fake() -> &'static Fake {
     static FAKE: OnceLock<Fake> = OnceLock::new();
     FAKE.get_or_init(|| {
         let src = repo().join("tests/fake_cupti");
         let dir = gmem().with_file_name(format!("fake-cupti-{}", std::process::id()));
+        remove_dead_builds(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let cupti = dir.join("libcupti.so.13");
         let app = dir.join("fake_app");

@@ -19,13 +19,15 @@ workers started by fork that use CUDA), `pools` (JAX's and CuPy's pools, from th
 stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
 `cupy_kept` / `cupy_freed` (CuPy's pool growing with arrays kept, or with its
 cache alone), `steps` (training steps marked by a stand-in optimizer, then
-by the program) or `nvtx` (ranges of the `nvtx` package)."""
+by the program; `steps_signalled`: the same, signalling itself with SIGUSR2
+after steps 10 and 20) or `nvtx` (ranges of the `nvtx` package)."""
 
 import asyncio
 import contextlib
 import ctypes
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -177,7 +179,7 @@ def pools():
 STEPS = 50
 
 
-def steps(library):
+def steps(library, signal_after=()):
     """STEPS training steps of the stand-in caching allocator, marked by the
     stand-in optimizer's global post-step hooks (which the bootstrap
     registers): each step makes a 4 MiB activation it frees and keeps a
@@ -187,7 +189,9 @@ def steps(library):
     second optimizer steps in every iteration too and must not add steps.
     Then 5 steps marked by the program (gmem_prof.step()), each keeping
     1 MiB of driver memory, and an out-of-memory error in the step under
-    way (the 56th)."""
+    way (the 56th). After each optimizer step numbered in `signal_after`
+    the program sends itself SIGUSR2 (`record --window-signal`) and waits
+    half a second, for the collector's writer to see it between steps."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
     from torch.optim import optimizer
 
@@ -201,12 +205,15 @@ def steps(library):
 
     main_optimizer = optimizer.Optimizer(update)
     other_optimizer = optimizer.Optimizer(lambda: None)
-    for _ in range(STEPS):
+    for n in range(1, STEPS + 1):
         activation = c10.fake_torch_malloc(4 << 20)  # line:activation
         kept.append(c10.fake_torch_malloc(2 << 20))  # line:kept_tensor
         c10.fake_torch_free(activation)
         main_optimizer.step()
         other_optimizer.step()
+        if n in signal_after:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(0.5)
     import gmem_prof
 
     numbers = []
@@ -418,6 +425,8 @@ elif sys.argv[2:3] == ["os_exit"]:
     os_exit()
 elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
+elif sys.argv[2:3] == ["steps_signalled"]:
+    steps(sys.argv[3], signal_after=(10, 20))
 elif sys.argv[2:3] == ["nvtx"]:
     kept = nvtx_ranges(sys.argv[3])
 elif sys.argv[2:3] == ["step_bench"]:

@@ -125,6 +125,11 @@ steps_phase() {
     record torch_steps python3 "$ROOT/tests/gpu/torch_steps.py" "$WORK/torch_steps.json"
     "$GMEM" export -q --format json -o "$WORK/torch_steps.analysis.json" "$WORK/traces/torch_steps.bin"
     (cd "$ROOT/tests/gpu" && python3 steps_check.py "$WORK/torch_steps.analysis.json" "$WORK/torch_steps.json") || FAILED=1
+    # Steps 10 to 15 alone (record --steps): the same truth for them.
+    RECORD_FLAGS="--steps 10-15" record torch_steps_window python3 "$ROOT/tests/gpu/torch_steps.py" "$WORK/torch_steps_window.json"
+    "$GMEM" export -q --format json -o "$WORK/torch_steps_window.analysis.json" "$WORK/traces/torch_steps_window.bin"
+    (cd "$ROOT/tests/gpu" && python3 steps_check.py "$WORK/torch_steps_window.analysis.json" "$WORK/torch_steps_window.json" 10-15) || FAILED=1
+    echo "    whole: $(stat -c %s "$WORK/traces/torch_steps.bin") bytes, window 10-15: $(stat -c %s "$WORK/traces/torch_steps_window.bin") bytes"
     record torch_ranges python3 "$ROOT/tests/gpu/torch_ranges.py" "$WORK/torch_ranges.json"
     "$GMEM" export -q --format json -o "$WORK/torch_ranges.analysis.json" "$WORK/traces/torch_ranges.bin"
     "$GMEM" export -q --format json --step-range iteration -o "$WORK/torch_ranges.steps.json" "$WORK/traces/torch_ranges.bin"

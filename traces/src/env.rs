@@ -39,6 +39,9 @@ pub const NVTX: &str = "GMEM_PROF_NVTX";
 /// NVTX's own variable: the library its headers load as their tool on the
 /// first NVTX call. `record` points it at the collector.
 pub const NVTX_INJECTION: &str = "NVTX_INJECTION64_PATH";
+/// Record only a part of the run (`window::WindowPlan::to_env`): unset,
+/// the whole run.
+pub const WINDOW: &str = "GMEM_PROF_WINDOW";
 /// "1" makes the collector do nothing in this process.
 pub const DISABLE: &str = "GMEM_PROF_DISABLE";
 /// Set by `gmem-prof record`: the collector then leaves messages to the CLI

@@ -243,6 +243,7 @@ pub fn record_time(r: &Record) -> Option<u64> {
         Record::RangeBegin(r) => r.time.0,
         Record::RangeEnd(r) => r.time.0,
         Record::Mark(m) => m.time.0,
+        Record::Window(w) => w.time.0,
         Record::Message(m) => m.time.0,
         Record::ProcessEnd(p) => p.time.0,
         _ => return None,

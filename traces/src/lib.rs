@@ -34,6 +34,7 @@ pub mod fast;
 pub mod file;
 pub mod record;
 mod wide;
+pub mod window;
 
 pub use codec::Enc;
 pub use file::{

@@ -68,6 +68,7 @@ pub mod tag {
     pub const RANGE_BEGIN: u8 = 23;
     pub const RANGE_END: u8 = 24;
     pub const MARK: u8 = 25;
+    pub const WINDOW: u8 = 26;
 }
 
 /// One kind of record's body: written, read and dumped in one place,
@@ -172,6 +173,7 @@ record_kinds! {
     RangeBegin(RangeBegin) = RANGE_BEGIN,
     RangeEnd(RangeEnd) = RANGE_END,
     Mark(Mark) = MARK,
+    Window(WindowEdge) = WINDOW,
 }
 
 /// Who the process was. One per process stream, first in the stream.
@@ -1651,6 +1653,46 @@ impl Kind for Mark {
             "mark t={} tid={} domain={} name={}",
             m.time.0, m.tid, m.domain.0, m.name.0
         )
+    }
+}
+
+/// The recorded window opened or closed (`record --steps`,
+/// `--capture-range`, `--delay`, `--duration`, `--window-signal`): the
+/// process ran before and after, unrecorded. When it opens, what was live
+/// then (allocations, tensors, segments, open ranges, each with its stack)
+/// has just been written, timed one nanosecond before it, so the trace
+/// holds exactly what the window began with; after it closes, nothing of
+/// later is written (the process's end is timed at the close).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(Serialize))]
+pub struct WindowEdge {
+    pub time: Nanos,
+    /// true: the window opened here; false: it closed.
+    pub open: bool,
+    /// What the window is, in words ("steps 3 to 5", "the first NVTX range
+    /// \"train\"").
+    pub what: String,
+}
+
+impl Kind for WindowEdge {
+    fn encode(&self, e: &mut Enc, base: u64) {
+        put_time(e, self.time, base);
+        e.u8(u8::from(self.open));
+        e.str(&self.what);
+    }
+
+    fn decode(d: &mut Dec, base: u64) -> Result<Self, DecodeError> {
+        Ok(WindowEdge {
+            time: get_time(d, base)?,
+            open: d.u8()? != 0,
+            what: d.string()?,
+        })
+    }
+
+    fn dump(&self, l: &mut String) -> fmt::Result {
+        let w = self;
+        let edge = if w.open { "opened" } else { "closed" };
+        write!(l, "window t={} {edge} {}", w.time.0, q(&w.what))
     }
 }
 

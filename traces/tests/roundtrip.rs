@@ -312,6 +312,11 @@ fn record() -> impl Strategy<Value = Record> {
                 name: StringId(n[1]),
             }
         )),
+        (any::<u64>(), any::<bool>(), s()).prop_map(|(t, open, what)| Record::Window(WindowEdge {
+            time: Nanos(t),
+            open,
+            what,
+        })),
         (
             any::<u64>(),
             any::<u32>(),

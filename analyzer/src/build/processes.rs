@@ -71,6 +71,13 @@ pub(super) fn process_reports(
                 })
                 .map(|a| a.detail.clone()),
             ipc_mapped_peak_bytes: st.ipc_mapped_peak,
+            window: st.window.map(|w| RecordedWindow {
+                what: st.defs.window.clone().unwrap_or_default(),
+                opened_ns: w.opened.saturating_sub(start),
+                closed_ns: w.closed.map(|c| c.saturating_sub(start)),
+                live_at_open_bytes: w.live,
+                tensors_at_open_bytes: w.tensors_live,
+            }),
         });
     }
     out
