@@ -16,7 +16,13 @@
 #   the collector's gmem_prof_step each time the first optimizer that
 #   stepped steps again (a program with two optimizers, a GAN's, still makes
 #   one step per iteration). Lightning, Hugging Face's Trainer and plain
-#   loops all step through it.
+#   loops all step through it. It marks the training loop's phases too, as
+#   ranges of the domain "PyTorch": "backward" around each outermost
+#   torch.autograd.backward (loss.backward() calls it), "optimizer step"
+#   from each optimizer's global pre-step hook to its post-step hook, and
+#   "forward" from an optimizer step's end to the next backward (the first
+#   iteration's forward, before any step, is not marked; nor are the
+#   micro-batches after the first of a gradient accumulation).
 #
 # Why the pools: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
 # and so the collector, sees only the pool; how much of it the program's
@@ -199,6 +205,66 @@ def _mark_optimizer_steps(optimizer_module):
             pass
 
     register(hook)
+    _mark_phases(optimizer_module, gmem_prof)
+
+
+def _mark_phases(optimizer_module, gmem_prof):
+    """Marks the training loop's phases as ranges (see the top of this
+    file): wraps torch.autograd.backward, and registers a global pre-step
+    and post-step hook of the optimizers."""
+    autograd = sys.modules.get("torch.autograd")
+    register_pre = getattr(optimizer_module, "register_optimizer_step_pre_hook", None)
+    register_post = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    real_backward = getattr(autograd, "backward", None)
+    if None in (register_pre, register_post, real_backward):
+        return
+    import functools
+    import threading
+
+    DOMAIN = "PyTorch"
+    # The open phase's range id, and whether the thread is inside a
+    # backward already (a backward inside one is not a phase of its own).
+    open_phase = [0]
+    inside = threading.local()
+
+    def switch(name):
+        gmem_prof._range_end(open_phase[0])
+        open_phase[0] = gmem_prof._range_begin(name, DOMAIN) if name else 0
+
+    @functools.wraps(real_backward)
+    def backward(*args, **kwargs):
+        outermost = not getattr(inside, "backward", False)
+        if outermost:
+            inside.backward = True
+            try:
+                switch("backward")
+            except Exception:
+                pass
+        try:
+            return real_backward(*args, **kwargs)
+        finally:
+            if outermost:
+                inside.backward = False
+                try:
+                    switch(None)
+                except Exception:
+                    pass
+
+    def before_step(optimizer, args, kwargs):
+        try:
+            switch("optimizer step")
+        except Exception:
+            pass
+
+    def after_step(optimizer, args, kwargs):
+        try:
+            switch("forward")
+        except Exception:
+            pass
+
+    register_pre(before_step)
+    register_post(after_step)
+    autograd.backward = backward
 
 
 class _AfterImport:

@@ -121,6 +121,34 @@ pub extern "C" fn gmem_prof_step(source: u8) -> u64 {
     })
 }
 
+/// A range of the program's began, named `name`, in the domain named
+/// `domain` (NULL or "": NVTX's default domain): recorded as NVTX's
+/// started ranges are (it may end on any thread). Returns its id for
+/// `gmem_prof_range_end`, 0 when not recorded. For `gmem_prof.range()` and
+/// the Python bootstrap's PyTorch phases; C and C++ programs have NVTX.
+///
+/// # Safety
+/// `domain` and `name` are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn gmem_prof_range_begin(
+    domain: *const std::ffi::c_char,
+    name: *const std::ffi::c_char,
+) -> u64 {
+    let text = |s: *const std::ffi::c_char| {
+        // SAFETY: the caller passes NULL or a NUL-terminated string.
+        (!s.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(s) }.to_string_lossy())
+    };
+    let Some(name) = text(name) else { return 0 };
+    let domain = text(domain).unwrap_or_default();
+    nvtx::program_range_begin(&domain, &name)
+}
+
+/// Ends the range `gmem_prof_range_begin` returned (0 does nothing).
+#[no_mangle]
+pub extern "C" fn gmem_prof_range_end(id: u64) {
+    nvtx::program_range_end(id);
+}
+
 /// Ends recording in this process and completes its part of the trace, as
 /// at exit, for a process about to end without running its exit handlers:
 /// the Python bootstrap calls it from `os._exit`, which Python's

@@ -374,6 +374,47 @@ fn end_started(id: u64) {
     state::no_unwind((), || end(id));
 }
 
+/// Domains named by the program's own calls (`program_range_begin`): one
+/// handle per name, kept for the process's life (there are few).
+static DOMAINS: std::sync::Mutex<Vec<(String, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// The handle of the domain named `name` ("" is NVTX's default domain).
+fn domain_named(name: &str) -> Option<usize> {
+    if name.is_empty() {
+        return Some(0);
+    }
+    let mut domains = DOMAINS.lock().ok()?;
+    if let Some(&(_, handle)) = domains.iter().find(|(n, _)| n == name) {
+        return Some(handle);
+    }
+    let handle = named(Cow::Borrowed(name)) as usize;
+    domains.push((name.to_string(), handle));
+    Some(handle)
+}
+
+/// A range the program began through the collector's own call
+/// (`gmem_prof_range_begin`: `gmem_prof.range()`, the bootstrap's PyTorch
+/// phases), recorded as a started NVTX range: it may end on any thread.
+/// Returns its id, 0 when not recorded.
+pub fn program_range_begin(domain: &str, name: &str) -> u64 {
+    state::no_unwind(0, || {
+        let Some(domain) = domain_named(domain) else {
+            return 0;
+        };
+        match begin(domain, range::STARTED, 0, || Cow::Borrowed(name)) {
+            (id, true) => id,
+            _ => 0,
+        }
+    })
+}
+
+/// Ends a range `program_range_begin` began (0: one not recorded).
+pub fn program_range_end(id: u64) {
+    if id != 0 {
+        end_started(id);
+    }
+}
+
 // The functions NVTX calls. Their pointers come from the program: NVTX's
 // contract is that strings are NUL-terminated and attributes valid.
 

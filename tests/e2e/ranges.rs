@@ -521,3 +521,70 @@ fn the_nvtx_python_packages_ranges_are_recorded() {
     assert_eq!(top["bytes"].as_i64(), Some(12 * MIB));
     assert_eq!(step["tensors"]["kept_median"].as_i64(), Some(2 * MIB));
 }
+
+/// PyTorch's phases with no NVTX and no change to the program (fake_app.py
+/// `phases`, over the stand-in torch): the bootstrap marks "backward"
+/// around torch.autograd.backward, "optimizer step" between the
+/// optimizer's global hooks and "forward" from a step's end to the next
+/// backward, in the domain "PyTorch"; each phase's tensors are what the
+/// program did in it.
+#[test]
+fn pytorchs_phases_are_ranges_with_no_code_change() {
+    let lines = marked_lines(&repo().join("tests/fake_cupti/fake_app.py"));
+    let dir = scratch("phases");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[std::ffi::OsStr::new("phases"), fake_torch().as_os_str()],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let tensors = |name: &str| -> (u64, Value) {
+        let r = range(&a, &format!("PyTorch:{name}"));
+        (r["instances"].as_u64().unwrap(), r["tensors"].clone())
+    };
+    let tensor_line = |site: &Value| -> String {
+        a["tensor_sites"][site.as_u64().unwrap() as usize]["label"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // Eight iterations: eight backwards and optimizer steps; a forward
+    // after each step but the last's, which the program ends in.
+    let (n, f) = tensors("forward");
+    assert_eq!(n, 7);
+    assert_eq!(f["kept_bytes"].as_i64(), Some(7 * 4 * MIB));
+    assert_eq!(f["kept_median"].as_i64(), Some(4 * MIB));
+    assert_eq!(f["rise_bytes"].as_i64(), Some(4 * MIB));
+    assert!(tensor_line(&f["kept_by_site"][0]["site"])
+        .ends_with(&format!("fake_app.py:{}", lines["phase_activation"])));
+    assert_eq!(
+        a["ranges"][0]["unfinished"], 1,
+        "the forward the program ends in"
+    );
+
+    // The backward frees the activation; the first one keeps the gradient.
+    let (n, b) = tensors("backward");
+    assert_eq!(n, 8);
+    assert_eq!(b["kept_bytes"].as_i64(), Some(MIB - 8 * 4 * MIB));
+    assert_eq!(b["kept_median"].as_i64(), Some(-4 * MIB));
+    assert_eq!(b["rise_bytes"].as_i64(), Some(MIB));
+
+    // The optimizer's step: its state once, its temporary each time.
+    let (n, o) = tensors("optimizer step");
+    assert_eq!(n, 8);
+    assert_eq!(o["kept_bytes"].as_i64(), Some(16 * MIB));
+    assert_eq!(o["kept_median"].as_i64(), Some(0));
+    assert_eq!(o["rise_bytes"].as_i64(), Some(18 * MIB));
+    assert!(tensor_line(&o["kept_by_site"][0]["site"])
+        .ends_with(&format!("fake_app.py:{}", lines["phase_state"])));
+    // The steps are still the optimizer's.
+    assert_eq!(a["steps"][0]["count"], 8);
+    // A range of the program's own, through gmem_prof.range().
+    let v = range(&a, "validation");
+    assert_eq!(v["instances"], 1);
+    assert_eq!(v["tensors"]["rise_bytes"].as_i64(), Some(8 * MIB));
+    assert_eq!(v["tensors"]["kept_bytes"].as_i64(), Some(0));
+}

@@ -20,7 +20,9 @@ stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
 `cupy_kept` / `cupy_freed` (CuPy's pool growing with arrays kept, or with its
 cache alone), `steps` (training steps marked by a stand-in optimizer, then
 by the program; `steps_signalled`: the same, signalling itself with SIGUSR2
-after steps 10 and 20) or `nvtx` (ranges of the `nvtx` package)."""
+after steps 10 and 20), `phases` (a training loop's forward, backward and
+optimizer step, marked by no one) or `nvtx` (ranges of the `nvtx`
+package)."""
 
 import asyncio
 import contextlib
@@ -224,6 +226,47 @@ def steps(library, signal_after=()):
     c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:step_oom
 
 
+PHASE_ITERATIONS = 8
+
+
+def phases(library):
+    """PHASE_ITERATIONS iterations of a training loop in PyTorch's three
+    phases, none marked by the program: a forward that makes a 4 MiB
+    activation it keeps for the backward; a backward
+    (torch.autograd.backward, which loss.backward() calls) that makes the
+    1 MiB gradient in its first iteration (kept from then on) and frees the
+    activation; the optimizer's step, whose 2 MiB temporary is freed inside
+    it and whose 16 MiB state comes in its first step. Then a range of the
+    program's own (`gmem_prof.range`) holding an 8 MiB temporary."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    import torch
+    from torch.optim import optimizer
+
+    c10 = load_c10(library)
+    grads, state = [], []
+
+    def update():
+        if not state:
+            state.append(c10.fake_torch_malloc(16 << 20))  # line:phase_state
+        c10.fake_torch_free(c10.fake_torch_malloc(2 << 20))  # line:phase_temporary
+
+    main_optimizer = optimizer.Optimizer(update)
+    for _ in range(PHASE_ITERATIONS):
+        activation = c10.fake_torch_malloc(4 << 20)  # line:phase_activation
+
+        def backward(activation=activation):
+            if not grads:
+                grads.append(c10.fake_torch_malloc(1 << 20))  # line:phase_grad
+            c10.fake_torch_free(activation)
+
+        torch.autograd.backward(backward)
+        main_optimizer.step()
+    import gmem_prof
+
+    with gmem_prof.range("validation"):
+        c10.fake_torch_free(c10.fake_torch_malloc(8 << 20))  # line:validation
+
+
 def step_bench(library, n):
     """µs per step marked from Python: gmem_prof.step() n times, and n
     steps of the stand-in optimizer (its global hook, which the bootstrap
@@ -425,6 +468,8 @@ elif sys.argv[2:3] == ["os_exit"]:
     os_exit()
 elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
+elif sys.argv[2:3] == ["phases"]:
+    phases(sys.argv[3])
 elif sys.argv[2:3] == ["steps_signalled"]:
     steps(sys.argv[3], signal_after=(10, 20))
 elif sys.argv[2:3] == ["nvtx"]:

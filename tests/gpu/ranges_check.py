@@ -9,8 +9,11 @@ instances, and the median instance's kept bytes == the median of
 memory_allocated at the end minus at the start; "optimizer" names the
 `kept` line; every range has STEPS instances. STEPS.json, the analysis
 with --step-range iteration: STEPS steps, each keeping what PyTorch says
-an iteration kept. Prints each figure beside its truth; exits 1 on a
-mismatch."""
+an iteration kept. The phases the bootstrap marks (domain "PyTorch"):
+"backward" and "optimizer step" have STEPS instances, "forward" one fewer
+(the first iteration's, before any step, is not marked), each with the
+median kept bytes, and the first two the rise, of PyTorch's figures around
+them. Prints each figure beside its truth; exits 1 on a mismatch."""
 import json
 import sys
 
@@ -32,20 +35,30 @@ def median(v):
 
 ranges = a.get("ranges", [])
 say(len(ranges) == 1, f"one process with ranges: {len(ranges)}")
-by_name = {r["name"]: r for r in ranges[0]["ranges"]}
-for name in ("forward", "backward", "optimizer", "iteration"):
+# NVTX's default domain, and the phases' ("PyTorch:backward").
+by_name = {(f"{r['domain']}:" if r["domain"] else "") + r["name"]: r for r in ranges[0]["ranges"]}
+
+
+def check(name, truth, instances, rise=True):
     r = by_name.get(name)
-    say(r is not None and r["instances"] == t["steps"],
-        f"{name}: {r and r['instances']} instances == {t['steps']}")
+    say(r is not None and r["instances"] == instances,
+        f"{name}: {r and r['instances']} instances == {instances}")
     if r is None:
-        continue
+        return
     tensors = r.get("tensors") or {}
-    truth = t["ranges"][name]
     kept = median([i["end"] - i["start"] for i in truth])
     say(tensors.get("kept_median") == kept, f"{name}: median kept {tensors.get('kept_median')} == {kept}")
-    if name != "iteration":
-        rise = max(i["peak"] - i["start"] for i in truth)
-        say(tensors.get("rise_bytes") == rise, f"{name}: rise {tensors.get('rise_bytes')} == {rise}")
+    if rise:
+        most = max(i["peak"] - i["start"] for i in truth)
+        say(tensors.get("rise_bytes") == most, f"{name}: rise {tensors.get('rise_bytes')} == {most}")
+
+
+for name in ("forward", "backward", "optimizer", "iteration"):
+    check(name, t["ranges"][name], t["steps"], rise=name != "iteration")
+if "phases" in t:
+    for name, truth in t["phases"].items():
+        n = t["steps"] - 1 if name == "forward" else t["steps"]
+        check(f"PyTorch:{name}", truth, n, rise=name != "forward")
 opt = by_name.get("optimizer", {}).get("tensors", {}).get("kept_by_site", [])
 labels = [a["tensor_sites"][k["site"]]["label"] for k in opt]
 say(any(f"torch_ranges.py:{t['lines']['kept']}" in l for l in labels),

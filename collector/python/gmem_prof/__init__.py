@@ -2,6 +2,8 @@
 
     import gmem_prof
     for batch in data:
+        with gmem_prof.range("load"):   # a range, as NVTX's
+            batch = batch.cuda()
         train(batch)
         gmem_prof.step()    # the end of one step (a training iteration)
 
@@ -9,12 +11,13 @@ Every call does nothing when the program is not recorded by
 `gmem-prof record` (or before CUDA has started in this process), so the
 calls can stay in the program. PyTorch programs need no call: the bootstrap
 `record` puts on the path marks a step each time the first optimizer
-steps.
+steps, and their phases (forward, backward, optimizer step) as ranges.
 """
 
+import contextlib
 import os
 
-__all__ = ["step"]
+__all__ = ["step", "range"]
 
 # `gmem_prof_step`'s sources (traces/FORMAT.md, the Step record).
 OPTIMIZER = 1
@@ -59,3 +62,70 @@ def step(_source=PROGRAM):
         return int(f(_source)) if f is not None else 0
     except Exception:
         return 0
+
+
+_range_functions = None
+
+
+def _collector_ranges():
+    """The collector's `gmem_prof_range_begin` and `_end`, once CUDA has
+    loaded the collector in this process; None before (and when not
+    recorded)."""
+    global _range_functions
+    if _range_functions is not None or not _collector_path:
+        return _range_functions
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL(_collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        begin, end = lib.gmem_prof_range_begin, lib.gmem_prof_range_end
+    except (OSError, AttributeError):
+        return None
+    begin.restype = ctypes.c_uint64
+    begin.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    end.restype = None
+    end.argtypes = [ctypes.c_uint64]
+    _range_functions = (begin, end)
+    return _range_functions
+
+
+def _range_begin(name, domain=None):
+    """Begins a range; returns its id (0: not recorded)."""
+    if not _collector_path:
+        return 0
+    try:
+        f = _collector_ranges()
+        if f is None:
+            return 0
+        d = domain.encode() if domain else None
+        return int(f[0](d, str(name).encode()))
+    except Exception:
+        return 0
+
+
+def _range_end(id):
+    """Ends the range `_range_begin` returned."""
+    if not id:
+        return
+    try:
+        f = _collector_ranges()
+        if f is not None:
+            f[1](id)
+    except Exception:
+        pass
+
+
+@contextlib.contextmanager
+def range(name, domain=None):
+    """A range of the program's, as an NVTX range (recorded the same way,
+    without NVTX): the report gives, per name, how high memory rose inside
+    its instances and what each kept, by site.
+
+        with gmem_prof.range("validation"):
+            evaluate(model)
+    """
+    id = _range_begin(name, domain)
+    try:
+        yield
+    finally:
+        _range_end(id)
