@@ -608,6 +608,7 @@ fn framework_oom(
         site: o.site.map(|s| ids[s as usize]),
         live_by_site: by_site(&o.live_by_site, ids).into_iter().take(10).collect(),
         step: None,
+        ranges: Vec::new(),
     }
 }
 

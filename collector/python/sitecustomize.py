@@ -22,7 +22,9 @@
 #   from each optimizer's global pre-step hook to its post-step hook, and
 #   "forward" from an optimizer step's end to the next backward (the first
 #   iteration's forward, before any step, is not marked; nor are the
-#   micro-batches after the first of a gradient accumulation).
+#   micro-batches after the first of a gradient accumulation). An optimizer
+#   step given a closure (Lightning's) holds the closure's forward and
+#   backward; the backward is a range of its own inside it.
 #
 # Why the pools: JAX (XLA's BFC allocator) and CuPy keep their own memory pools. CUDA,
 # and so the collector, sees only the pool; how much of it the program's
@@ -222,14 +224,20 @@ def _mark_phases(optimizer_module, gmem_prof):
     import threading
 
     DOMAIN = "PyTorch"
-    # The open phase's range id, and whether the thread is inside a
-    # backward already (a backward inside one is not a phase of its own).
-    open_phase = [0]
+    # The open ranges' ids: the loop's phase (forward or backward), and the
+    # optimizer's step, which may hold a forward and backward of its own (a
+    # closure, as Lightning's: the backward is then a range inside it).
+    # Whether the thread is inside a backward already (a backward inside
+    # one is not a phase of its own).
+    loop, stepping = [0], [0]
     inside = threading.local()
 
+    def begin(slot, name):
+        gmem_prof._range_end(slot[0])
+        slot[0] = gmem_prof._range_begin(name, DOMAIN) if name else 0
+
     def switch(name):
-        gmem_prof._range_end(open_phase[0])
-        open_phase[0] = gmem_prof._range_begin(name, DOMAIN) if name else 0
+        begin(loop, name)
 
     @functools.wraps(real_backward)
     def backward(*args, **kwargs):
@@ -252,12 +260,14 @@ def _mark_phases(optimizer_module, gmem_prof):
 
     def before_step(optimizer, args, kwargs):
         try:
-            switch("optimizer step")
+            switch(None)
+            begin(stepping, "optimizer step")
         except Exception:
             pass
 
     def after_step(optimizer, args, kwargs):
         try:
+            begin(stepping, None)
             switch("forward")
         except Exception:
             pass

@@ -980,6 +980,10 @@ pub struct Oom {
     /// marked steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
+    /// The program's ranges open when it happened, outermost first
+    /// (`ProcessRanges::open_at`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<String>,
 }
 
 /// What `nvidia-smi` showed for a device (NVML, sampled by the collector at
@@ -1384,6 +1388,9 @@ pub struct FrameworkOom {
     /// The step of its process it happened in, as `Oom::step`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
+    /// The ranges open then, as `Oom::ranges`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<String>,
 }
 
 /// Where tensors were allocated: one innermost frame of the program's own

@@ -40,6 +40,27 @@ pub struct ProcessRanges {
     pub mark_count: u64,
 }
 
+impl ProcessRanges {
+    /// The ranges open at `time_ns` (of the instances kept), outermost
+    /// first: "iteration", "backward (PyTorch)" for a range of a named
+    /// domain.
+    pub fn open_at(&self, time_ns: u64) -> Vec<String> {
+        let mut open: Vec<&RangeInstance> = self
+            .instances
+            .iter()
+            .filter(|i| i.start_ns <= time_ns && i.end_ns.is_none_or(|end| end >= time_ns))
+            .collect();
+        open.sort_by_key(|i| (i.start_ns, i.depth));
+        open.iter()
+            .filter_map(|i| self.ranges.get(i.range? as usize))
+            .map(|r| match r.domain.as_str() {
+                "" => r.name.clone(),
+                domain => format!("{} ({domain})", r.name),
+            })
+            .collect()
+    }
+}
+
 /// One range name's figures over its finished instances.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RangeFigures {

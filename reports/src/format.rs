@@ -126,6 +126,22 @@ pub fn recorded_window(p: &gmem_prof_model::ProcessReport) -> Option<String> {
     ))
 }
 
+/// "pid 12 marks steps: +3.00 MiB of tensors kept per step from step 6 on
+/// (45 steps) …": growth judged by steps, for a process that marks them,
+/// beside the growth judged over time.
+pub fn step_growth(p: &gmem_prof_model::ProcessSteps) -> Option<String> {
+    let g = p.growth.as_ref()?;
+    Some(format!(
+        "pid {} marks steps: {} {}kept per step on average from step {} on ({} steps); \
+         `check --max-step-growth` budgets it, `--max-growth` the growth over time",
+        p.pid,
+        signed_bytes(g.bytes_per_step),
+        if g.tensors { "of tensors " } else { "" },
+        g.from_step,
+        g.steps
+    ))
+}
+
 /// How much of a framework pool's free space sat in segments that held no
 /// tensor, to follow "N free in segments": that part is cache, which the
 /// allocator gives back (and retries with) before a request could fail,

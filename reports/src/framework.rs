@@ -127,7 +127,7 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
             o.pid,
             o.device,
             time(o.time_ns),
-            crate::words::in_step(o.step),
+            crate::words::in_step_and_ranges(o.step, &o.ranges),
             oom_limit(o),
             oom_state(o)
         ))
@@ -148,7 +148,7 @@ pub fn why_out_of_memory(a: &Analysis) -> Option<String> {
             o.pid,
             o.device,
             time(o.time_ns),
-            crate::words::in_step(o.step),
+            crate::words::in_step_and_ranges(o.step, &o.ranges),
             bytes(o.device_live_bytes),
             if o.device_total_bytes > 0 {
                 format!(" of {}", bytes(o.device_total_bytes))
@@ -288,7 +288,7 @@ fn ooms_html(a: &Analysis, v: &FrameworkView, stem: &str) -> Markup {
     html! {
         @for (i, o) in v.ooms.iter().enumerate() {
             h4 id={ (stem) "-oom-" (i) } {
-                "Out of memory raised by the allocator at " (time(o.time_ns)) (crate::words::in_step(o.step)) ": " (oom_request(o)) " requested"
+                "Out of memory raised by the allocator at " (time(o.time_ns)) (crate::words::in_step_and_ranges(o.step, &o.ranges)) ": " (oom_request(o)) " requested"
             }
             p {
                 "Refused by " (oom_limit(o)) ". The allocator then: " (oom_state(o))

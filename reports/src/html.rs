@@ -363,6 +363,9 @@ pub(crate) fn growth_section(a: &Analysis, charts: &[Chart]) -> Markup {
             (charts_named(charts, "growth.svg"))
             (growth_table(("site", "site"), &a.growth, |id| site_link(a, id)))
         }
+        @for line in a.steps.iter().filter_map(crate::format::step_growth) {
+            p { (line) " (" a href="#steps" { "steps" } ")." }
+        }
     }
 }
 
@@ -395,7 +398,7 @@ pub(crate) fn oom_section(a: &Analysis, _: &[Chart]) -> Markup {
             p.meta { "\"recovered\": the same request succeeded on a retry (the allocator released its cache); \"retried\": it failed again on a retry; \"reached program\": the last attempt failed and the program saw the error." }
             @for (i, o) in a.ooms.iter().enumerate() {
                 h3 id={ "oom-" (i) } {
-                    (o.function) " of " (bytes(o.requested_bytes)) " at " (time(o.time_ns)) (crate::words::in_step(o.step)) " — " (o.outcome.as_str())
+                    (o.function) " of " (bytes(o.requested_bytes)) " at " (time(o.time_ns)) (crate::words::in_step_and_ranges(o.step, &o.ranges)) " — " (o.outcome.as_str())
                     @if let Some(r) = &o.raised_as { " (as " (r) ")" }
                 }
                 p {

@@ -375,8 +375,12 @@ pub(crate) fn held_at_exit(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// Sites that keep growing after the warm-up.
+/// Sites that keep growing after the warm-up; per step, for processes that
+/// mark steps.
 pub(crate) fn growth(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
+    for line in a.steps.iter().filter_map(crate::format::step_growth) {
+        writeln!(w, "{line}")?;
+    }
     let growing = a.growing();
     if growing.is_empty() {
         writeln!(w, "growth: no site keeps growing after the warm-up")?;
@@ -432,7 +436,7 @@ pub(crate) fn out_of_memory(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 bytes(o.requested_bytes),
                 time(o.time_ns),
                 o.pid,
-                crate::words::in_step(o.step),
+                crate::words::in_step_and_ranges(o.step, &o.ranges),
                 bytes(o.device_live_bytes),
                 o.device,
                 a.site_label(o.site)

@@ -171,3 +171,14 @@ pub fn oom_limit(o: &FrameworkOom) -> String {
 pub fn in_step(step: Option<u64>) -> String {
     step.map_or_else(String::new, |n| format!(", in step {n}"))
 }
+
+/// ", in step 5, inside iteration › backward (PyTorch)": the step and the
+/// program's ranges open at a moment, when known.
+pub fn in_step_and_ranges(step: Option<u64>, ranges: &[String]) -> String {
+    let mut words = in_step(step);
+    if !ranges.is_empty() {
+        words.push_str(", inside ");
+        words.push_str(&ranges.join(" › "));
+    }
+    words
+}

@@ -587,4 +587,79 @@ fn pytorchs_phases_are_ranges_with_no_code_change() {
     assert_eq!(v["instances"], 1);
     assert_eq!(v["tensors"]["rise_bytes"].as_i64(), Some(8 * MIB));
     assert_eq!(v["tensors"]["kept_bytes"].as_i64(), Some(0));
+    // The error came inside it, in the forward the last step began.
+    let oom = &a["frameworks"][0]["ooms"][0];
+    assert_eq!(
+        oom["ranges"],
+        serde_json::json!(["forward (PyTorch)", "validation"])
+    );
+    let summary = report_summary(&dir.join("t.bin"), &dir.join("report"));
+    assert!(
+        summary.contains("in step 9, inside forward (PyTorch) › validation"),
+        "{summary}"
+    );
+}
+
+/// A training step in a closure the optimizer's step calls (Lightning's
+/// way): each "optimizer step" holds its iteration's forward and its
+/// backward, which is a range of its own inside it.
+#[test]
+fn a_closures_backward_is_a_phase_inside_the_optimizer_step() {
+    let dir = scratch("phases-closure");
+    let out = run(&mut record_python(
+        &dir,
+        "t.bin",
+        &[],
+        Path::new("python3"),
+        &[
+            std::ffi::OsStr::new("phases_closure"),
+            fake_torch().as_os_str(),
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let a = export_json(&dir.join("t.bin"), &dir);
+    let o = range(&a, "PyTorch:optimizer step");
+    let b = range(&a, "PyTorch:backward");
+    assert_eq!(
+        (o["instances"].as_u64(), b["instances"].as_u64()),
+        (Some(8), Some(8))
+    );
+    // The step holds the activation made and freed inside it and its
+    // state: highest in the first, after the backward freed the
+    // activation, with the gradient, the state and the temporary.
+    assert_eq!(
+        o["tensors"]["rise_bytes"].as_i64(),
+        Some((1 + 16 + 2) * MIB)
+    );
+    assert_eq!(o["tensors"]["kept_median"].as_i64(), Some(0));
+    assert_eq!(b["tensors"]["kept_median"].as_i64(), Some(-4 * MIB));
+    // Each backward lies inside an optimizer step.
+    let p = &a["ranges"][0];
+    let of = |name: &str| -> Vec<(u64, u64)> {
+        let id = p["ranges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|r| r["name"] == name && r["domain"] == "PyTorch")
+            .unwrap();
+        p["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["range"] == id)
+            .map(|i| {
+                (
+                    i["start_ns"].as_u64().unwrap(),
+                    i["end_ns"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect()
+    };
+    let (steps, backwards) = (of("optimizer step"), of("backward"));
+    for (s, b) in steps.iter().zip(&backwards) {
+        assert!(
+            s.0 <= b.0 && b.1 <= s.1,
+            "backward {b:?} outside step {s:?}"
+        );
+    }
 }

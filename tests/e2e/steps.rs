@@ -145,7 +145,12 @@ fn said_in_words(dir: &Path, lines: &std::collections::HashMap<String, u64>) {
         lines["optimizer_state"]
     );
     assert!(summary.contains("steps of pid"), "{summary}");
-    assert!(summary.contains(", in step 56)"), "{summary}");
+    // In step 56, in the forward the bootstrap opened as step 50's
+    // optimizer step ended (no backward came after it).
+    assert!(
+        summary.contains(", in step 56, inside forward (PyTorch))"),
+        "{summary}"
+    );
     assert!(summary.contains(&state), "{summary}");
     // After the warm-up (the first 11 of 55 steps), 2 MiB of tensors in
     // 39 of the 44 steps judged: 1.77 MiB a step.
@@ -160,6 +165,13 @@ fn said_in_words(dir: &Path, lines: &std::collections::HashMap<String, u64>) {
         lines["kept_tensor"]
     );
     assert!(summary.contains(&per_step), "{summary}");
+    // The growth section points at it, beside the growth over time.
+    assert!(
+        summary.contains(
+            "marks steps: +1.77 MiB of tensors kept per step on average from step 12 on (44 steps)"
+        ),
+        "{summary}"
+    );
     let page = std::fs::read_to_string(dir.join("report/t.html")).unwrap();
     assert!(page.contains("<h2 id=\"steps\">Steps</h2>"));
     // The answers at the top say it in a line, linked to the section.

@@ -21,7 +21,8 @@ stand-ins in stand_ins/, through the bootstrap `record` puts on the path) or
 cache alone), `steps` (training steps marked by a stand-in optimizer, then
 by the program; `steps_signalled`: the same, signalling itself with SIGUSR2
 after steps 10 and 20), `phases` (a training loop's forward, backward and
-optimizer step, marked by no one) or `nvtx` (ranges of the `nvtx`
+optimizer step, marked by no one; `phases_closure`: the same in a closure
+the optimizer's step calls) or `nvtx` (ranges of the `nvtx`
 package)."""
 
 import asyncio
@@ -229,7 +230,7 @@ def steps(library, signal_after=()):
 PHASE_ITERATIONS = 8
 
 
-def phases(library):
+def phases(library, closure=False):
     """PHASE_ITERATIONS iterations of a training loop in PyTorch's three
     phases, none marked by the program: a forward that makes a 4 MiB
     activation it keeps for the backward; a backward
@@ -237,7 +238,10 @@ def phases(library):
     1 MiB gradient in its first iteration (kept from then on) and frees the
     activation; the optimizer's step, whose 2 MiB temporary is freed inside
     it and whose 16 MiB state comes in its first step. Then a range of the
-    program's own (`gmem_prof.range`) holding an 8 MiB temporary."""
+    program's own (`gmem_prof.range`) holding an 8 MiB temporary and an
+    out-of-memory error. With `closure`, each iteration's forward and
+    backward run in a closure the optimizer's step calls, as Lightning's
+    training step does."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
     import torch
     from torch.optim import optimizer
@@ -251,20 +255,28 @@ def phases(library):
         c10.fake_torch_free(c10.fake_torch_malloc(2 << 20))  # line:phase_temporary
 
     main_optimizer = optimizer.Optimizer(update)
-    for _ in range(PHASE_ITERATIONS):
+
+    def iteration():
         activation = c10.fake_torch_malloc(4 << 20)  # line:phase_activation
 
-        def backward(activation=activation):
+        def backward():
             if not grads:
                 grads.append(c10.fake_torch_malloc(1 << 20))  # line:phase_grad
             c10.fake_torch_free(activation)
 
         torch.autograd.backward(backward)
-        main_optimizer.step()
+
+    for _ in range(PHASE_ITERATIONS):
+        if closure:
+            main_optimizer.step(iteration)
+        else:
+            iteration()
+            main_optimizer.step()
     import gmem_prof
 
     with gmem_prof.range("validation"):
         c10.fake_torch_free(c10.fake_torch_malloc(8 << 20))  # line:validation
+        c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:validation_oom
 
 
 def step_bench(library, n):
@@ -470,6 +482,8 @@ elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
 elif sys.argv[2:3] == ["phases"]:
     phases(sys.argv[3])
+elif sys.argv[2:3] == ["phases_closure"]:
+    phases(sys.argv[3], closure=True)
 elif sys.argv[2:3] == ["steps_signalled"]:
     steps(sys.argv[3], signal_after=(10, 20))
 elif sys.argv[2:3] == ["nvtx"]:

@@ -135,6 +135,30 @@ steps_phase() {
     "$GMEM" export -q --format json --step-range iteration -o "$WORK/torch_ranges.steps.json" "$WORK/traces/torch_ranges.bin"
     (cd "$ROOT/tests/gpu" && python3 ranges_check.py "$WORK/torch_ranges.analysis.json" "$WORK/torch_ranges.json" "$WORK/torch_ranges.steps.json") || FAILED=1
     "$GMEM" report "$WORK/traces/torch_ranges.bin" -o "$WORK/reports/torch_ranges" 2>&1 | sed -n '/^ranges of/,/^$/p' | sed 's/^/    /'
+    # Lightning's and Hugging Face's trainers: 12 steps and 12 of each
+    # phase, with no code change.
+    for loop in lightning hf; do
+        record "trainer_$loop" python3 "$ROOT/tests/gpu/trainer_steps.py" "$loop" "$WORK/trainer_$loop"
+        "$GMEM" export -q --format json -o "$WORK/trainer_$loop.analysis.json" "$WORK/traces/trainer_$loop.bin"
+        python3 - "$WORK/trainer_$loop.analysis.json" "$loop" <<'PY' || FAILED=1
+import json, sys
+a = json.load(open(sys.argv[1]))
+steps = [s for s in a.get("steps", []) if s["count"]]
+ranges = {(r["domain"], r["name"]): r["instances"] for p in a.get("ranges", []) for r in p["ranges"]}
+got = (steps[0]["count"] if steps else 0, ranges.get(("PyTorch", "backward")), ranges.get(("PyTorch", "optimizer step")))
+ok = got == (12, 12, 12)
+print(("ok   " if ok else "FAIL ") + f"{sys.argv[2]}: steps, backward and optimizer step phases {got} == (12, 12, 12)")
+if sys.argv[2] == "lightning":
+    # Lightning steps with a closure: each backward lies inside a step.
+    p = a["ranges"][0]
+    ids = {r["name"]: i for i, r in enumerate(p["ranges"]) if r["domain"] == "PyTorch"}
+    span = lambda n: [(i["start_ns"], i.get("end_ns") or 2**64) for i in p["instances"] if i["range"] == ids.get(n)]
+    inside = all(s[0] <= b[0] and b[1] <= s[1] for s, b in zip(span("optimizer step"), span("backward")))
+    print(("ok   " if inside else "FAIL ") + "lightning: each backward inside its optimizer step (a closure)")
+    ok = ok and inside
+sys.exit(0 if ok else 1)
+PY
+    done
     for i in 1 2 3; do
         RECORD_FLAGS=--no-nvtx record torch_ranges_nonvtx python3 "$ROOT/tests/gpu/torch_ranges.py" "$WORK/torch_ranges_nonvtx.json"
         (cd "$ROOT/tests/gpu" && python3 torch_ranges.py "$WORK/torch_ranges_plain.json" | sed 's/^/    plain: /')

@@ -70,11 +70,19 @@ pub fn build(
     warnings::add_sweep_warnings(&mut summary, &engine);
     let steps = steps::process_steps(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
     let ranges = ranges::process_ranges(&engine, &axis, |raw| sites.id(raw), &tensor_site_ids);
+    let open_ranges = |pid: u32, t: u64| {
+        ranges
+            .iter()
+            .find(|r| r.pid == pid)
+            .map_or_else(Vec::new, |r| r.open_at(t))
+    };
     for o in &mut ooms {
         o.step = steps::step_of(&steps, o.pid, o.time_ns);
+        o.ranges = open_ranges(o.pid, o.time_ns);
     }
     for o in frameworks.iter_mut().flat_map(|v| v.ooms.iter_mut()) {
         o.step = steps::step_of(&steps, o.pid, o.time_ns);
+        o.ranges = open_ranges(o.pid, o.time_ns);
     }
     let site_ids = SiteIds {
         sites: (0..engine.sites.len() as u32)

@@ -53,6 +53,7 @@ pub(super) fn oom_reports(
                 raised_as: None,
                 device_view,
                 step: None,
+                ranges: Vec::new(),
             }
         })
         .collect()

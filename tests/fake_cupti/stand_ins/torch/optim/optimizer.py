@@ -26,9 +26,13 @@ class Optimizer:
     def __init__(self, update):
         self._update = update
 
-    def step(self, *args, **kwargs):
+    def step(self, closure=None, *args, **kwargs):
         for hook in list(_global_optimizer_pre_hooks.values()):
             hook(self, args, kwargs)
+        if closure is not None:
+            # As PyTorch's optimizers do: the closure computes the loss
+            # and its gradients first (Lightning's training step).
+            closure()
         out = self._update()
         for hook in list(_global_optimizer_post_hooks.values()):
             hook(self, args, kwargs)
