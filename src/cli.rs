@@ -463,7 +463,10 @@ pub enum ExportFormat {
 #[command(after_help = "Examples:\n  \
     gmem-prof export trace.bin --format perfetto        # trace.perfetto.json\n  \
     gmem-prof export trace.bin --format parquet -o events.parquet\n  \
-    duckdb -c \"select site_label, sum(bytes) from 'events.parquet' where event = 'exit' group by 1\"\n\n\
+    duckdb -c \"select site_label, sum(bytes) from 'events.parquet' where event = 'exit' group by 1\"\n  \
+    gmem-prof export main.bin --format parquet --into runs/ --run $(git rev-parse --short HEAD)\n  \
+    duckdb -c \"select run, max(device_live) from read_parquet('runs/**/*.parquet', hive_partitioning = true) group by run\"\n\n\
+    docs/queries.md holds the questions people ask across runs, in DuckDB, pandas and Spark.\n\n\
     Times are nanoseconds (Perfetto: microseconds) since the trace's first event. \
     Parquet reads the trace twice: sites get their report ids only once all of it is read.")]
 pub struct ExportArgs {
@@ -477,8 +480,18 @@ pub struct ExportArgs {
     pub format: ExportFormat,
     /// Output file (default: the trace's name with .perfetto.json, .parquet
     /// or .json, in the current directory). Replaced if it exists.
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", conflicts_with = "into")]
     pub output: Option<PathBuf>,
+    /// Parquet only: add the run to the folder DIR, which many runs share,
+    /// in the hive layout: DIR/run=RUN/host=HOST/pid=PID/device=D/
+    /// events.parquet (the path's parts are columns to DuckDB, pandas,
+    /// Spark and polars; a run of the same name is replaced).
+    #[arg(long, value_name = "DIR")]
+    pub into: Option<PathBuf>,
+    /// The run's name in --into's layout (a commit, a date, a job id).
+    /// Default: the trace's name.
+    #[arg(long, value_name = "NAME", requires = "into")]
+    pub run: Option<String>,
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,

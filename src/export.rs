@@ -6,16 +6,32 @@ use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use gmem_prof_analyzer::events::{EventRow, SiteIds};
 use gmem_prof_analyzer::{
     analyze_files, analyze_files_with_events, analyze_files_with_site_ids, Options,
 };
-use gmem_prof_exports::{ParquetEvents, PerfettoWriter};
+use gmem_prof_exports::{ParquetEvents, PartitionedEvents, PerfettoWriter};
+use gmem_prof_model::Analysis;
 
 use crate::cli::{ExportArgs, ExportFormat};
 
 pub fn run(a: ExportArgs) -> Result<()> {
     let files = crate::inputs::expand(&a.traces)?;
+    if let Some(dir) = &a.into {
+        if a.format != ExportFormat::Parquet {
+            bail!("--into writes Parquet: give --format parquet");
+        }
+        let run = a
+            .run
+            .clone()
+            .unwrap_or_else(|| crate::report::report_stem(&files));
+        let summary = into_folder(&files, dir, &run, &a.reading)?;
+        if !a.quiet {
+            crate::out(format_args!("{}: {summary}\n", dir.display()))?;
+        }
+        return Ok(());
+    }
     let out = a
         .output
         .clone()
@@ -79,35 +95,113 @@ fn write(
                 "{n} trace events (open it at https://ui.perfetto.dev or chrome://tracing)"
             ))
         }
-        ExportFormat::Parquet => {
-            // Sites get their final ids only once the whole trace is read:
-            // a first pass finds them, the second writes the rows.
-            let tty = std::io::stderr().is_terminal();
-            if tty {
-                eprint!("export: pass 1 of 2 (sites)…");
-            }
-            let (analysis, sites) = analyze_files_with_site_ids(files, &opts)?;
-            if tty {
-                eprint!("\r\x1b[2Kexport: pass 2 of 2 (rows)…");
-            }
-            let mut writer = ParquetEvents::new(BufWriter::new(file), &analysis, &sites);
-            let mut failure = None;
-            analyze_files_with_events(files, &opts, &mut |rows| {
-                if failure.is_none() {
-                    failure = writer.rows(rows).err();
-                }
-            })?;
-            if tty {
-                eprint!("\r\x1b[2K");
-            }
-            if let Some(e) = failure {
-                return Err(anyhow!(e).context("cannot write the Parquet file"));
-            }
-            warn(&analysis.input.warnings);
-            let n = writer.finish().context("cannot write the Parquet file")?;
-            Ok(format!("{n} event rows (Parquet)"))
-        }
+        ExportFormat::Parquet => parquet(files, &opts, |analysis, sites| {
+            Ok(Box::new(ParquetEvents::new(
+                BufWriter::new(file),
+                analysis,
+                sites,
+            )))
+        }),
     }
+}
+
+/// Where Parquet's rows go: one file, or a run's folder of them.
+trait EventSink {
+    fn rows(&mut self, rows: &[EventRow]) -> Result<()>;
+    /// Finishes the output; says what was written.
+    fn finish(self: Box<Self>) -> Result<String>;
+    /// Removes what was written, after a failure.
+    fn abandon(self: Box<Self>) {}
+}
+
+impl EventSink for ParquetEvents<'_, BufWriter<File>> {
+    fn rows(&mut self, rows: &[EventRow]) -> Result<()> {
+        Ok(ParquetEvents::rows(self, rows)?)
+    }
+    fn finish(self: Box<Self>) -> Result<String> {
+        Ok(format!(
+            "{} event rows (Parquet)",
+            ParquetEvents::finish(*self)?
+        ))
+    }
+}
+
+impl EventSink for PartitionedEvents<'_> {
+    fn rows(&mut self, rows: &[EventRow]) -> Result<()> {
+        Ok(PartitionedEvents::rows(self, rows)?)
+    }
+    fn finish(self: Box<Self>) -> Result<String> {
+        let (rows, files) = PartitionedEvents::finish(*self)?;
+        Ok(format!(
+            "{rows} event rows in {files} Parquet file(s), one per process and device"
+        ))
+    }
+    fn abandon(self: Box<Self>) {
+        PartitionedEvents::abandon(*self);
+    }
+}
+
+/// The trace's events as Parquet, into the sink `open` makes. Sites get
+/// their final ids only once the whole trace is read: a first pass finds
+/// them, the second writes the rows.
+fn parquet(
+    files: &[PathBuf],
+    opts: &Options,
+    open: impl for<'a> FnOnce(&'a Analysis, &'a SiteIds) -> Result<Box<dyn EventSink + 'a>>,
+) -> Result<String> {
+    let tty = std::io::stderr().is_terminal();
+    if tty {
+        eprint!("export: pass 1 of 2 (sites)…");
+    }
+    let (analysis, sites) = analyze_files_with_site_ids(files, opts)?;
+    if tty {
+        eprint!("\r\x1b[2Kexport: pass 2 of 2 (rows)…");
+    }
+    let mut sink = open(&analysis, &sites)?;
+    let mut failure = None;
+    let swept = analyze_files_with_events(files, opts, &mut |rows| {
+        if failure.is_none() {
+            failure = sink.rows(rows).err();
+        }
+    });
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    if let Err(e) = swept {
+        sink.abandon();
+        return Err(e.into());
+    }
+    if let Some(e) = failure {
+        sink.abandon();
+        return Err(e.context("cannot write the Parquet file"));
+    }
+    warn(&analysis.input.warnings);
+    sink.finish().context("cannot write the Parquet file")
+}
+
+/// `export --format parquet --into DIR`: the run's events added to DIR in
+/// the hive layout (PartitionedEvents).
+fn into_folder(
+    files: &[PathBuf],
+    dir: &Path,
+    run: &str,
+    reading: &crate::cli::ReadingArgs,
+) -> Result<String> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let opts = Options {
+        code: reading.rules(),
+        step_range: reading.step_range.clone(),
+        ..Default::default()
+    };
+    let summary = parquet(files, &opts, |analysis, sites| {
+        let sink = PartitionedEvents::new(dir, run, analysis, sites)
+            .with_context(|| format!("cannot write into {}", dir.display()))?;
+        Ok(Box::new(sink))
+    })?;
+    Ok(format!(
+        "run={} added: {summary}",
+        gmem_prof_exports::parquet::partition_value(run)
+    ))
 }
 
 fn warn(warnings: &[gmem_prof_model::InputWarning]) {

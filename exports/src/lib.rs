@@ -2,7 +2,8 @@
 //!
 //! - `perfetto`: Chrome trace-event JSON for Perfetto's UI: counter tracks
 //!   of live and reserved bytes per device, kernel slices, OOM instants.
-//! - `parquet`: one row per event, for DuckDB, pandas, Spark, polars.
+//! - `parquet`: one row per event, for DuckDB, pandas, Spark, polars, in
+//!   one file or in a folder of runs (hive layout).
 //!
 //! Both stream: the analyzer hands events out in batches while it sweeps
 //! (`gmem_prof_analyzer::analyze_files_with_events`), so memory stays
@@ -11,5 +12,5 @@
 pub mod parquet;
 pub mod perfetto;
 
-pub use parquet::ParquetEvents;
+pub use parquet::{ParquetEvents, PartitionedEvents};
 pub use perfetto::PerfettoWriter;

@@ -1,6 +1,10 @@
 //! Parquet of the trace's events, one row per event, for DuckDB, pandas,
 //! Spark or polars. Written in row groups of `ROWS_PER_GROUP` as the
-//! analyzer hands the events out, so memory stays bounded.
+//! analyzer hands the events out, so memory stays bounded. One file
+//! (`ParquetEvents`), or a folder of runs in the hive layout
+//! (`PartitionedEvents`: `run=R/host=H/pid=P/device=D/events.parquet`,
+//! the partition columns in the path, not in the files), which many runs
+//! share.
 //!
 //! Columns (documented for users in docs/formats.md):
 //! time_ns, end_ns (u64, since the trace's first event), event (alloc, free,
@@ -15,7 +19,10 @@
 //! allocator's figures for the process on the device just after a tensor
 //! event; null otherwise).
 
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use gmem_prof_analyzer::events::{kind_name, EventKind};
 use gmem_prof_analyzer::events::{EventRow, SiteIds};
@@ -25,6 +32,9 @@ use polars_io::parquet::write::{BatchedWriter, ParquetCompression, ParquetWriter
 
 /// Rows buffered before a row group is written.
 pub const ROWS_PER_GROUP: usize = 1 << 20;
+/// The same for each file of a partitioned export, which has one buffer
+/// per process and device.
+pub const ROWS_PER_PARTITION_GROUP: usize = 1 << 16;
 
 /// Column buffers for one row group.
 #[derive(Default)]
@@ -53,7 +63,9 @@ impl Columns {
         self.time_ns.len()
     }
 
-    fn frame(&mut self, a: &Analysis) -> PolarsResult<DataFrame> {
+    /// The buffered rows as a frame; `partitioned`: without the columns a
+    /// partitioned export has in its paths (pid, device).
+    fn frame(&mut self, a: &Analysis, partitioned: bool) -> PolarsResult<DataFrame> {
         let c = std::mem::take(self);
         let n = c.time_ns.len();
         let labels: Vec<Option<&str>> = c
@@ -66,29 +78,31 @@ impl Columns {
                 (None, None) => None,
             })
             .collect();
-        DataFrame::new(
-            n,
-            vec![
-                Column::new("time_ns".into(), c.time_ns),
-                Column::new("end_ns".into(), c.end_ns),
-                Column::new("event".into(), c.event),
-                Column::new("pid".into(), c.pid),
-                Column::new("device".into(), c.device),
-                Column::new("kind".into(), c.kind),
-                Column::new("address".into(), c.address),
-                Column::new("bytes".into(), c.bytes),
-                Column::new("site".into(), c.site),
-                Column::new("site_label".into(), labels),
-                Column::new("correlation".into(), c.correlation),
-                Column::new("cuda_stream".into(), c.cuda_stream),
-                Column::new("name".into(), c.name),
-                Column::new("device_live".into(), c.device_live),
-                Column::new("device_reserved".into(), c.device_reserved),
-                Column::new("tensor_site".into(), c.tensor_site),
-                Column::new("allocated".into(), c.allocated),
-                Column::new("reserved".into(), c.reserved),
-            ],
-        )
+        let mut columns = vec![
+            Column::new("time_ns".into(), c.time_ns),
+            Column::new("end_ns".into(), c.end_ns),
+            Column::new("event".into(), c.event),
+        ];
+        if !partitioned {
+            columns.push(Column::new("pid".into(), c.pid));
+            columns.push(Column::new("device".into(), c.device));
+        }
+        columns.extend([
+            Column::new("kind".into(), c.kind),
+            Column::new("address".into(), c.address),
+            Column::new("bytes".into(), c.bytes),
+            Column::new("site".into(), c.site),
+            Column::new("site_label".into(), labels),
+            Column::new("correlation".into(), c.correlation),
+            Column::new("cuda_stream".into(), c.cuda_stream),
+            Column::new("name".into(), c.name),
+            Column::new("device_live".into(), c.device_live),
+            Column::new("device_reserved".into(), c.device_reserved),
+            Column::new("tensor_site".into(), c.tensor_site),
+            Column::new("allocated".into(), c.allocated),
+            Column::new("reserved".into(), c.reserved),
+        ]);
+        DataFrame::new(n, columns)
     }
 }
 
@@ -101,6 +115,9 @@ pub struct ParquetEvents<'a, W: Write> {
     out: Option<W>,
     buf: Columns,
     pub rows_written: u64,
+    /// A file of a partitioned export (`PartitionedEvents`).
+    partitioned: bool,
+    rows_per_group: usize,
 }
 
 impl<'a, W: Write> ParquetEvents<'a, W> {
@@ -112,11 +129,20 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
             out: Some(out),
             buf: Columns::default(),
             rows_written: 0,
+            partitioned: false,
+            rows_per_group: ROWS_PER_GROUP,
         }
     }
 
     pub fn rows(&mut self, rows: &[EventRow]) -> PolarsResult<()> {
         for r in rows {
+            self.row(r)?;
+        }
+        Ok(())
+    }
+
+    fn row(&mut self, r: &EventRow) -> PolarsResult<()> {
+        {
             let c = &mut self.buf;
             c.time_ns.push(r.time_ns);
             c.end_ns.push(r.end_ns);
@@ -142,15 +168,15 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
                 .push(r.tensor_site.and_then(|t| self.sites.tensor(t)));
             c.allocated.push(r.allocated);
             c.reserved.push(r.reserved);
-            if c.len() >= ROWS_PER_GROUP {
-                self.flush()?;
-            }
+        }
+        if self.buf.len() >= self.rows_per_group {
+            self.flush()?;
         }
         Ok(())
     }
 
     fn flush(&mut self) -> PolarsResult<()> {
-        let mut df = self.buf.frame(self.analysis)?;
+        let mut df = self.buf.frame(self.analysis, self.partitioned)?;
         self.rows_written += df.height() as u64;
         if self.writer.is_none() {
             let out = self
@@ -174,5 +200,140 @@ impl<'a, W: Write> ParquetEvents<'a, W> {
         }
         self.writer.expect("set by flush").finish()?;
         Ok(self.rows_written)
+    }
+}
+
+/// A run's events in the hive layout many runs share:
+/// `DIR/run=RUN/host=HOST/pid=PID/device=DEVICE/events.parquet`, one file
+/// per process and device, written into a folder beside the run's and
+/// moved into place by `finish` (a failed export leaves the run's old
+/// folder as it was). DuckDB (`read_parquet('DIR/**/*.parquet',
+/// hive_partitioning = true)`), pandas, Spark and polars read the path's
+/// parts as columns.
+pub struct PartitionedEvents<'a> {
+    analysis: &'a Analysis,
+    sites: &'a SiteIds,
+    /// The run's folder, and the one it is written into.
+    run_dir: PathBuf,
+    tmp_dir: PathBuf,
+    hosts: BTreeMap<u32, String>,
+    parts: BTreeMap<(u32, u32), ParquetEvents<'a, BufWriter<File>>>,
+}
+
+impl<'a> PartitionedEvents<'a> {
+    /// Events of the run named `run` under `dir`, which may hold other
+    /// runs already; a run of that name is replaced.
+    pub fn new(
+        dir: &Path,
+        run: &str,
+        analysis: &'a Analysis,
+        sites: &'a SiteIds,
+    ) -> std::io::Result<Self> {
+        let name = format!("run={}", partition_value(run));
+        let run_dir = dir.join(&name);
+        let tmp_dir = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp_dir);
+        std::fs::create_dir_all(&tmp_dir)?;
+        let hosts = analysis
+            .processes
+            .iter()
+            .map(|p| (p.pid, partition_value(&p.hostname)))
+            .collect();
+        Ok(PartitionedEvents {
+            analysis,
+            sites,
+            run_dir,
+            tmp_dir,
+            hosts,
+            parts: BTreeMap::new(),
+        })
+    }
+
+    pub fn rows(&mut self, rows: &[EventRow]) -> PolarsResult<()> {
+        for r in rows {
+            let key = (r.pid, r.device);
+            if !self.parts.contains_key(&key) {
+                let part = self.open(key)?;
+                self.parts.insert(key, part);
+            }
+            if let Some(part) = self.parts.get_mut(&key) {
+                part.row(r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open(&self, (pid, device): (u32, u32)) -> PolarsResult<ParquetEvents<'a, BufWriter<File>>> {
+        let host = self.hosts.get(&pid).map_or("unknown", String::as_str);
+        let dir = self
+            .tmp_dir
+            .join(format!("host={host}"))
+            .join(format!("pid={pid}"))
+            .join(format!("device={device}"));
+        std::fs::create_dir_all(&dir)?;
+        let file = File::create(dir.join("events.parquet"))?;
+        let mut part = ParquetEvents::new(BufWriter::new(file), self.analysis, self.sites);
+        part.partitioned = true;
+        part.rows_per_group = ROWS_PER_PARTITION_GROUP;
+        Ok(part)
+    }
+
+    /// Finishes every file and moves the run into place (replacing a run
+    /// of its name). Returns the rows and files written.
+    pub fn finish(self) -> PolarsResult<(u64, usize)> {
+        let files = self.parts.len();
+        let mut rows = 0;
+        for part in self.parts.into_values() {
+            rows += part.finish()?;
+        }
+        if self.run_dir.exists() {
+            std::fs::remove_dir_all(&self.run_dir)?;
+        }
+        std::fs::rename(&self.tmp_dir, &self.run_dir)?;
+        Ok((rows, files))
+    }
+
+    /// Removes what was written (after a failure).
+    pub fn abandon(self) {
+        let _ = std::fs::remove_dir_all(&self.tmp_dir);
+    }
+}
+
+/// A value as a partition folder's name may hold it: letters, digits and
+/// `.`, `_`, `-`, `+` kept, anything else `_` ("unknown" for nothing; dots
+/// alone, which name folders of their own, become `_`).
+pub fn partition_value(text: &str) -> String {
+    if text.is_empty() {
+        return "unknown".into();
+    }
+    if text.chars().all(|c| c == '.') {
+        return "_".repeat(text.len());
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_value;
+
+    /// A run or host name never leaves its folder: separators and other
+    /// characters become `_`, and dots alone do too.
+    #[test]
+    fn partition_values_stay_one_folder_name() {
+        assert_eq!(partition_value("a1b2c3d"), "a1b2c3d");
+        assert_eq!(partition_value("2026-12-06_v1.2+rc"), "2026-12-06_v1.2+rc");
+        assert_eq!(partition_value("../etc"), ".._etc");
+        assert_eq!(partition_value(".."), "__");
+        assert_eq!(partition_value("."), "_");
+        assert_eq!(partition_value("feature/x y"), "feature_x_y");
+        assert_eq!(partition_value(""), "unknown");
     }
 }

@@ -363,3 +363,201 @@ fn parquet_has_the_tensors_of_the_framework_view() {
         truth["torch"]["allocated_bytes.all.peak"].as_u64()
     );
 }
+
+/// The SQL blocks of docs/queries.md, by their first line's comment
+/// ("-- peak per run").
+fn documented_queries() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(repo().join("docs/queries.md")).unwrap();
+    doc.split("```sql\n")
+        .skip(1)
+        .map(|block| {
+            let sql = block.split("```").next().unwrap();
+            let name = sql
+                .lines()
+                .next()
+                .unwrap()
+                .trim_start_matches("-- ")
+                .to_string();
+            (name, sql.to_string())
+        })
+        .collect()
+}
+
+/// Rows of `sql` run by DuckDB (Python's package from `package`), as JSON
+/// arrays.
+fn duckdb(package: &Option<PathBuf>, sql: &str) -> Vec<Value> {
+    let script = "import duckdb, json, sys\n\
+                  rows = duckdb.sql(sys.stdin.read()).fetchall()\n\
+                  print(json.dumps([list(r) for r in rows]))";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(dir) = package {
+        cmd.env("PYTHONPATH", dir);
+    }
+    let mut child = cmd.spawn().unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+}
+
+/// Two runs added to one folder in the hive layout (`--into`): every
+/// query of docs/queries.md runs in DuckDB and answers what each run's
+/// analysis says (peaks per device, what each site held at exit and
+/// allocated, failed allocations).
+#[test]
+fn documented_duckdb_queries_answer_what_the_analyses_say() {
+    let Some(package) = python_package("GMEM_PROF_TEST_DUCKDB", "duckdb") else {
+        eprintln!("skipped: no `duckdb` Python package (pip install duckdb, or set GMEM_PROF_TEST_DUCKDB)");
+        return;
+    };
+    let dir = scratch("export-hive");
+    let runs = dir.join("runs");
+    let mut analyses = std::collections::BTreeMap::new();
+    for (run_name, name) in [("base", "torch_leak.bin"), ("new", "oom.bin")] {
+        let o = run(Command::new(gmem())
+            .arg("export")
+            .arg(sample(name))
+            .args(["--format", "parquet", "--into"])
+            .arg(&runs)
+            .args(["--run", run_name]));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        analyses.insert(run_name.to_string(), export_json(&sample(name), &dir));
+    }
+    // The layout: one file per process and device, the parts in the path.
+    let files: Vec<PathBuf> = walk(&runs);
+    assert!(!files.is_empty());
+    for f in &files {
+        let rel = f
+            .strip_prefix(&runs)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let parts: Vec<&str> = rel.split('/').collect();
+        assert_eq!(parts.len(), 5, "{rel}");
+        for (part, key) in parts.iter().zip(["run=", "host=", "pid=", "device="]) {
+            assert!(part.starts_with(key), "{rel}");
+        }
+        assert_eq!(parts[4], "events.parquet");
+    }
+    let queries = documented_queries();
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    let glob = format!("{}/**/*.parquet", runs.display());
+    for (name, sql) in &queries {
+        let rows = duckdb(&package, &sql.replace("runs/**/*.parquet", &glob));
+        match name.as_str() {
+            "peak per run" => {
+                let want: Vec<Value> =
+                    analyses
+                        .iter()
+                        .flat_map(|(run, a)| {
+                            a["devices"].as_array().unwrap().iter().map(move |d| {
+                                serde_json::json!([run, d["device"], d["peak_bytes"]])
+                            })
+                        })
+                        .collect();
+                assert_eq!(rows, want, "{name}");
+            }
+            "held at exit per site and run" | "allocated per site and run" => {
+                let exit = name.starts_with("held");
+                let mut want: std::collections::BTreeMap<(String, String), (u64, u64)> =
+                    Default::default();
+                for (run, a) in &analyses {
+                    for s in a["sites"].as_array().unwrap() {
+                        let label = s["label"].as_str().unwrap().to_string();
+                        let (count, bytes) = if exit {
+                            (0, s["held_at_exit_bytes"].as_u64().unwrap())
+                        } else {
+                            (
+                                s["count"].as_u64().unwrap(),
+                                s["total_bytes"].as_u64().unwrap(),
+                            )
+                        };
+                        if bytes > 0 {
+                            let e = want.entry((run.clone(), label)).or_default();
+                            e.0 += count;
+                            e.1 += bytes;
+                        }
+                    }
+                }
+                let got: std::collections::BTreeMap<(String, String), (u64, u64)> = rows
+                    .iter()
+                    .map(|r| {
+                        let (run, label, count, bytes) = if exit {
+                            (&r[1], &r[0], 0, r[2].as_u64().unwrap())
+                        } else {
+                            (&r[0], &r[1], r[2].as_u64().unwrap(), r[3].as_u64().unwrap())
+                        };
+                        let label = label.as_str().unwrap_or("").to_string();
+                        ((run.as_str().unwrap().to_string(), label), (count, bytes))
+                    })
+                    .collect();
+                assert_eq!(got, want, "{name}");
+            }
+            "failed allocations per run" => {
+                let want: Vec<Value> = analyses
+                    .iter()
+                    .map(|(run, a)| serde_json::json!([run, a["ooms"].as_array().unwrap().len()]))
+                    .collect();
+                assert_eq!(rows, want, "{name}");
+            }
+            other => panic!("docs/queries.md has a query this test does not check: {other}"),
+        }
+    }
+}
+
+/// Every file under `dir`, all levels.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--into` is for Parquet, and a run's name stays one folder's name.
+#[test]
+fn runs_added_to_a_folder_keep_to_it() {
+    let dir = scratch("export-into");
+    let o = run(Command::new(gmem())
+        .arg("export")
+        .arg(sample("oom.bin"))
+        .args(["--format", "json", "--into"])
+        .arg(dir.join("runs")));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--into writes Parquet"),
+        "{}",
+        stderr(&o)
+    );
+    for _ in 0..2 {
+        let o = run(Command::new(gmem())
+            .arg("export")
+            .arg(sample("oom.bin"))
+            .args(["--format", "parquet", "--run", "../x", "--into"])
+            .arg(dir.join("runs")));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    // Added twice under one name: replaced, not doubled; nothing else left.
+    let names: Vec<String> = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["run=.._x"]);
+    assert!(!dir.join("x").exists());
+}

@@ -447,25 +447,9 @@ fn no_range_is_recorded_when_nvtx_is_off_or_another_tools() {
     assert!(of_type(&dump_json(&dir.join("u.bin")), "RangeBegin").is_empty());
 }
 
-/// Where the `nvtx` Python package is: `GMEM_PROF_TEST_NVTX` (a directory
-/// to put on PYTHONPATH; `.ci/run` installs it there, and the test then
-/// fails rather than skips without it), or python3's own packages when it
-/// can import it; `None` when neither.
+/// Where the `nvtx` Python package is (`python_package`).
 fn nvtx_package() -> Option<Option<std::path::PathBuf>> {
-    if let Some(dir) = std::env::var_os("GMEM_PROF_TEST_NVTX") {
-        let dir = std::path::PathBuf::from(dir);
-        assert!(
-            dir.join("nvtx").is_dir(),
-            "GMEM_PROF_TEST_NVTX={} holds no nvtx package",
-            dir.display()
-        );
-        return Some(Some(dir));
-    }
-    let importable = Command::new("python3")
-        .args(["-c", "import nvtx"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    importable.then_some(None)
+    python_package("GMEM_PROF_TEST_NVTX", "nvtx")
 }
 
 #[test]

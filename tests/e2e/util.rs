@@ -485,3 +485,24 @@ pub fn tracked_files() -> Vec<std::path::PathBuf> {
         .map(|f| repo().join(String::from_utf8_lossy(f).as_ref()))
         .collect()
 }
+
+/// Where a Python package a test needs is: the directory `var` names (to
+/// put on PYTHONPATH; `.ci/run` installs it there, and the test then fails
+/// rather than skips without it), or python3's own packages when it can
+/// import it; `None` when neither.
+pub fn python_package(var: &str, package: &str) -> Option<Option<PathBuf>> {
+    if let Some(dir) = std::env::var_os(var) {
+        let dir = PathBuf::from(dir);
+        assert!(
+            dir.join(package).is_dir(),
+            "{var}={} holds no {package} package",
+            dir.display()
+        );
+        return Some(Some(dir));
+    }
+    let importable = Command::new("python3")
+        .args(["-c", &format!("import {package}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    importable.then_some(None)
+}
