@@ -26,6 +26,8 @@
 //!   ranges as steps, range budgets.
 //! - `windows`: recording a part of the run (`--steps`, `--capture-range`,
 //!   `--window-signal`): the window's figures against the whole run's.
+//! - `wheel`: the pip package installed into a fresh virtual environment
+//!   with no Rust, its command, module and collector at work.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -72,6 +74,9 @@ mod ranges;
 
 #[path = "e2e/windows.rs"]
 mod windows;
+
+#[path = "e2e/wheel.rs"]
+mod wheel;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

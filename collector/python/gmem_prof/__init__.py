@@ -12,12 +12,17 @@ Every call does nothing when the program is not recorded by
 calls can stay in the program. PyTorch programs need no call: the bootstrap
 `record` puts on the path marks a step each time the first optimizer
 steps, and their phases (forward, backward, optimizer step) as ranges.
+
+Installed with pip, the module also reads traces:
+
+    analysis = gmem_prof.analyze("trace.bin")
+    analysis["devices"][0]["peak_bytes"]
 """
 
 import contextlib
 import os
 
-__all__ = ["step", "range"]
+__all__ = ["step", "range", "analyze"]
 
 # `gmem_prof_step`'s sources (traces/FORMAT.md, the Step record).
 OPTIMIZER = 1
@@ -129,3 +134,40 @@ def range(name, domain=None):
         yield
     finally:
         _range_end(id)
+
+
+def _binary():
+    """The gmem-prof binary: the one the pip package holds beside this
+    module, else the one on PATH."""
+    import shutil
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "gmem-prof")
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("gmem-prof")
+    if found is None:
+        raise FileNotFoundError("no gmem-prof binary: pip install gmem-prof, or put gmem-prof on PATH")
+    return found
+
+
+def analyze(path, *options):
+    """The analysis of a trace (or a folder of per-process trace files) as
+    Python data: the JSON `gmem-prof export --format json` writes
+    (docs/formats.md in the repository). `options` are more of export's
+    options, as strings ("--step-range", "iteration")."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "analysis.json")
+        done = subprocess.run(
+            [_binary(), "export", "-q", "--format", "json", "-o", out, *options, os.fspath(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip() or f"gmem-prof export failed ({done.returncode})")
+        with open(out) as f:
+            return json.load(f)
