@@ -5,12 +5,13 @@ module, so that a machine with no Rust toolchain installs it with pip.
 
 The wheel (`gmem_prof-VERSION-py3-none-manylinux_2_N_x86_64.whl`):
 
-    gmem_prof/__init__.py             the module programs call (collector/python/gmem_prof)
+    gmem_prof/__init__.py             the module programs call, and its pytest
+    gmem_prof/pytest_plugin.py        plugin (collector/python/gmem_prof)
     gmem_prof/__main__.py             `python -m gmem_prof` (python/__main__.py)
     gmem_prof/bin/gmem-prof           the CLI, which finds the collector beside it
     gmem_prof/bin/libgmem_prof_collector.so
     gmem_prof-VERSION.dist-info/      METADATA, WHEEL, entry_points.txt (the
-                                      `gmem-prof` command), RECORD
+                                      `gmem-prof` command, the pytest plugin), RECORD
 
 Its platform tag names the newest glibc symbol version the two binaries
 use (manylinux_2_N: runs on every Linux with glibc 2.N or later); CI checks
@@ -116,7 +117,10 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     name = f"gmem_prof-{version}-{tag}.whl"
     dist_info = f"gmem_prof-{version}.dist-info"
     wheel = _Wheel(os.path.join(wheel_directory, name))
-    wheel.add("gmem_prof/__init__.py", _read("collector", "python", "gmem_prof", "__init__.py"))
+    module = os.path.join(ROOT, "collector", "python", "gmem_prof")
+    for file in sorted(os.listdir(module)):
+        if file.endswith(".py"):
+            wheel.add(f"gmem_prof/{file}", _read(module, file))
     wheel.add("gmem_prof/__main__.py", _read("python", "__main__.py"))
     for path in paths:
         with open(path, "rb") as f:
@@ -128,7 +132,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     )
     wheel.add(
         f"{dist_info}/entry_points.txt",
-        b"[console_scripts]\ngmem-prof = gmem_prof.__main__:main\n",
+        b"[console_scripts]\ngmem-prof = gmem_prof.__main__:main\n\n"
+        b"[pytest11]\ngmem_prof = gmem_prof.pytest_plugin\n",
     )
     wheel.close(f"{dist_info}/RECORD")
     return name

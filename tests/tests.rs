@@ -28,6 +28,7 @@
 //!   `--window-signal`): the window's figures against the whole run's.
 //! - `wheel`: the pip package installed into a fresh virtual environment
 //!   with no Rust, its command, module and collector at work.
+//! - `pytest`: the pytest plugin's GPU memory limits over the fake driver.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -77,6 +78,9 @@ mod windows;
 
 #[path = "e2e/wheel.rs"]
 mod wheel;
+
+#[path = "e2e/pytest.rs"]
+mod pytest;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

@@ -149,6 +149,25 @@ pub extern "C" fn gmem_prof_range_end(id: u64) {
     nvtx::program_range_end(id);
 }
 
+/// Writes everything recorded so far into this process's trace file (CUPTI's
+/// buffers handed over first), and returns once it is there, so that
+/// another program can read the file up to now: the pytest plugin judging a
+/// test as it ends. Returns 1 when done, 0 when not recording or after 10
+/// s. Makes no CUDA call; call it between a program's CUDA work, not
+/// from a callback.
+#[no_mangle]
+pub extern "C" fn gmem_prof_flush() -> std::ffi::c_int {
+    state::no_unwind(0, || {
+        let Some(c) = state::get() else { return 0 };
+        if !c.recording() {
+            return 0;
+        }
+        c.flush_activity(cuda::cupti::FLUSH_FORCED);
+        c.note_cupti_drops();
+        std::ffi::c_int::from(c.sink.flush_and_wait(std::time::Duration::from_secs(10)))
+    })
+}
+
 /// Ends recording in this process and completes its part of the trace, as
 /// at exit, for a process about to end without running its exit handlers:
 /// the Python bootstrap calls it from `os._exit`, which Python's

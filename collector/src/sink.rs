@@ -92,6 +92,11 @@ pub struct Sink {
     wake: Condvar,
     dropped: AtomicU64,
     closing: AtomicBool,
+    /// Flushes asked for (`flush_and_wait`), and the last the writer has
+    /// done: everything pushed before it asked is in the file.
+    flushes_asked: AtomicU64,
+    flushed: Mutex<u64>,
+    flush_done: Condvar,
 }
 
 impl Sink {
@@ -101,7 +106,39 @@ impl Sink {
             wake: Condvar::new(),
             dropped: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            flushes_asked: AtomicU64::new(0),
+            flushed: Mutex::new(0),
+            flush_done: Condvar::new(),
         }
+    }
+
+    /// Waits (up to `timeout`) until everything pushed so far is written
+    /// to the file, so that another process can read it (a test runner's
+    /// plugin judging a test). Returns whether it was.
+    pub fn flush_and_wait(&self, timeout: Duration) -> bool {
+        let n = self.flushes_asked.fetch_add(1, Ordering::SeqCst) + 1;
+        self.wake.notify_all();
+        let Ok(done) = self.flushed.lock() else {
+            return false;
+        };
+        match self
+            .flush_done
+            .wait_timeout_while(done, timeout, |d| *d < n)
+        {
+            Ok((d, _)) => *d >= n,
+            Err(_) => false,
+        }
+    }
+
+    fn mark_flushed(&self, asked: u64) {
+        if let Ok(mut d) = self.flushed.lock() {
+            *d = (*d).max(asked);
+        }
+        self.flush_done.notify_all();
+    }
+
+    fn flush_waiting(&self, done: u64) -> bool {
+        self.flushes_asked.load(Ordering::SeqCst) > done
     }
 
     pub fn dropped(&self) -> u64 {
@@ -190,11 +227,15 @@ impl Sink {
         self.wake.notify_all();
     }
 
-    fn take(&self, into: &mut Pending, wait: Duration) -> bool {
+    fn take(&self, into: &mut Pending, wait: Duration, flushed: u64) -> bool {
         let Ok(mut p) = self.pending.lock() else {
             return true;
         };
-        if p.items.is_empty() && p.batches.is_empty() && !self.closing.load(Ordering::Acquire) {
+        if p.items.is_empty()
+            && p.batches.is_empty()
+            && !self.closing.load(Ordering::Acquire)
+            && !self.flush_waiting(flushed)
+        {
             p = match self.wake.wait_timeout(p, wait) {
                 Ok((g, _)) => g,
                 Err(_) => return true,
@@ -467,11 +508,21 @@ impl Writer {
     /// trailer. `flush_every` bounds how old unwritten data can get.
     pub fn run(mut self, env: &dyn WriterEnv, sink: &Sink, flush_every: Duration) -> Writer {
         let mut batch = Pending::default();
+        let mut flushed = 0;
         loop {
-            let closing = sink.take(&mut batch, flush_every / 2);
+            // Read before taking: what was pushed before a flush was asked
+            // for is in this take.
+            let asked = sink.flushes_asked.load(Ordering::SeqCst);
+            let closing = sink.take(&mut batch, flush_every / 2, flushed);
             self.process(env, &mut batch);
             self.tick_window(env);
             self.note_drops(env, sink);
+            if asked > flushed {
+                self.write_chunk();
+                let _ = self.file.flush();
+                flushed = asked;
+                sink.mark_flushed(asked);
+            }
             if closing {
                 break;
             }
@@ -480,7 +531,7 @@ impl Writer {
             }
         }
         // Anything pushed between the last take and close.
-        sink.take(&mut batch, Duration::ZERO);
+        sink.take(&mut batch, Duration::ZERO, u64::MAX);
         self.process(env, &mut batch);
         self.note_drops(env, sink);
         // What this thread cost the machine: its work runs beside the
@@ -517,6 +568,8 @@ impl Writer {
         self.emit(env, &Record::Trailer(trailer));
         self.write_chunk();
         let _ = self.file.flush();
+        // Nothing is left to wait for.
+        sink.mark_flushed(u64::MAX);
         self
     }
 }
@@ -752,6 +805,38 @@ mod tests {
             }
         }
         assert_eq!(calls, 5_000);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A flush asked for while the writer runs returns once what was pushed
+    /// before it is in the file, readable by another program then.
+    #[test]
+    fn a_flush_returns_once_the_records_are_in_the_file() {
+        let dir = std::env::temp_dir().join(format!("gmem-sink-flush-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        let sink = Arc::new(Sink::new());
+        let writer = Writer::create(File::create(&path).unwrap()).unwrap();
+        let s2 = sink.clone();
+        // A long period: only the flush can make the writer write now.
+        let w = std::thread::spawn(move || writer.run(&FakeEnv, &s2, Duration::from_secs(60)));
+        for round in 1..=3u64 {
+            sink.push(Record::Step(Step {
+                time: Nanos(round),
+                number: round,
+                ..Default::default()
+            }));
+            assert!(sink.flush_and_wait(Duration::from_secs(10)));
+            let (chunks, _) = read_all(&std::fs::read(&path).unwrap()).unwrap();
+            let steps = chunks
+                .iter()
+                .flat_map(|c| &c.records)
+                .filter(|r| matches!(r, Record::Step(_)))
+                .count();
+            assert_eq!(steps as u64, round);
+        }
+        sink.close();
+        assert!(w.join().unwrap().failed.is_none());
         std::fs::remove_dir_all(&dir).ok();
     }
 

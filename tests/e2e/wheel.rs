@@ -113,6 +113,19 @@ fn the_wheel_installs_and_runs_with_no_rust() {
         stderr(&o)
     );
 
+    // pytest finds its plugin through the package's entry point.
+    let o = run(in_venv(&venv, "python").args([
+        "-c",
+        "from importlib.metadata import entry_points; \
+         print([e.value for e in entry_points(group='pytest11')])",
+    ]));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "['gmem_prof.pytest_plugin']",
+        "{}",
+        stderr(&o)
+    );
+
     // It records, its collector found beside its binary.
     let o = run(in_venv(&venv, "gmem-prof")
         .current_dir(&dir)

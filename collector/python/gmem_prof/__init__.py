@@ -29,24 +29,28 @@ OPTIMIZER = 1
 PROGRAM = 2
 
 _step_function = None
-# The collector CUDA would load: a process started without it is never
-# recorded, so its calls return at once.
-_collector_path = os.environ.get("CUDA_INJECTION64_PATH", "")
-if not os.path.isabs(_collector_path):
-    _collector_path = ""
+
+
+def _collector_path():
+    """The collector CUDA would load ("" when none: a process started
+    without it is never recorded, so its calls return at once). Read at
+    each call until found: the pytest plugin sets it after this module is
+    imported."""
+    path = os.environ.get("CUDA_INJECTION64_PATH", "")
+    return path if os.path.isabs(path) else ""
 
 
 def _collector_step():
     """The collector's `gmem_prof_step`, once CUDA has loaded the collector
     in this process; None before (and when not recorded)."""
     global _step_function
-    if _step_function is not None or not _collector_path:
+    if _step_function is not None or not _collector_path():
         return _step_function
     try:
         import ctypes
 
         # RTLD_NOLOAD finds the copy CUDA loaded, and never loads one.
-        lib = ctypes.CDLL(_collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         f = lib.gmem_prof_step
     except (OSError, AttributeError):
         return None
@@ -60,7 +64,7 @@ def step(_source=PROGRAM):
     """Marks the end of one step of the program (a training iteration):
     the report gives each step's peak and what it kept, by site. Returns
     the step's number (1, 2, ...), or 0 when nothing was recorded."""
-    if not _collector_path:
+    if not _collector_path():
         return 0
     try:
         f = _collector_step()
@@ -77,12 +81,12 @@ def _collector_ranges():
     loaded the collector in this process; None before (and when not
     recorded)."""
     global _range_functions
-    if _range_functions is not None or not _collector_path:
+    if _range_functions is not None or not _collector_path():
         return _range_functions
     try:
         import ctypes
 
-        lib = ctypes.CDLL(_collector_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         begin, end = lib.gmem_prof_range_begin, lib.gmem_prof_range_end
     except (OSError, AttributeError):
         return None
@@ -96,7 +100,7 @@ def _collector_ranges():
 
 def _range_begin(name, domain=None):
     """Begins a range; returns its id (0: not recorded)."""
-    if not _collector_path:
+    if not _collector_path():
         return 0
     try:
         f = _collector_ranges()

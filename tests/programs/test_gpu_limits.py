@@ -1,0 +1,46 @@
+"""Tests for the pytest plugin's own test (tests/e2e/pytest.rs), over the
+fake driver (FAKE_CUPTI: the fake libcupti, which holds the fake CUDA
+driver): one within its GPU memory limit, one over it, one that leaks past
+its leak limit, one with no limit. Sizes are known by construction."""
+
+import ctypes
+import os
+
+import pytest
+
+cuda = ctypes.CDLL(os.environ["FAKE_CUPTI"])
+cuda.fake_cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+cuda.fake_cuMemFree.argtypes = [ctypes.c_uint64, ctypes.c_size_t]
+# CUDA starts here, after pytest (and the plugin) did: the collector
+# attaches now.
+assert cuda.fake_cuInit() >= 0
+kept = []
+
+
+def allocate(n):
+    p = ctypes.c_uint64()
+    assert cuda.fake_cuMemAlloc(ctypes.byref(p), n) == 0
+    return p.value
+
+
+def temporary(n):
+    cuda.fake_cuMemFree(allocate(n), n)
+
+
+@pytest.mark.limit_gpu_memory("8 MiB")
+def test_within_its_limit():
+    temporary(4 << 20)
+
+
+@pytest.mark.limit_gpu_memory("8 MiB")
+def test_over_its_limit():
+    temporary(16 << 20)
+
+
+@pytest.mark.limit_gpu_leaks("0 B")
+def test_leaks():
+    kept.append(allocate(2 << 20))  # line:leak
+
+
+def test_without_limit():
+    temporary(1 << 20)
