@@ -166,6 +166,32 @@ PY
     done
 }
 
+pytest_phase() {
+    # The wheel's pytest plugin on real CUDA: pytest and the wheel are
+    # installed by the caller into the venv $VENV.
+    note "pytest --gmem-prof"
+    local dir="$WORK/pytest" g="$ROOT/tests/gpu"
+    mkdir -p "$dir"
+    (cd "$dir" && "$VENV/bin/python" -m pytest --gmem-prof -q -p no:cacheprovider "$g/test_torch_limits.py" >"$WORK/logs/pytest.out" 2>&1)
+    echo "--- pytest: exit $? (1: two tests over their limits)"
+    sed 's/^/    | /' "$WORK/logs/pytest.out" | tail -30
+    python3 - "$WORK/logs/pytest.out" "$g/test_torch_limits.py" <<'PY' || FAILED=1
+import re, sys
+out = open(sys.argv[1]).read()
+lines = {m.group(1): i + 1 for i, l in enumerate(open(sys.argv[2])) for m in [re.search(r"# line:(\w+)", l)] if m}
+checks = [
+    ("2 failed, 2 passed" in out, "2 failed, 2 passed"),
+    ("test_over_its_limit took 256.00 MiB" in out, "the test over its limit took 256 MiB"),
+    (f"test_torch_limits.py:{lines['over']}" in out, f"its line {lines['over']} named"),
+    ("test_leaks left live 8.00 MiB" in out, "the leaking test left 8 MiB live"),
+    (f"test_torch_limits.py:{lines['leak']}" in out, f"its line {lines['leak']} named"),
+]
+for ok, what in checks:
+    print(("ok   " if ok else "FAIL ") + what)
+sys.exit(0 if all(ok for ok, _ in checks) else 1)
+PY
+}
+
 framework() {
     note "framework view: PyTorch's caching allocator from the inside, Python frames"
     local g="$ROOT/tests/gpu"
@@ -380,6 +406,7 @@ for phase in $PHASES; do
         killed) killed ;;
         torch) torch_phase ;;
         steps) steps_phase ;;
+        pytest) pytest_phase ;;
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;
