@@ -5,8 +5,9 @@ module, so that a machine with no Rust toolchain installs it with pip.
 
 The wheel (`gmem_prof-VERSION-py3-none-manylinux_2_N_x86_64.whl`):
 
-    gmem_prof/__init__.py             the module programs call, and its pytest
-    gmem_prof/pytest_plugin.py        plugin (collector/python/gmem_prof)
+    gmem_prof/__init__.py             the module programs call, its pytest
+    gmem_prof/pytest_plugin.py        plugin and its notebook magics
+    gmem_prof/notebook.py             (collector/python/gmem_prof)
     gmem_prof/__main__.py             `python -m gmem_prof` (python/__main__.py)
     gmem_prof/bin/gmem-prof           the CLI, which finds the collector beside it
     gmem_prof/bin/libgmem_prof_collector.so

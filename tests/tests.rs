@@ -29,6 +29,7 @@
 //! - `wheel`: the pip package installed into a fresh virtual environment
 //!   with no Rust, its command, module and collector at work.
 //! - `pytest`: the pytest plugin's GPU memory limits over the fake driver.
+//! - `notebook`: the notebook magics in a real Jupyter kernel.
 //! - `remedies`: what to change, on the real samples that show each case.
 //! - `device_view`: what nvidia-smi shows (a stand-in NVML with known
 //!   figures) taken apart beside what the trace tracked.
@@ -81,6 +82,9 @@ mod wheel;
 
 #[path = "e2e/pytest.rs"]
 mod pytest;
+
+#[path = "e2e/notebook.rs"]
+mod notebook;
 
 #[path = "e2e/frameworks.rs"]
 mod frameworks;

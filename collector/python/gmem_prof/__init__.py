@@ -22,7 +22,7 @@ Installed with pip, the module also reads traces:
 import contextlib
 import os
 
-__all__ = ["step", "range", "analyze"]
+__all__ = ["step", "range", "analyze", "load_ipython_extension"]
 
 # `gmem_prof_step`'s sources (traces/FORMAT.md, the Step record).
 OPTIMIZER = 1
@@ -175,3 +175,74 @@ def analyze(path, *options):
             raise RuntimeError(done.stderr.strip() or f"gmem-prof export failed ({done.returncode})")
         with open(out) as f:
             return json.load(f)
+
+
+def _attach(out):
+    """Points CUDA's injection at the collector beside the gmem-prof binary
+    (the pip package's) before this process starts CUDA, writing into a new
+    folder under `out`. Returns (collector, parts folder, problem): problem
+    says why nothing will be recorded (CUDA started already), or is None.
+    Under `gmem-prof record` it returns record's collector and folder."""
+    import tempfile
+
+    if _collector_path() and os.environ.get("GMEM_PROF_DIR"):
+        return _collector_path(), os.environ["GMEM_PROF_DIR"], None
+    collector = os.path.join(os.path.dirname(_binary()), "libgmem_prof_collector.so")
+    os.makedirs(out, exist_ok=True)
+    parts = tempfile.mkdtemp(prefix="parts-", dir=out)
+    problem = None
+    try:
+        with open("/proc/self/maps") as f:
+            if "libcuda.so" in f.read():
+                problem = ("CUDA was initialised in this process before gmem-prof could attach: "
+                           "nothing is recorded; attach first (or run under `gmem-prof record`)")
+    except OSError:
+        pass
+    os.environ["CUDA_INJECTION64_PATH"] = collector
+    os.environ["GMEM_PROF_DIR"] = parts
+    os.environ.setdefault("NVTX_INJECTION64_PATH", collector)
+    return collector, parts, problem
+
+
+def _flush():
+    """Writes what the collector recorded so far into this process's trace
+    file (`gmem_prof_flush`); False when nothing is recorded here."""
+    if not _collector_path():
+        return False
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        return bool(lib.gmem_prof_flush())
+    except (OSError, AttributeError):
+        return False
+
+
+def _own_trace():
+    """This process's trace file, as the collector names it."""
+    return os.path.join(os.environ.get("GMEM_PROF_DIR", "."), f"gmem-prof-{os.getpid()}.bin")
+
+
+def _range_figures(analysis, domain, name):
+    """A range's figures in an analysis: what it took above where it began
+    (`rise`), what it left live (`kept`) and the sites that kept most
+    (label, bytes), the tensors' where the trace saw them, else CUDA's; None
+    when the analysis has no such range."""
+    for p in analysis.get("ranges", []):
+        for r in p["ranges"]:
+            if r["domain"] != domain or r["name"] != name:
+                continue
+            if r.get("tensors"):
+                view, m, table = "tensors", r["tensors"], "tensor_sites"
+            else:
+                view, m, table = "CUDA allocations", r["driver"], "sites"
+            sites = [(analysis[table][k["site"]]["label"], k["bytes"]) for k in m.get("kept_by_site", [])]
+            return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view, "sites": sites}
+    return None
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext gmem_prof` (Jupyter, IPython): see gmem_prof.notebook."""
+    from gmem_prof import notebook
+
+    notebook.load(ipython)

@@ -19,11 +19,9 @@ record -- pytest --gmem-prof` the plugin uses record's collector.
 """
 
 import ctypes
-import json
 import os
 import re
 import subprocess
-import tempfile
 
 import pytest
 
@@ -69,15 +67,6 @@ def pytest_configure(config):
         config.pluginmanager.register(Session(config), "gmem-prof-session")
 
 
-def _cuda_loaded():
-    """Whether the CUDA driver is already in this process."""
-    try:
-        with open("/proc/self/maps") as f:
-            return "libcuda.so" in f.read()
-    except OSError:
-        return False
-
-
 class Session:
     """One recorded pytest session."""
 
@@ -85,26 +74,11 @@ class Session:
         self.out = os.path.abspath(config.getoption("--gmem-prof-dir"))
         os.makedirs(self.out, exist_ok=True)
         self.binary = gmem_prof._binary()
-        self.problem = None
         self.figures = {}
         self.trace = None
         self.report = None
-        under_record = os.environ.get("CUDA_INJECTION64_PATH") and os.environ.get("GMEM_PROF_DIR")
-        if under_record:
-            self.collector = os.environ["CUDA_INJECTION64_PATH"]
-            self.parts = os.environ["GMEM_PROF_DIR"]
-            self.merge = False
-            return
-        self.collector = os.path.join(os.path.dirname(self.binary), "libgmem_prof_collector.so")
-        self.parts = tempfile.mkdtemp(prefix="parts-", dir=self.out)
-        self.merge = True
-        if _cuda_loaded():
-            self.problem = ("CUDA was initialised before gmem-prof could attach (a conftest or plugin "
-                            "started it): nothing is recorded; run `gmem-prof record -- pytest "
-                            "--gmem-prof` instead")
-        os.environ["CUDA_INJECTION64_PATH"] = self.collector
-        os.environ["GMEM_PROF_DIR"] = self.parts
-        os.environ.setdefault("NVTX_INJECTION64_PATH", self.collector)
+        self.merge = not (gmem_prof._collector_path() and os.environ.get("GMEM_PROF_DIR"))
+        self.collector, self.parts, self.problem = gmem_prof._attach(self.out)
 
     def _library(self):
         try:
@@ -113,18 +87,12 @@ class Session:
             return None
 
     def _analyze(self, path, flush=True):
-        lib = self._library()
-        if lib is None:
+        if flush and not gmem_prof._flush():
             return None
-        if flush:
-            lib.gmem_prof_flush()
         try:
             return gmem_prof.analyze(path)
         except (OSError, RuntimeError):
             return None
-
-    def _own_part(self):
-        return os.path.join(self.parts, f"gmem-prof-{os.getpid()}.bin")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
@@ -142,8 +110,8 @@ class Session:
                   for m in item.iter_markers() if m.name in ("limit_gpu_memory", "limit_gpu_leaks")]
         if not limits:
             return
-        analysis = self._analyze(self._own_part())
-        test = _test_figures(analysis, item.nodeid) if analysis else None
+        analysis = self._analyze(gmem_prof._own_trace())
+        test = gmem_prof._range_figures(analysis, DOMAIN, item.nodeid) if analysis else None
         if test is None:
             pytest.fail(f"gmem-prof could not judge {item.nodeid}: "
                         f"{self.problem or 'its GPU memory was not recorded (did it use CUDA?)'}",
@@ -168,7 +136,7 @@ class Session:
             return
         if not self.merge:
             lib.gmem_prof_flush()
-            analysis = self._analyze(self._own_part(), flush=False)
+            analysis = self._analyze(gmem_prof._own_trace(), flush=False)
         else:
             lib.gmem_prof_finish()
             self.trace = os.path.join(self.out, "pytest.bin")
@@ -185,7 +153,7 @@ class Session:
         for p in (analysis or {}).get("ranges", []):
             for r in p["ranges"]:
                 if r["domain"] == DOMAIN:
-                    self.figures[r["name"]] = _figures(analysis, r)
+                    self.figures[r["name"]] = gmem_prof._range_figures(analysis, DOMAIN, r["name"])
 
     def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
@@ -200,18 +168,3 @@ class Session:
         if self.trace:
             tr.write_line(f"trace: {self.trace}" + (f"; report: {self.report}" if self.report else ""))
 
-
-def _figures(analysis, r):
-    """A test's figures from its range: the tensors' where seen, else CUDA's."""
-    view, m, table = ("tensors", r["tensors"], "tensor_sites") if r.get("tensors") else \
-        ("CUDA allocations", r["driver"], "sites")
-    sites = [(analysis[table][k["site"]]["label"], k["bytes"]) for k in m.get("kept_by_site", [])]
-    return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view, "sites": sites}
-
-
-def _test_figures(analysis, nodeid):
-    for p in analysis.get("ranges", []):
-        for r in p["ranges"]:
-            if r["domain"] == DOMAIN and r["name"] == nodeid:
-                return _figures(analysis, r)
-    return None
