@@ -4,8 +4,6 @@
 //! driver: the cell's figures are what it allocated, and its output holds
 //! the report page in a frame.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 use crate::util::*;
@@ -31,26 +29,9 @@ fn a_notebook_cell_shows_what_it_took_and_kept() {
     ]);
     let file = dir.join("cells.json");
     std::fs::write(&file, cells.to_string()).unwrap();
-    let mut path = vec![repo().join("collector/python")];
-    path.extend(package);
-    let bin = gmem().parent().unwrap().to_path_buf();
-    let o = run(Command::new("python3")
-        .current_dir(&dir)
+    let o = run(python_with_gmem_prof(&dir, package)
         .arg(repo().join("tests/programs/run_in_kernel.py"))
-        .arg(&file)
-        .env("PYTHONPATH", std::env::join_paths(&path).unwrap())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                bin.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env("GMEM_PROF_CUPTI", &fake().cupti)
-        .env("FAKE_CUPTI", &fake().cupti)
-        .env_remove("CUDA_INJECTION64_PATH")
-        .env_remove("GMEM_PROF_DIR"));
+        .arg(&file));
     assert!(o.status.success(), "{}", stderr(&o));
     let out: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     for (i, c) in out.iter().enumerate() {

@@ -4,8 +4,6 @@
 //! its leak limit and one with no limit; pytest, fetched by .ci/run, runs
 //! them with the plugin loaded as the pip package registers it.
 
-use std::process::Command;
-
 use crate::util::*;
 
 #[test]
@@ -17,11 +15,7 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
     let dir = scratch("pytest");
     let tests = repo().join("tests/programs/test_gpu_limits.py");
     let lines = marked_lines(&tests);
-    let mut path = vec![repo().join("collector/python")];
-    path.extend(package);
-    let bin = gmem().parent().unwrap().to_path_buf();
-    let o = run(Command::new("python3")
-        .current_dir(&dir)
+    let o = run(python_with_gmem_prof(&dir, package)
         .args([
             "-m",
             "pytest",
@@ -32,20 +26,7 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
             "-p",
             "no:cacheprovider",
         ])
-        .arg(&tests)
-        .env("PYTHONPATH", std::env::join_paths(&path).unwrap())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                bin.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
-        .env("GMEM_PROF_CUPTI", &fake().cupti)
-        .env("FAKE_CUPTI", &fake().cupti)
-        .env_remove("CUDA_INJECTION64_PATH")
-        .env_remove("GMEM_PROF_DIR"));
+        .arg(&tests));
     let said = String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(
         o.status.code(),

@@ -506,3 +506,29 @@ pub fn python_package(var: &str, package: &str) -> Option<Option<PathBuf>> {
         .is_ok_and(|o| o.status.success());
     importable.then_some(None)
 }
+
+/// python3 in `dir` with the gmem_prof module of this tree (and `package`,
+/// a folder of Python packages, when given) importable, this build's
+/// gmem-prof first on PATH, and the fake driver for CUDA: as the pip
+/// package's plugin and magics run, with no `record` in front.
+pub fn python_with_gmem_prof(dir: &Path, package: Option<PathBuf>) -> Command {
+    let mut path = vec![repo().join("collector/python")];
+    path.extend(package);
+    let bin = gmem().parent().unwrap().to_path_buf();
+    let mut cmd = Command::new("python3");
+    cmd.current_dir(dir)
+        .env("PYTHONPATH", std::env::join_paths(&path).unwrap())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("GMEM_PROF_CUPTI", &fake().cupti)
+        .env("FAKE_CUPTI", &fake().cupti)
+        .env_remove("CUDA_INJECTION64_PATH")
+        .env_remove("GMEM_PROF_DIR");
+    cmd
+}
