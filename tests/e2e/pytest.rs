@@ -1,7 +1,8 @@
 //! The pytest plugin (`pytest --gmem-prof`, collector/python/gmem_prof/
 //! pytest_plugin.py) over the fake driver: tests/programs/test_gpu_limits.py
 //! holds a test within its memory limit, one over it, one that leaks past
-//! its leak limit and one with no limit; pytest, fetched by .ci/run, runs
+//! its leak limit, one with no limit and one whose steps grow past its
+//! growth limit; pytest, fetched by .ci/run, runs
 //! them with the plugin loaded as the pip package registers it.
 
 use crate::util::*;
@@ -34,7 +35,21 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
         "two tests fail: {said}{}",
         stderr(&o)
     );
-    assert!(said.contains("2 failed, 2 passed"), "{said}");
+    assert!(said.contains("3 failed, 2 passed"), "{said}");
+    // The growing test: 1 MiB kept per step after its first, at its line.
+    assert!(
+        said.contains("test_grows_each_step kept per step 1.00 MiB of GPU memory (CUDA allocations), over its limit of 512.00 KiB (limit_gpu_growth)"),
+        "{said}"
+    );
+    let growth_line = format!(
+        "called from test_grows_each_step at test_gpu_limits.py:{}",
+        lines["growth"]
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.trim_start().starts_with("1.00 MiB") && l.ends_with(&growth_line)),
+        "{said}"
+    );
     // The test over its limit: what it took, the limit, its line.
     assert!(
         said.contains("test_over_its_limit took 16.00 MiB of GPU memory (CUDA allocations), over its limit of 8.00 MiB (limit_gpu_memory)"),
@@ -70,6 +85,7 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
         order,
         [
             "test_over_its_limit",
+            "test_grows_each_step",
             "test_within_its_limit",
             "test_leaks",
             "test_without_limit"

@@ -1,7 +1,8 @@
 """Tests for the pytest plugin's own test (tests/e2e/pytest.rs), over the
 fake driver (FAKE_CUPTI: the fake libcupti, which holds the fake CUDA
 driver): one within its GPU memory limit, one over it, one that leaks past
-its leak limit, one with no limit. Sizes are known by construction."""
+its leak limit, one with no limit, and one whose steps (gmem_prof.step())
+keep 1 MiB each past its growth limit. Sizes are known by construction."""
 
 import ctypes
 import os
@@ -44,3 +45,13 @@ def test_leaks():
 
 def test_without_limit():
     temporary(1 << 20)
+
+
+@pytest.mark.limit_gpu_growth("512 KiB")
+def test_grows_each_step():
+    import gmem_prof
+
+    for _ in range(5):
+        kept.append(allocate(1 << 20))  # line:growth
+        temporary(1 << 20)
+        gmem_prof.step()

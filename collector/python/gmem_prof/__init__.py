@@ -226,18 +226,21 @@ def _own_trace():
 def _range_figures(analysis, domain, name):
     """A range's figures in an analysis: what it took above where it began
     (`rise`), what it left live (`kept`) and the sites that kept most
-    (label, bytes), the tensors' where the trace saw them, else CUDA's; None
-    when the analysis has no such range."""
+    (label, bytes), the tensors' where the trace saw them, else CUDA's; and
+    its first instance's span (`start`, `end`, ns); None when the analysis
+    has no such range."""
     for p in analysis.get("ranges", []):
-        for r in p["ranges"]:
+        for index, r in enumerate(p["ranges"]):
             if r["domain"] != domain or r["name"] != name:
                 continue
+            span = next((i for i in p["instances"] if i["range"] == index), {})
             if r.get("tensors"):
                 view, m, table = "tensors", r["tensors"], "tensor_sites"
             else:
                 view, m, table = "CUDA allocations", r["driver"], "sites"
             sites = [(analysis[table][k["site"]]["label"], k["bytes"]) for k in m.get("kept_by_site", [])]
-            return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view, "sites": sites}
+            return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view, "sites": sites,
+                    "start": span.get("start_ns", 0), "end": span.get("end_ns") or float("inf")}
     return None
 
 

@@ -9,6 +9,7 @@ live. Markers judge a test as it ends:
 
     @pytest.mark.limit_gpu_memory("2 GiB")   # its rise
     @pytest.mark.limit_gpu_leaks("0 B")      # what it left live
+    @pytest.mark.limit_gpu_growth("1 MiB")   # kept per step, after its first
 
 (tensors' figures where the trace sees a framework allocator from the
 inside, else CUDA's); a failure names the sites that kept most, with their
@@ -28,6 +29,7 @@ import pytest
 import gmem_prof
 
 DOMAIN = "pytest"
+LIMITS = ("limit_gpu_memory", "limit_gpu_leaks", "limit_gpu_growth")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 
@@ -53,7 +55,7 @@ def pytest_addoption(parser):
     group = parser.getgroup("gmem-prof", "GPU memory (gmem-prof)")
     group.addoption("--gmem-prof", action="store_true",
                     help="record the session's GPU memory: each test's rise and what it left live; "
-                         "the limit_gpu_memory and limit_gpu_leaks markers judge tests")
+                         "the limit_gpu_memory, limit_gpu_leaks and limit_gpu_growth markers judge tests")
     group.addoption("--gmem-prof-dir", default=".gmem-prof", metavar="DIR",
                     help="where the session's trace and report go (default .gmem-prof)")
 
@@ -63,6 +65,9 @@ def pytest_configure(config):
                                        "memory than size above what was live when it began (--gmem-prof)")
     config.addinivalue_line("markers", "limit_gpu_leaks(size): fail the test when it leaves more than "
                                        "size of GPU memory live (--gmem-prof)")
+    config.addinivalue_line("markers", "limit_gpu_growth(size): fail the test when its steps (optimizer "
+                                       "steps, gmem_prof.step()) after its first keep more than size each "
+                                       "on average (--gmem-prof)")
     if config.getoption("--gmem-prof"):
         config.pluginmanager.register(Session(config), "gmem-prof-session")
 
@@ -107,7 +112,7 @@ class Session:
     def _judge(self, item):
         """Fails `item` when it went over a limit its markers set."""
         limits = [(m.name, parse_size(m.args[0] if m.args else m.kwargs.get("size", 0)))
-                  for m in item.iter_markers() if m.name in ("limit_gpu_memory", "limit_gpu_leaks")]
+                  for m in item.iter_markers() if m.name in LIMITS]
         if not limits:
             return
         analysis = self._analyze(gmem_prof._own_trace())
@@ -117,10 +122,18 @@ class Session:
                         f"{self.problem or 'its GPU memory was not recorded (did it use CUDA?)'}",
                         pytrace=False)
         for name, limit in limits:
-            took = test["rise"] if name == "limit_gpu_memory" else test["kept"]
-            if took > limit:
+            sites = test["sites"]
+            if name == "limit_gpu_growth":
+                took, sites = _growth(analysis, test)
+                what = "kept per step"
+            else:
+                took = test["rise"] if name == "limit_gpu_memory" else test["kept"]
                 what = "took" if name == "limit_gpu_memory" else "left live"
-                kept = [(label, b) for label, b in test["sites"] if b > 0][:5]
+            if took is None:
+                pytest.fail(f"{item.nodeid} has {name} but fewer than 2 steps to judge (optimizer steps "
+                            f"or gmem_prof.step())", pytrace=False)
+            if took > limit:
+                kept = [(label, b) for label, b in sites if b > 0][:5]
                 if kept:
                     where = "the sites that kept most:" + "".join(
                         f"\n    {words(b):>10}  {label}" for label, b in kept)
@@ -168,3 +181,25 @@ class Session:
         if self.trace:
             tr.write_line(f"trace: {self.trace}" + (f"; report: {self.report}" if self.report else ""))
 
+
+
+def _growth(analysis, test):
+    """What the test's steps after its first kept each, on average, and the
+    sites that kept it (label, bytes per step); (None, []) with fewer than
+    two steps in the test."""
+    tensors = test["view"] == "tensors"
+    steps = [s for p in analysis.get("steps", []) for s in p["steps"]
+             if test["start"] <= s["start_ns"] and s["end_ns"] <= test["end"]][1:]
+    if not steps:
+        return None, []
+    per_site = {}
+    for s in steps:
+        rows = (s.get("tensors") or {}).get("kept_by_site", []) if tensors else s["kept_by_site"]
+        for k in rows:
+            per_site[k["site"]] = per_site.get(k["site"], 0) + k["bytes"]
+    table = "tensor_sites" if tensors else "sites"
+    sites = sorted(((analysis[table][i]["label"], b // len(steps)) for i, b in per_site.items()),
+                   key=lambda x: -x[1])
+    kept = sum(((s.get("tensors") or {}).get("kept_bytes", 0) if tensors else s["kept_bytes"])
+               for s in steps)
+    return kept // len(steps), sites
