@@ -30,7 +30,7 @@ fn a_notebook_cell_shows_what_it_took_and_kept() {
     let file = dir.join("cells.json");
     std::fs::write(&file, cells.to_string()).unwrap();
     let o = run(python_with_gmem_prof(&dir, package)
-        .arg(repo().join("tests/programs/run_in_kernel.py"))
+        .arg(repo().join("tests/fake_cupti/run_in_kernel.py"))
         .arg(&file));
     assert!(o.status.success(), "{}", stderr(&o));
     let out: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();

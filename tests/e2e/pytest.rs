@@ -1,5 +1,5 @@
 //! The pytest plugin (`pytest --gmem-prof`, collector/python/gmem_prof/
-//! pytest_plugin.py) over the fake driver: tests/programs/test_gpu_limits.py
+//! pytest_plugin.py) over the fake driver: tests/fake_cupti/test_gpu_limits.py
 //! holds a test within its memory limit, one over it, one that leaks past
 //! its leak limit, one with no limit and one whose steps grow past its
 //! growth limit; pytest, fetched by .ci/run, runs
@@ -14,7 +14,7 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
         return;
     };
     let dir = scratch("pytest");
-    let tests = repo().join("tests/programs/test_gpu_limits.py");
+    let tests = repo().join("tests/fake_cupti/test_gpu_limits.py");
     let lines = marked_lines(&tests);
     let o = run(python_with_gmem_prof(&dir, package)
         .args([
