@@ -272,6 +272,15 @@ pub struct ReadingArgs {
 }
 
 impl ReadingArgs {
+    /// The analyzer's options these arguments give (no progress shown).
+    pub fn options(&self) -> gmem_prof_analyzer::Options<'static> {
+        gmem_prof_analyzer::Options {
+            progress: None,
+            code: self.rules(),
+            step_range: self.step_range.clone(),
+        }
+    }
+
     pub fn rules(&self) -> gmem_prof_analyzer::CodeRules {
         gmem_prof_analyzer::CodeRules {
             user: self.user_code.clone(),

@@ -60,11 +60,7 @@ fn write(
     file: File,
     reading: &crate::cli::ReadingArgs,
 ) -> Result<String> {
-    let opts = Options {
-        code: reading.rules(),
-        step_range: reading.step_range.clone(),
-        ..Default::default()
-    };
+    let opts = reading.options();
     match format {
         ExportFormat::Json => {
             let analysis = analyze_files(files, &opts)?;
@@ -188,12 +184,7 @@ fn into_folder(
     reading: &crate::cli::ReadingArgs,
 ) -> Result<String> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let opts = Options {
-        code: reading.rules(),
-        step_range: reading.step_range.clone(),
-        ..Default::default()
-    };
-    let summary = parquet(files, &opts, |analysis, sites| {
+    let summary = parquet(files, &reading.options(), |analysis, sites| {
         let sink = PartitionedEvents::new(dir, run, analysis, sites)
             .with_context(|| format!("cannot write into {}", dir.display()))?;
         Ok(Box::new(sink))

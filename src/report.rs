@@ -101,8 +101,7 @@ pub(crate) fn analyze_with_progress(
     let progress = |done: u64, total: u64| line.show(done, total);
     let opts = Options {
         progress: if tty { Some(&progress) } else { None },
-        code: reading.rules(),
-        step_range: reading.step_range.clone(),
+        ..reading.options()
     };
     let analysis = analyze_files(files, &opts)?;
     line.clear();

@@ -1120,15 +1120,7 @@ impl Engine {
                     .map(|(i, _)| i as u32);
                 Tracker::first(live, peak, peak_time, holding)
             });
-            Box::new(ProcSteps {
-                driver,
-                tensors,
-                start: st.first_time.unwrap_or(t),
-                done: Vec::new(),
-                count: 0,
-                measured: Vec::new(),
-                sources: 0,
-            })
+            Box::new(ProcSteps::new(driver, tensors, st.first_time.unwrap_or(t)))
         });
         let sites = &self.sites;
         let driver = steps.driver.end_step(|i| sites[i as usize].held.live);
@@ -1180,15 +1172,11 @@ impl Engine {
             live: st.live,
             tensors_live,
         });
-        st.steps = Some(Box::new(ProcSteps {
-            driver: Tracker::starting(st.live, t),
-            tensors: tensors_live.map(|live| Tracker::starting(live, t)),
-            start: t,
-            done: Vec::new(),
-            count: 0,
-            measured: Vec::new(),
-            sources: 0,
-        }));
+        st.steps = Some(Box::new(ProcSteps::new(
+            Tracker::starting(st.live, t),
+            tensors_live.map(|live| Tracker::starting(live, t)),
+            t,
+        )));
     }
 
     /// A range of the program's began: it tracks what is live from here.

@@ -141,3 +141,18 @@ pub struct ProcSteps {
     /// The sources that marked steps (bit `1 << source`).
     pub sources: u8,
 }
+
+impl ProcSteps {
+    /// Steps whose first begins at `start` with these trackers.
+    pub fn new(driver: Tracker, tensors: Option<Tracker>, start: u64) -> Self {
+        ProcSteps {
+            driver,
+            tensors,
+            start,
+            done: Vec::new(),
+            count: 0,
+            measured: Vec::new(),
+            sources: 0,
+        }
+    }
+}

@@ -343,19 +343,7 @@ impl Writer {
         };
         let was_closed = window.closed();
         window.route(r, &mut self.routed);
-        if !was_closed && window.closed() {
-            env.window_closed();
-        }
-        self.emit_routed(env);
-    }
-
-    fn emit_routed(&mut self, env: &dyn WriterEnv) {
-        let routed = std::mem::take(&mut self.routed);
-        for r in &routed {
-            self.emit(env, r);
-        }
-        self.routed = routed;
-        self.routed.clear();
+        self.after_window(env, was_closed);
     }
 
     /// The windows that open and close on the clock or on a signal.
@@ -365,10 +353,22 @@ impl Writer {
         };
         let was_closed = window.closed();
         window.tick(env.now(), env.window_signals(), &mut self.routed);
-        if !was_closed && window.closed() {
+        self.after_window(env, was_closed);
+    }
+
+    /// After a record or a tick went through the window: tells the
+    /// collector when the window just closed, and writes what it let
+    /// through.
+    fn after_window(&mut self, env: &dyn WriterEnv, was_closed: bool) {
+        if !was_closed && self.window.as_ref().is_some_and(Window::closed) {
             env.window_closed();
         }
-        self.emit_routed(env);
+        let routed = std::mem::take(&mut self.routed);
+        for r in &routed {
+            self.emit(env, r);
+        }
+        self.routed = routed;
+        self.routed.clear();
     }
 
     fn emit(&mut self, env: &dyn WriterEnv, r: &Record) {

@@ -40,19 +40,30 @@ def _collector_path():
     return path if os.path.isabs(path) else ""
 
 
+def _library():
+    """The collector CUDA loaded in this process, or None before it did (and
+    when not recorded): RTLD_NOLOAD finds that copy, and never loads one."""
+    if not _collector_path():
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return None
+
+
 def _collector_step():
     """The collector's `gmem_prof_step`, once CUDA has loaded the collector
     in this process; None before (and when not recorded)."""
     global _step_function
-    if _step_function is not None or not _collector_path():
+    if _step_function is not None:
         return _step_function
-    try:
-        import ctypes
+    import ctypes
 
-        # RTLD_NOLOAD finds the copy CUDA loaded, and never loads one.
-        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        f = lib.gmem_prof_step
-    except (OSError, AttributeError):
+    try:
+        f = _library().gmem_prof_step
+    except AttributeError:
         return None
     f.restype = ctypes.c_uint64
     f.argtypes = [ctypes.c_uint8]
@@ -81,14 +92,14 @@ def _collector_ranges():
     loaded the collector in this process; None before (and when not
     recorded)."""
     global _range_functions
-    if _range_functions is not None or not _collector_path():
+    if _range_functions is not None:
         return _range_functions
-    try:
-        import ctypes
+    import ctypes
 
-        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    lib = _library()
+    try:
         begin, end = lib.gmem_prof_range_begin, lib.gmem_prof_range_end
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     begin.restype = ctypes.c_uint64
     begin.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
@@ -207,14 +218,9 @@ def _attach(out):
 def _flush():
     """Writes what the collector recorded so far into this process's trace
     file (`gmem_prof_flush`); False when nothing is recorded here."""
-    if not _collector_path():
-        return False
     try:
-        import ctypes
-
-        lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        return bool(lib.gmem_prof_flush())
-    except (OSError, AttributeError):
+        return bool(_library().gmem_prof_flush())
+    except AttributeError:
         return False
 
 
@@ -249,3 +255,11 @@ def load_ipython_extension(ipython):
     from gmem_prof import notebook
 
     notebook.load(ipython)
+
+
+def _size_words(n):
+    """Bytes as people read them: "2.00 MiB", "512 B"."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"

@@ -82,23 +82,16 @@ def cell(line, body):
     display(HTML(_figures_html(name, figures) + _report_frame(trace)))
 
 
-def _words(n):
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
 def _figures_html(name, f):
     if f is None:
         return f"<p>gmem-prof: {html.escape(name)} made no GPU memory change the trace saw.</p>"
     rows = "".join(
-        f"<tr><td style='text-align:right'>{_words(b)}</td><td><code>{html.escape(label)}</code></td></tr>"
+        f"<tr><td style='text-align:right'>{gmem_prof._size_words(b)}</td><td><code>{html.escape(label)}</code></td></tr>"
         for label, b in f["sites"][:10]
     )
     return (
-        f"<p><b>gmem-prof, {html.escape(name)}</b>: took {_words(f['rise'])} above what was live "
-        f"when it began, left {_words(f['kept'])} live ({html.escape(f['view'])}).</p>"
+        f"<p><b>gmem-prof, {html.escape(name)}</b>: took {gmem_prof._size_words(f['rise'])} above what was live "
+        f"when it began, left {gmem_prof._size_words(f['kept'])} live ({html.escape(f['view'])}).</p>"
         + (f"<table><tr><th>kept</th><th>where</th></tr>{rows}</table>" if rows else "")
     )
 

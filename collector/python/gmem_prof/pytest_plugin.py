@@ -19,7 +19,6 @@ collector attaches as CUDA initialises in the process. Under `gmem-prof
 record -- pytest --gmem-prof` the plugin uses record's collector.
 """
 
-import ctypes
 import os
 import re
 import subprocess
@@ -42,13 +41,6 @@ def parse_size(text):
     if not m or m.group(2).upper() not in _UNITS:
         raise pytest.UsageError(f"gmem-prof: {text!r} is not a size (as in '2 GiB', '512 MB', '0 B')")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def words(n):
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 def pytest_addoption(parser):
@@ -83,13 +75,7 @@ class Session:
         self.trace = None
         self.report = None
         self.merge = not (gmem_prof._collector_path() and os.environ.get("GMEM_PROF_DIR"))
-        self.collector, self.parts, self.problem = gmem_prof._attach(self.out)
-
-    def _library(self):
-        try:
-            return ctypes.CDLL(self.collector, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        except OSError:
-            return None
+        _, self.parts, self.problem = gmem_prof._attach(self.out)
 
     def _analyze(self, path, flush=True):
         if flush and not gmem_prof._flush():
@@ -136,15 +122,15 @@ class Session:
                 kept = [(label, b) for label, b in sites if b > 0][:5]
                 if kept:
                     where = "the sites that kept most:" + "".join(
-                        f"\n    {words(b):>10}  {label}" for label, b in kept)
+                        f"\n    {gmem_prof._size_words(b):>10}  {label}" for label, b in kept)
                 else:
                     where = (f"it freed it all before it ended: its range in the report of "
                              f"{self.out} shows when")
-                pytest.fail(f"{item.nodeid} {what} {words(took)} of GPU memory ({test['view']}), over its "
-                            f"limit of {words(limit)} ({name}); {where}", pytrace=False)
+                pytest.fail(f"{item.nodeid} {what} {gmem_prof._size_words(took)} of GPU memory ({test['view']}), over its "
+                            f"limit of {gmem_prof._size_words(limit)} ({name}); {where}", pytrace=False)
 
     def pytest_sessionfinish(self, session):
-        lib = self._library()
+        lib = gmem_prof._library()
         if lib is None:
             return
         if not self.merge:
@@ -175,7 +161,7 @@ class Session:
             tr.write_line(f"gmem-prof: {self.problem}")
         most = sorted(self.figures.items(), key=lambda t: -t[1]["rise"])[:10]
         for name, f in most:
-            tr.write_line(f"{words(f['rise']):>10} taken, {words(f['kept']):>10} left live ({f['view']})  {name}")
+            tr.write_line(f"{gmem_prof._size_words(f['rise']):>10} taken, {gmem_prof._size_words(f['kept']):>10} left live ({f['view']})  {name}")
         if not most and not self.problem:
             tr.write_line("no test used GPU memory")
         if self.trace:
