@@ -738,6 +738,7 @@ impl Engine {
                 address,
                 bytes: c.bytes,
                 tensor_site: Some((proc, c.site)),
+                requested: Some(c.requested),
                 allocated: Some(c.allocated),
                 reserved: Some(c.reserved),
                 ..EventRow::new(

@@ -74,6 +74,9 @@ pub struct EventRow {
     /// map it with `SiteIds::tensor`), and the framework view's allocated
     /// and reserved bytes (its process on its device) just after.
     pub tensor_site: Option<(u32, u32)>,
+    /// Tensor events: the size the allocator reported (what the program
+    /// asked for); `bytes` is the block's, as `allocated` counts it.
+    pub requested: Option<u64>,
     pub allocated: Option<u64>,
     pub reserved: Option<u64>,
 }
@@ -98,6 +101,7 @@ impl EventRow {
             device_live: 0,
             device_reserved: 0,
             tensor_site: None,
+            requested: None,
             allocated: None,
             reserved: None,
         }

@@ -321,6 +321,8 @@ pub struct TensorChange {
     pub alloc: bool,
     pub site: u32,
     pub bytes: u64,
+    /// The size the allocator's event gave (what the program asked for).
+    pub requested: u64,
     pub allocated: u64,
     pub reserved: u64,
 }
@@ -841,6 +843,7 @@ impl FrameworkState {
             alloc: true,
             site,
             bytes: size,
+            requested: ev.bytes,
             allocated: dev.allocated,
             reserved: dev.reserved,
         }
@@ -869,6 +872,7 @@ impl FrameworkState {
                     alloc: false,
                     site,
                     bytes: size,
+                    requested: ev.bytes,
                     allocated: dev.allocated,
                     reserved: dev.reserved,
                 });
@@ -895,6 +899,7 @@ impl FrameworkState {
                     alloc: false,
                     site: b.site,
                     bytes: b.size,
+                    requested: ev.bytes,
                     allocated: dev.allocated,
                     reserved: dev.reserved,
                 });
