@@ -294,7 +294,8 @@ impl ReadingArgs {
     gmem-prof report trace.bin              # trace.html, trace.json, trace-*.svg here\n  \
     gmem-prof report trace.bin -o out/      # the same files in out/\n  \
     gmem-prof report gmem-traces/           # per-process files written without the CLI\n  \
-    gmem-prof report rank0.bin rank1.bin    # several runs: a report each, and runs.html\n\n\
+    gmem-prof report rank0.bin rank1.bin    # several runs: a report each, and runs.html\n  \
+    gmem-prof report snapshot.pickle        # a PyTorch memory snapshot (_dump_snapshot)\n\n\
     The summary answers: peak per device and what was live then, leaks (apart from \
     memory an allocator cache holds at exit), sites that keep growing, fragmentation \
     and out-of-memory failures; with PyTorch's caching allocator, also its tensors: \
@@ -314,10 +315,16 @@ impl ReadingArgs {
     labelled \"helper at f.py:28, called from CALLER at f.py:36\". A caching allocator's \
     segment is labelled by the request that made it take the segment (\"segments of \
     PyTorch's caching allocator taken for …\"): what it held later is in the allocator's \
-    own view.")]
+    own view.\n\n\
+    A PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot, what \
+    pytorch.org/memory_viz opens) is read as the trace of a PyTorch process, here and in \
+    every command that reads traces: its allocation history becomes the allocator's events \
+    (and the driver calls behind its segments), with their frames; what was live before the \
+    history began (PyTorch keeps its last max_entries events) is put at its start. It holds \
+    no kernels and no memory outside PyTorch's allocator.")]
 pub struct ReportArgs {
-    /// Traces, one per run: a trace file, or a directory of the per-process
-    /// files of one run. With several, each run gets its own report and
+    /// Traces, one per run: a trace file, a directory of the per-process
+    /// files of one run, or a PyTorch memory snapshot pickle. With several, each run gets its own report and
     /// runs.html puts them side by side (peaks, skew, curves).
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
@@ -466,6 +473,13 @@ pub enum ExportFormat {
     Parquet,
     /// The analysis (what `report` writes as NAME.json), versioned schema.
     Json,
+    /// A PyTorch memory snapshot pickle of one process (--pid when the trace
+    /// has several), as torch.cuda.memory._dump_snapshot writes them: open
+    /// it at https://pytorch.org/memory_viz or with python -m
+    /// torch.cuda._memory_viz. Tensors of PyTorch's allocator are its
+    /// blocks and device allocations its segments; for other programs each
+    /// device allocation is a segment of one block.
+    TorchSnapshot,
 }
 
 #[derive(Args, Debug)]
@@ -474,12 +488,14 @@ pub enum ExportFormat {
     gmem-prof export trace.bin --format parquet -o events.parquet\n  \
     duckdb -c \"select site_label, sum(bytes) from 'events.parquet' where event = 'exit' group by 1\"\n  \
     gmem-prof export main.bin --format parquet --into runs/ --run $(git rev-parse --short HEAD)\n  \
-    duckdb -c \"select run, max(device_live) from read_parquet('runs/**/*.parquet', hive_partitioning = true) group by run\"\n\n\
+    duckdb -c \"select run, max(device_live) from read_parquet('runs/**/*.parquet', hive_partitioning = true) group by run\"\n  \
+    gmem-prof export trace.bin --format torch-snapshot  # trace.snapshot.pickle for pytorch.org/memory_viz\n\n\
     docs/queries.md holds the questions people ask across runs, in DuckDB, pandas and Spark.\n\n\
     Times are nanoseconds (Perfetto: microseconds) since the trace's first event. \
     Parquet reads the trace twice: sites get their report ids only once all of it is read.")]
 pub struct ExportArgs {
-    /// Trace file, or a directory of per-process trace files of one run.
+    /// Trace file, a directory of per-process trace files of one run, or a
+    /// PyTorch memory snapshot pickle.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
     #[command(flatten)]
@@ -501,6 +517,9 @@ pub struct ExportArgs {
     /// Default: the trace's name.
     #[arg(long, value_name = "NAME", requires = "into")]
     pub run: Option<String>,
+    /// torch-snapshot only: the process to write (a snapshot holds one).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
     /// Print nothing on success.
     #[arg(short, long)]
     pub quiet: bool,

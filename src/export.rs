@@ -11,7 +11,7 @@ use gmem_prof_analyzer::events::{EventRow, SiteIds};
 use gmem_prof_analyzer::{
     analyze_files, analyze_files_with_events, analyze_files_with_site_ids, Options,
 };
-use gmem_prof_exports::{ParquetEvents, PartitionedEvents, PerfettoWriter};
+use gmem_prof_exports::{ParquetEvents, PartitionedEvents, PerfettoWriter, TorchSnapshotEvents};
 use gmem_prof_model::Analysis;
 
 use crate::cli::{ExportArgs, ExportFormat};
@@ -36,9 +36,15 @@ pub fn run(a: ExportArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&files, a.format));
+    if a.traces.iter().any(|t| same_file(t, &out)) {
+        bail!(
+            "{} is the input: give another output file with -o",
+            out.display()
+        );
+    }
     let tmp = temp_path(&out);
     let file = File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    let result = write(&files, a.format, file, &a.reading);
+    let result = write(&files, a.format, file, &a.reading, a.pid);
     let summary = match result {
         Ok(s) => s,
         Err(e) => {
@@ -59,8 +65,12 @@ fn write(
     format: ExportFormat,
     file: File,
     reading: &crate::cli::ReadingArgs,
+    pid: Option<u32>,
 ) -> Result<String> {
     let opts = reading.options();
+    if pid.is_some() && format != ExportFormat::TorchSnapshot {
+        bail!("--pid picks the process of --format torch-snapshot");
+    }
     match format {
         ExportFormat::Json => {
             let analysis = analyze_files(files, &opts)?;
@@ -91,6 +101,7 @@ fn write(
                 "{n} trace events (open it at https://ui.perfetto.dev or chrome://tracing)"
             ))
         }
+        ExportFormat::TorchSnapshot => torch_snapshot(files, &opts, file, pid),
         ExportFormat::Parquet => parquet(files, &opts, |analysis, sites| {
             Ok(Box::new(ParquetEvents::new(
                 BufWriter::new(file),
@@ -175,6 +186,61 @@ fn parquet(
     sink.finish().context("cannot write the Parquet file")
 }
 
+/// One process's events as a PyTorch memory snapshot: a first pass finds
+/// the sites (their frames), the second gathers the events.
+fn torch_snapshot(
+    files: &[PathBuf],
+    opts: &Options,
+    file: File,
+    pid: Option<u32>,
+) -> Result<String> {
+    let (analysis, sites) = analyze_files_with_site_ids(files, opts)?;
+    let pid = snapshot_pid(&analysis, pid)?;
+    let mut events = TorchSnapshotEvents::new(&analysis, &sites, pid);
+    analyze_files_with_events(files, opts, &mut |rows| events.rows(rows))?;
+    warn(&analysis.input.warnings);
+    let (mut w, written) = events
+        .finish(BufWriter::new(file))
+        .context("cannot write the snapshot")?;
+    w.flush().context("cannot write the snapshot")?;
+    Ok(format!(
+        "PyTorch memory snapshot of pid {pid}: {} history events, {} segments holding {} blocks at the end \
+         (open it at https://pytorch.org/memory_viz)",
+        written.events, written.segments, written.blocks
+    ))
+}
+
+/// The process a snapshot is written for: the one asked for, or the only
+/// one that allocated.
+fn snapshot_pid(analysis: &Analysis, pid: Option<u32>) -> Result<u32> {
+    let allocating: Vec<u32> = analysis
+        .processes
+        .iter()
+        .filter(|p| !p.devices.is_empty())
+        .map(|p| p.pid)
+        .collect();
+    match pid {
+        Some(p) if analysis.processes.iter().any(|x| x.pid == p) => Ok(p),
+        Some(p) => bail!(
+            "the trace has no process {p} (its processes: {})",
+            pids(analysis.processes.iter().map(|x| x.pid))
+        ),
+        None => match allocating.as_slice() {
+            [one] => Ok(*one),
+            [] => bail!("no process of the trace allocated device memory: there is nothing to write"),
+            several => bail!(
+                "a snapshot holds one process and the trace has {} that allocated ({}): pick one with --pid",
+                several.len(),
+                pids(several.iter().copied())
+            ),
+        },
+    }
+}
+
+fn pids(p: impl Iterator<Item = u32>) -> String {
+    p.map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}
+
 /// `export --format parquet --into DIR`: the run's events added to DIR in
 /// the hive layout (PartitionedEvents).
 fn into_folder(
@@ -204,16 +270,24 @@ fn warn(warnings: &[gmem_prof_model::InputWarning]) {
     }
 }
 
-/// run.bin → run.perfetto.json, run.parquet, run.json (beside the trace's
-/// name, in the current directory).
+/// run.bin → run.perfetto.json, run.parquet, run.json,
+/// run.snapshot.pickle (beside the trace's name, in the current directory).
 fn default_output(files: &[PathBuf], format: ExportFormat) -> PathBuf {
     let stem = crate::report::report_stem(files);
     let ext = match format {
         ExportFormat::Perfetto => "perfetto.json",
         ExportFormat::Parquet => "parquet",
         ExportFormat::Json => "json",
+        ExportFormat::TorchSnapshot => "snapshot.pickle",
     };
     PathBuf::from(format!("{stem}.{ext}"))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn temp_path(out: &Path) -> PathBuf {

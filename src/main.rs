@@ -41,6 +41,7 @@ fn main() {
         cli::Command::Export(a) => export::run(a).map(|()| 0),
         cli::Command::Symbolize(a) => merge::symbolize_command(a).map(|()| 0),
     };
+    inputs::remove_converted();
     match result {
         Ok(code) => std::process::exit(code),
         // A reader that stopped reading (`| head`, `| less` quit early) is

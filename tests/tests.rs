@@ -26,6 +26,9 @@
 //!   ranges as steps, range budgets.
 //! - `windows`: recording a part of the run (`--steps`, `--capture-range`,
 //!   `--window-signal`): the window's figures against the whole run's.
+//! - `snapshots`: PyTorch memory snapshot pickles written by `export` and
+//!   read by every command, against the recorded traces' figures and
+//!   PyTorch's own snapshot rules; hostile pickles refused.
 //! - `wheel`: the pip package installed into a fresh virtual environment
 //!   with no Rust, its command, module and collector at work.
 //! - `pytest`: the pytest plugin's GPU memory limits over the fake driver.
@@ -76,6 +79,9 @@ mod ranges;
 
 #[path = "e2e/windows.rs"]
 mod windows;
+
+#[path = "e2e/snapshots.rs"]
+mod snapshots;
 
 #[path = "e2e/wheel.rs"]
 mod wheel;

@@ -53,7 +53,9 @@ fn a_trace_without_events_gives_valid_empty_outputs() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/formats.md"),
     )
     .unwrap();
+    // The Parquet section, up to the next one.
     let parquet = formats.split("## Parquet").nth(1).unwrap();
+    let parquet = parquet.split("\n## ").next().unwrap();
     let documented: Vec<String> = parquet
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
