@@ -35,6 +35,9 @@ pub struct Summed {
     pub kept: i64,
     pub kept_samples: Vec<i64>,
     pub kept_by_site: FastMap<u32, i64>,
+    /// The sites at the peak of the instance that rose most (`StepRaw::
+    /// peak_by_site`).
+    pub rise_by_site: Vec<(u32, i64)>,
 }
 
 impl Summed {
@@ -43,7 +46,11 @@ impl Summed {
             self.peak = raw.peak;
             self.peak_time = raw.peak_time;
         }
-        self.rise = self.rise.max(raw.peak.saturating_sub(start_live));
+        let rise = raw.peak.saturating_sub(start_live);
+        if rise > self.rise || self.rise_by_site.is_empty() {
+            self.rise_by_site.clone_from(&raw.peak_by_site);
+        }
+        self.rise = self.rise.max(rise);
         self.kept += raw.kept;
         if self.kept_samples.len() < KEPT_SAMPLES {
             self.kept_samples.push(raw.kept);

@@ -31,6 +31,13 @@ pub struct Tracker {
     /// The live bytes of each site that changed in this step, when the step
     /// began.
     at_start: FastMap<u32, u64>,
+    /// What each site that changed in this step holds above (or below)
+    /// its bytes at the start.
+    change: FastMap<u32, i64>,
+    /// The step stands at its highest since its start: the sites' changes
+    /// are taken down at the first fall from it (`peak_by_site`).
+    at_peak: bool,
+    peak_by_site: Vec<(u32, i64)>,
 }
 
 /// What one kind of memory did in one step.
@@ -41,6 +48,12 @@ pub struct StepRaw {
     /// (raw site, bytes kept), the largest change first, `STEP_SITES` at
     /// most.
     pub kept_by_site: Vec<(u32, i64)>,
+    /// (raw site, bytes above its start) at the step's highest, the
+    /// largest first, `STEP_SITES` at most: who took what the step rose
+    /// to, even when it gave it all back. Empty when the step never rose
+    /// above its start (and for a process's first step, whose start
+    /// precedes its tracker).
+    pub peak_by_site: Vec<(u32, i64)>,
 }
 
 impl Tracker {
@@ -54,6 +67,7 @@ impl Tracker {
             peak,
             peak_time,
             at_start: holding.map(|site| (site, 0)).collect(),
+            ..Default::default()
         }
     }
 
@@ -64,7 +78,7 @@ impl Tracker {
             start_live: live,
             peak: live,
             peak_time: t,
-            at_start: FastMap::default(),
+            ..Default::default()
         }
     }
 
@@ -78,11 +92,35 @@ impl Tracker {
     #[inline]
     pub fn changed(&mut self, site: u32, before: u64, live: u64, t: u64) {
         self.at_start.entry(site).or_insert(before);
+        // One event changes one site: by what the kind's total changed.
+        let by = live as i64 - self.live as i64;
+        if by < 0 && self.at_peak {
+            self.settle_peak();
+        }
+        *self.change.entry(site).or_default() += by;
         self.live = live;
         if live > self.peak {
             self.peak = live;
             self.peak_time = t;
+            self.at_peak = true;
         }
+    }
+
+    /// Takes down the sites' changes at the peak, left now: a step sets a
+    /// new highest a few times (each rise of its work), so this runs a few
+    /// times per step, not per event.
+    fn settle_peak(&mut self) {
+        self.at_peak = false;
+        self.peak_by_site.clear();
+        self.peak_by_site.extend(
+            self.change
+                .iter()
+                .filter(|(_, &b)| b > 0)
+                .map(|(&s, &b)| (s, b)),
+        );
+        self.peak_by_site
+            .sort_unstable_by_key(|&(site, b)| (std::cmp::Reverse(b), site));
+        self.peak_by_site.truncate(STEP_SITES);
     }
 
     /// Ends the step: what it kept, by site (`site_live` gives a site's
@@ -96,11 +134,16 @@ impl Tracker {
             .collect();
         kept_by_site.sort_unstable_by_key(|&(site, kept)| (std::cmp::Reverse(kept.abs()), site));
         kept_by_site.truncate(STEP_SITES);
+        if self.at_peak {
+            self.settle_peak();
+        }
+        self.change.clear();
         let raw = StepRaw {
             peak: self.peak,
             peak_time: self.peak_time,
             kept: self.live as i64 - self.start_live as i64,
             kept_by_site,
+            peak_by_site: std::mem::take(&mut self.peak_by_site),
         };
         self.start_live = self.live;
         self.peak = self.live;
@@ -154,5 +197,41 @@ impl ProcSteps {
             measured: Vec::new(),
             sources: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sites' bytes by id, as the sweep keeps them.
+    fn live_of(sites: &[(u32, u64)]) -> impl Fn(u32) -> u64 + '_ {
+        |s| sites.iter().find(|x| x.0 == s).map_or(0, |x| x.1)
+    }
+
+    #[test]
+    fn the_peak_names_who_held_it_though_it_was_given_back() {
+        let mut t = Tracker::starting(100, 0);
+        // Site 1 takes 4, site 2 takes 8 (the highest: 112), site 2 gives
+        // its 8 back, site 3 takes 2 and keeps it, site 1 keeps its 4.
+        t.changed(1, 0, 104, 1);
+        t.changed(2, 0, 112, 2);
+        t.changed(2, 8, 104, 3);
+        t.changed(3, 0, 106, 4);
+        let raw = t.end_step(live_of(&[(1, 4), (2, 0), (3, 2)]));
+        assert_eq!((raw.peak, raw.peak_time, raw.kept), (112, 2, 6));
+        assert_eq!(raw.peak_by_site, vec![(2, 8), (1, 4)]);
+        assert_eq!(raw.kept_by_site, vec![(1, 4), (3, 2)]);
+        // The next step starts where this one ended: rising again to a
+        // new highest names that rise's sites only.
+        t.changed(3, 2, 107, 5);
+        t.changed(3, 3, 106, 6);
+        let raw = t.end_step(live_of(&[(1, 4), (3, 2)]));
+        assert_eq!(raw.peak_by_site, vec![(3, 1)]);
+        assert_eq!(raw.kept, 0);
+        // A step that never rises above its start names no one.
+        t.changed(1, 4, 102, 7);
+        let raw = t.end_step(live_of(&[(1, 0), (3, 2)]));
+        assert!(raw.peak_by_site.is_empty());
     }
 }

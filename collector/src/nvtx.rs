@@ -394,8 +394,12 @@ fn domain_named(name: &str) -> Option<usize> {
 
 /// A range the program began through the collector's own call
 /// (`gmem_prof_range_begin`: `gmem_prof.range()`, the bootstrap's PyTorch
-/// phases), recorded as a started NVTX range: it may end on any thread.
-/// Returns its id, 0 when not recorded.
+/// phases, the pytest plugin's tests), recorded as a started NVTX range: it
+/// may end on any thread. Begun before the collector started (the
+/// program's first CUDA call starts it: the pytest test that first touches
+/// CUDA), it waits in `PENDING` and is recorded as begun when recording
+/// starts — nothing was allocated before. Returns its id, 0 when not
+/// recorded.
 pub fn program_range_begin(domain: &str, name: &str) -> u64 {
     state::no_unwind(0, || {
         let Some(domain) = domain_named(domain) else {
@@ -403,6 +407,13 @@ pub fn program_range_begin(domain: &str, name: &str) -> u64 {
         };
         match begin(domain, range::STARTED, 0, || Cow::Borrowed(name)) {
             (id, true) => id,
+            (id, false) if state::get().is_none() => match PENDING.lock() {
+                Ok(mut p) if p.len() < PENDING_MAX => {
+                    p.push((id, domain, name.to_string(), current_tid()));
+                    id
+                }
+                _ => 0,
+            },
             _ => 0,
         }
     })
@@ -410,8 +421,51 @@ pub fn program_range_begin(domain: &str, name: &str) -> u64 {
 
 /// Ends a range `program_range_begin` began (0: one not recorded).
 pub fn program_range_end(id: u64) {
-    if id != 0 {
+    if id == 0 {
+        return;
+    }
+    let waiting = state::no_unwind(false, || {
+        let Ok(mut p) = PENDING.lock() else {
+            return false;
+        };
+        let before = p.len();
+        p.retain(|r| r.0 != id);
+        p.len() != before
+    });
+    if !waiting {
         end_started(id);
+    }
+}
+
+/// Program ranges begun before the collector started: (id, domain, name,
+/// thread), at most `PENDING_MAX` (a program begins few before its first
+/// CUDA call; one that never makes one keeps none for long).
+static PENDING: std::sync::Mutex<Vec<(u64, usize, String, u32)>> =
+    std::sync::Mutex::new(Vec::new());
+const PENDING_MAX: usize = 64;
+
+/// Recording has started: the program's ranges begun before it begin now.
+pub fn begin_pending() {
+    let pending = match PENDING.lock() {
+        Ok(mut p) => std::mem::take(&mut *p),
+        Err(_) => return,
+    };
+    for (id, domain, name, tid) in pending {
+        record(
+            domain,
+            || Cow::Owned(name),
+            |domain, name| {
+                Record::RangeBegin(RangeBegin {
+                    time: now(),
+                    tid,
+                    id,
+                    domain,
+                    name,
+                    kind: range::STARTED,
+                    depth: 0,
+                })
+            },
+        );
     }
 }
 

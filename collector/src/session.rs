@@ -191,6 +191,7 @@ fn start_with(config: Config) -> Result<(), String> {
         c.report(2, format!("{e}{}", c.newer_than_driver()));
     } else {
         c.switch.turn_on();
+        crate::nvtx::begin_pending();
     }
     // SAFETY: registers plain extern "C" functions with no arguments.
     unsafe {

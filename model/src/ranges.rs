@@ -116,6 +116,12 @@ pub struct RangeMemory {
     /// What the instances kept by site, summed, the largest change first
     /// (`STEP_SITES` at most).
     pub kept_by_site: Vec<SiteKept>,
+    /// Who took the rise: at the highest of the instance that rose most,
+    /// what each site held above its bytes at the instance's start, the
+    /// largest first (`STEP_SITES` at most). Named even when the instance
+    /// freed it all before it ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rise_by_site: Vec<SiteKept>,
 }
 
 /// One instance of a range.

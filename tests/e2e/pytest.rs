@@ -69,8 +69,18 @@ fn pytest_judges_gpu_memory_limits_and_names_the_lines() {
             .any(|l| l.trim_start().starts_with("2.00 MiB") && l.ends_with(&leak_line)),
         "{said}"
     );
-    // What the test over its limit took it freed: it points at the report.
-    assert!(said.contains("it freed it all before it ended"), "{said}");
+    // What the test over its limit took it freed before it ended: the
+    // sites that held it at its highest are named, with its line.
+    let over_line = format!("test_gpu_limits.py:{}", lines["over"]);
+    assert!(
+        said.contains("the sites that held most at its highest:"),
+        "{said}"
+    );
+    assert!(
+        said.lines()
+            .any(|l| l.trim_start().starts_with("16.00 MiB") && l.contains(&over_line)),
+        "{said}"
+    );
     // The summary: every test's figures, the most first; the trace and,
     // with failures, a report.
     let summary = said

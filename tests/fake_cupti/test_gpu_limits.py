@@ -1,8 +1,10 @@
 """Tests for the pytest plugin's own test (tests/e2e/pytest.rs), over the
 fake driver (FAKE_CUPTI: the fake libcupti, which holds the fake CUDA
-driver): one within its GPU memory limit, one over it, one that leaks past
+driver): one within its GPU memory limit, one over it (that frees what it took
+before it ends), one that leaks past
 its leak limit, one with no limit, and one whose steps (gmem_prof.step())
-keep 1 MiB each past its growth limit. Sizes are known by construction."""
+keep 1 MiB each past its growth limit. Sizes are known by construction.
+CUDA starts inside the first test, as a test's first torch call starts it."""
 
 import ctypes
 import os
@@ -12,13 +14,17 @@ import pytest
 cuda = ctypes.CDLL(os.environ["FAKE_CUPTI"])
 cuda.fake_cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
 cuda.fake_cuMemFree.argtypes = [ctypes.c_uint64, ctypes.c_size_t]
-# CUDA starts here, after pytest (and the plugin) did: the collector
-# attaches now.
-assert cuda.fake_cuInit() >= 0
 kept = []
+started = []
 
 
 def allocate(n):
+    # CUDA starts at the first test's first allocation, inside the test, as
+    # with torch: the collector attaches then, after the test's range
+    # began.
+    if not started:
+        assert cuda.fake_cuInit() >= 0
+        started.append(True)
     p = ctypes.c_uint64()
     assert cuda.fake_cuMemAlloc(ctypes.byref(p), n) == 0
     return p.value
@@ -35,7 +41,7 @@ def test_within_its_limit():
 
 @pytest.mark.limit_gpu_memory("8 MiB")
 def test_over_its_limit():
-    temporary(16 << 20)
+    temporary(16 << 20)  # line:over
 
 
 @pytest.mark.limit_gpu_leaks("0 B")

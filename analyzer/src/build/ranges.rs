@@ -19,7 +19,8 @@ fn memory(s: &Summed, rel: impl Fn(u64) -> u64, id: impl Fn(u32) -> Option<u32>)
         rise_bytes: s.rise,
         kept_bytes: s.kept,
         kept_median: samples.get(samples.len() / 2).copied().unwrap_or(0),
-        kept_by_site: kept_by_site(&raw, id),
+        kept_by_site: kept_by_site(&raw, &id),
+        rise_by_site: kept_by_site(&s.rise_by_site, &id),
     }
 }
 

@@ -88,15 +88,22 @@ _range_functions = None
 
 
 def _collector_ranges():
-    """The collector's `gmem_prof_range_begin` and `_end`, once CUDA has
-    loaded the collector in this process; None before (and when not
-    recorded)."""
+    """The collector's `gmem_prof_range_begin` and `_end`; None when this
+    process is not recorded."""
     global _range_functions
     if _range_functions is not None:
         return _range_functions
     import ctypes
 
+    # Loaded here if CUDA has not loaded it yet: the collector does nothing
+    # until CUDA starts it, and a range begun before then (the pytest test,
+    # the notebook cell whose first torch call starts CUDA) waits for it.
     lib = _library()
+    if lib is None and _collector_path():
+        try:
+            lib = ctypes.CDLL(_collector_path(), mode=os.RTLD_NOW)
+        except OSError:
+            return None
     try:
         begin, end = lib.gmem_prof_range_begin, lib.gmem_prof_range_end
     except AttributeError:
@@ -231,10 +238,11 @@ def _own_trace():
 
 def _range_figures(analysis, domain, name):
     """A range's figures in an analysis: what it took above where it began
-    (`rise`), what it left live (`kept`) and the sites that kept most
-    (label, bytes), the tensors' where the trace saw them, else CUDA's; and
-    its first instance's span (`start`, `end`, ns); None when the analysis
-    has no such range."""
+    (`rise`) and the sites that held it at its highest (`rise_sites`), what
+    it left live (`kept`) and the sites that kept most (`sites`), each a
+    list of (label, bytes), the tensors' where the trace saw them, else
+    CUDA's; and its first instance's span (`start`, `end`, ns); None when
+    the analysis has no such range."""
     for p in analysis.get("ranges", []):
         for index, r in enumerate(p["ranges"]):
             if r["domain"] != domain or r["name"] != name:
@@ -244,8 +252,11 @@ def _range_figures(analysis, domain, name):
                 view, m, table = "tensors", r["tensors"], "tensor_sites"
             else:
                 view, m, table = "CUDA allocations", r["driver"], "sites"
-            sites = [(analysis[table][k["site"]]["label"], k["bytes"]) for k in m.get("kept_by_site", [])]
-            return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view, "sites": sites,
+            def labelled(rows):
+                return [(analysis[table][k["site"]]["label"], k["bytes"]) for k in rows]
+            return {"rise": m["rise_bytes"], "kept": m["kept_bytes"], "view": view,
+                    "sites": labelled(m.get("kept_by_site", [])),
+                    "rise_sites": labelled(m.get("rise_by_site", [])),
                     "start": span.get("start_ns", 0), "end": span.get("end_ns") or float("inf")}
     return None
 

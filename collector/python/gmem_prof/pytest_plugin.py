@@ -108,24 +108,25 @@ class Session:
                         f"{self.problem or 'its GPU memory was not recorded (did it use CUDA?)'}",
                         pytrace=False)
         for name, limit in limits:
-            sites = test["sites"]
+            sites, whose = test["sites"], "the sites that kept most:"
             if name == "limit_gpu_growth":
                 took, sites = _growth(analysis, test)
                 what = "kept per step"
+            elif name == "limit_gpu_memory":
+                took, what = test["rise"], "took"
+                sites, whose = test["rise_sites"], "the sites that held most at its highest:"
             else:
-                took = test["rise"] if name == "limit_gpu_memory" else test["kept"]
-                what = "took" if name == "limit_gpu_memory" else "left live"
+                took, what = test["kept"], "left live"
             if took is None:
                 pytest.fail(f"{item.nodeid} has {name} but fewer than 2 steps to judge (optimizer steps "
                             f"or gmem_prof.step())", pytrace=False)
             if took > limit:
                 kept = [(label, b) for label, b in sites if b > 0][:5]
                 if kept:
-                    where = "the sites that kept most:" + "".join(
+                    where = whose + "".join(
                         f"\n    {gmem_prof._size_words(b):>10}  {label}" for label, b in kept)
                 else:
-                    where = (f"it freed it all before it ended: its range in the report of "
-                             f"{self.out} shows when")
+                    where = f"no site is named: its range in the report of {self.out} shows when"
                 pytest.fail(f"{item.nodeid} {what} {gmem_prof._size_words(took)} of GPU memory ({test['view']}), over its "
                             f"limit of {gmem_prof._size_words(limit)} ({name}); {where}", pytrace=False)
 
