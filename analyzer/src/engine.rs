@@ -662,7 +662,8 @@ pub struct Engine {
 /// address space). A larger one can only come from a damaged or faulty
 /// trace: `Engine::apply` leaves the event out and counts it, so that the
 /// sums of sizes (live bytes, reserved, totals) cannot overflow, and the
-/// report says why.
+/// report says why. A framework allocator's out-of-memory error is the
+/// exception: a request that failed is in no sum.
 pub const EVENT_BYTES_LIMIT: u64 = 1 << 50;
 
 /// Whether an event claims `EVENT_BYTES_LIMIT` bytes or more anywhere.
@@ -673,6 +674,10 @@ fn claims_impossible_bytes(e: &Event) -> bool {
     let bytes = match e {
         Event::Memory(m) => m.bytes | m.pool_size,
         Event::Api(a) => a.bytes,
+        // An allocator's out-of-memory error holds nothing: its request,
+        // however large (a size computed wrong is a cause worth naming),
+        // is only reported.
+        Event::Allocator(a) if a.action.has_oom_fields() => 0,
         Event::Allocator(a) => a.bytes,
         Event::Pool { size, .. } => *size,
         _ => 0,

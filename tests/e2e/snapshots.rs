@@ -198,3 +198,87 @@ fn export_never_overwrites_its_input() {
     assert!(stderr(&o).contains("is the input"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&pickle).unwrap(), before);
 }
+
+/// A snapshot PyTorch itself wrote (traces/samples/torch_snapshot.pickle,
+/// from tests/gpu/torch_snapshot.py on the GPU machine) reads with
+/// PyTorch's own figures of that moment and run, kept beside it: the
+/// allocated and reserved peaks (`memory_stats`), the tensors and
+/// segments at the end (`memory_allocated`, `_memory_viz stats`), the
+/// segments taken and given back, its one out-of-memory error; the kept
+/// tensors at their line. The ring that kept only the last 400 events
+/// ends in the same state, and says what it lost.
+#[test]
+fn a_snapshot_pytorch_wrote_reads_with_pytorchs_figures() {
+    let dir = scratch("snapshot-torch");
+    for (name, ring) in [("torch_snapshot", false), ("torch_snapshot_ring", true)] {
+        let truth: Value =
+            serde_json::from_slice(&std::fs::read(sample(&format!("{name}.truth.json"))).unwrap())
+                .unwrap();
+        let a = export_json(&sample(&format!("{name}.pickle")), &dir);
+        let f = &a["frameworks"][0];
+        let u = |v: &Value| v.as_u64().unwrap();
+        let at_end = u(&f["at_exit"]["live_tensor_bytes"]) + u(&f["at_exit"]["library_bytes"]);
+        assert_eq!(
+            at_end,
+            u(&truth["allocated"]),
+            "{name}: memory_allocated at the end"
+        );
+        let reserved_at_end: u64 = a["frameworks"][0]["reserved"]
+            .as_array()
+            .unwrap()
+            .last()
+            .map(|p| u(&p["last"]))
+            .unwrap();
+        assert_eq!(
+            reserved_at_end,
+            u(&truth["reserved"]),
+            "{name}: memory_reserved"
+        );
+        // _memory_viz's `stats` of the same snapshot: its segments.
+        let stats = truth["memory_viz_stats"].as_str().unwrap();
+        assert!(
+            stats.contains(&format!("segments: {}", u(&truth["segments"]))),
+            "{stats}"
+        );
+        let messages = a["processes"][0]["messages"].to_string();
+        if ring {
+            assert!(messages.contains("were already live"), "{messages}");
+            continue;
+        }
+        assert!(!messages.contains("were already live"), "{messages}");
+        assert_eq!(
+            u(&f["allocated_peak"]),
+            u(&truth["allocated_peak"]),
+            "{name}"
+        );
+        assert_eq!(u(&f["reserved_peak"]), u(&truth["reserved_peak"]), "{name}");
+        assert_eq!(
+            (u(&f["segments_allocated"]), u(&f["segments_freed"])),
+            (u(&truth["num_device_alloc"]), u(&truth["num_device_free"])),
+            "{name}: cudaMalloc and cudaFree of segments"
+        );
+        // Its one out-of-memory error (1 PiB asked), at its line.
+        let ooms = f["ooms"].as_array().unwrap();
+        assert_eq!(ooms.len() as u64, u(&truth["num_ooms"]));
+        let site = &a["tensor_sites"][ooms[0]["site"].as_u64().unwrap() as usize];
+        let oom_line = format!("torch_snapshot.py:{}", truth["lines"]["oom"]);
+        assert!(
+            site["label"].as_str().unwrap().ends_with(&oom_line),
+            "{site}"
+        );
+        assert_eq!(u(&ooms[0]["requested_bytes"]), 1 << 50);
+        // The 12 kept 3 MiB tensors, at their line (in blocks of 3 MiB, or
+        // 4 MiB where the allocator does not split one).
+        let kept_line = format!("torch_snapshot.py:{}", truth["lines"]["kept"]);
+        let kept = a["tensor_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["label"].as_str().unwrap().ends_with(&kept_line))
+            .unwrap_or_else(|| panic!("no site at {kept_line}"));
+        assert_eq!(u(&kept["live_at_exit_count"]), u(&truth["steps"]), "{kept}");
+        let bytes = u(&kept["live_at_exit_bytes"]);
+        let asked = u(&truth["kept_bytes"]);
+        assert!(asked <= bytes && bytes <= asked / 3 * 4, "{kept}");
+    }
+}

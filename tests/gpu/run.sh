@@ -3,7 +3,7 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch steps framework fixtures jax
-#                                   deviceview ums pools remedies
+#                                   deviceview ums pools remedies snapshot pytest
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
 #                                   cupti (the programs through every CUPTI at hand;
@@ -400,6 +400,34 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
     cp "$WORK"/traces/cupti-*-kinds.bin "$WORK"/logs/cupti-*.check "$OUT/" 2>/dev/null
 }
 
+# PyTorch memory snapshot pickles written by PyTorch itself (torch_snapshot.py)
+# with torch's figures: the whole history, a ring that lost its start, and the
+# same program recorded by gmem-prof; the pickles come back in snapshots.tar.xz.
+snapshot_phase() {
+    note "PyTorch snapshot pickles"
+    local g="$ROOT/tests/gpu" dir="$WORK/snapshots"
+    mkdir -p "$dir"
+    (cd "$g" && python3 torch_snapshot.py "$dir/torch_snapshot.pickle" "$dir/torch_snapshot.truth.json") || FAILED=1
+    (cd "$g" && python3 torch_snapshot.py "$dir/torch_snapshot_ring.pickle" "$dir/torch_snapshot_ring.truth.json" 400) || FAILED=1
+    record torch_snapshot_recorded python3 "$g/torch_snapshot.py" "$dir/torch_snapshot_recorded.pickle" "$dir/torch_snapshot_recorded.truth.json"
+    cp "$WORK/traces/torch_snapshot_recorded.bin" "$dir/"
+    python3 -m torch.cuda._memory_viz stats "$dir/torch_snapshot.pickle" | tail -5 | sed 's/^/    /'
+    if "$GMEM" export --help | grep -q torch-snapshot; then
+        "$GMEM" report "$dir/torch_snapshot.pickle" -o "$WORK/reports/torch_snapshot" 2>&1 | head -24 | sed 's/^/    /'
+        "$GMEM" report "$dir/torch_snapshot_ring.pickle" -o "$WORK/reports/torch_snapshot_ring" 2>&1 | head -12 | sed 's/^/    /'
+        # Our export read by PyTorch's own _memory_viz (its segsum asserts
+        # that each segment's blocks add up).
+        "$GMEM" export --format torch-snapshot -o "$dir/exported.pickle" "$WORK/traces/torch_snapshot_recorded.bin"
+        for what in stats trace; do
+            python3 -m torch.cuda._memory_viz $what "$dir/exported.pickle" >"$dir/exported.$what.txt" 2>&1
+            echo "    _memory_viz $what of our export: exit $?"; tail -4 "$dir/exported.$what.txt" | sed 's/^/    | /'
+        done
+        python3 -m torch.cuda._memory_viz trace_plot "$dir/exported.pickle" -o "$dir/exported.html" && echo "    trace_plot: $(stat -c %s "$dir/exported.html") bytes"
+    fi
+    ls -la "$dir" | sed 's/^/    /'
+    tar -C "$WORK" -cJf "$OUT/snapshots.tar.xz" snapshots
+}
+
 for phase in $PHASES; do
     case $phase in
         programs) programs ;;
@@ -407,6 +435,7 @@ for phase in $PHASES; do
         torch) torch_phase ;;
         steps) steps_phase ;;
         pytest) pytest_phase ;;
+        snapshot) snapshot_phase ;;
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;

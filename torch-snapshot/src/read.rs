@@ -68,8 +68,16 @@ pub struct Converted {
 /// 2^32 of them.
 const NATIVE_BASE: u64 = 0x5e00_0000_0000;
 /// The module of C++ frames named by their source file (PyTorch's own
-/// symbolization), not by a library.
-const SOURCE_MODULE: &str = "[C++ frames symbolized by PyTorch]";
+/// symbolization), not by a library. Named as PyTorch's libraries are:
+/// the analysis reads a backward node or operator from frames of those.
+const SOURCE_MODULE: &str = "libtorch (C++ frames symbolized by PyTorch)";
+/// Frames of PyTorch's stack capture itself, not of the program (its
+/// memory_viz leaves them out too).
+const CAPTURE_FRAMES: [&str; 3] = [
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+];
 /// The frame that stands for the caching allocator's call in the stack of
 /// each segment's driver call.
 const SEGMENT_FUNCTION: &str =
@@ -446,6 +454,9 @@ impl<'p> Conversion<'p> {
         for &f in list {
             let text = |k: &str| p.get(f, k).and_then(|v| p.str(v)).unwrap_or("");
             let (file, function) = (text("filename"), text("name"));
+            if CAPTURE_FRAMES.iter().any(|c| function.contains(c)) {
+                continue;
+            }
             let line = uint(p.get(f, "line")) as u32;
             out.push(if is_python_file(file) {
                 let code = self.py_code(file, function);
