@@ -94,7 +94,8 @@ fn exported_snapshots_read_back_with_the_traces_allocator_figures() {
 /// Python's pickle reads the export, and its segments add up as
 /// `torch.cuda._memory_viz.segsum` asserts (each segment's blocks tile it;
 /// allocated and free make the total); replaying the history from the
-/// blocks live at its start ends in the blocks the segments hold.
+/// blocks live at its start ends in the blocks the segments hold; it uses
+/// only the protocols (2 to 4) and opcodes PyTorch's browser viewer reads.
 #[test]
 fn python_reads_the_export_and_its_state_matches_its_history() {
     let dir = scratch("snapshot-python");
@@ -126,6 +127,18 @@ for e in s["device_traces"][0]:
 assert set(live) == set(live_end), (len(live), len(live_end))
 assert sum(segs.values()) == reserved
 frames = s["device_traces"][0][1]["frames"]
+# Only opcodes the JavaScript unpickler of PyTorch's viewer
+# (torch/utils/viz/MemoryViz.js) handles.
+import pickletools
+viewer = {"PROTO", "FRAME", "STOP", "MARK", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS",
+          "EMPTY_LIST", "LIST", "APPEND", "APPENDS", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2",
+          "TUPLE3", "SHORT_BINUNICODE", "BINUNICODE", "BININT", "BININT1", "BININT2", "LONG1",
+          "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE", "MEMOIZE", "BINPUT", "LONG_BINPUT", "BINGET",
+          "LONG_BINGET"}
+used = {op.name for op, _, _ in pickletools.genops(open(sys.argv[1], "rb"))}
+assert used <= viewer, used - viewer
+proto = next(arg for op, arg, _ in pickletools.genops(open(sys.argv[1], "rb")) if op.name == "PROTO")
+assert 2 <= proto <= 4, proto
 print(len(s["device_traces"][0]), reserved, allocated, len(live), frames[0]["filename"], frames[0]["line"])
 "#;
     let o = run(Command::new("python3").arg("-c").arg(check).arg(&pickle));
