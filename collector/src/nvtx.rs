@@ -298,18 +298,29 @@ fn begin<'a>(
     name: impl FnOnce() -> Cow<'a, str>,
 ) -> (u64, bool) {
     let id = RANGES.fetch_add(1, Ordering::Relaxed) + 1;
-    let recorded = record(domain, name, |domain, name| {
+    let recorded = record(domain, name, begin_record(id, current_tid(), kind, depth));
+    (id, recorded)
+}
+
+/// The `RangeBegin` of range `id`, begun now on thread `tid`, once its
+/// domain's and name's strings have ids.
+fn begin_record(
+    id: u64,
+    tid: u32,
+    kind: u8,
+    depth: u32,
+) -> impl FnOnce(StringId, StringId) -> Record {
+    move |domain, name| {
         Record::RangeBegin(RangeBegin {
             time: now(),
-            tid: current_tid(),
+            tid,
             id,
             domain,
             name,
             kind,
             depth,
         })
-    });
-    (id, recorded)
+    }
 }
 
 fn end(id: u64) {
@@ -454,17 +465,7 @@ pub fn begin_pending() {
         record(
             domain,
             || Cow::Owned(name),
-            |domain, name| {
-                Record::RangeBegin(RangeBegin {
-                    time: now(),
-                    tid,
-                    id,
-                    domain,
-                    name,
-                    kind: range::STARTED,
-                    depth: 0,
-                })
-            },
+            begin_record(id, tid, range::STARTED, 0),
         );
     }
 }

@@ -192,7 +192,21 @@ impl Snapshot {
                 snap.history.push(events);
             }
         }
+        // By device and address: `segment_at` searches them.
+        snap.segments
+            .sort_unstable_by_key(|s| (s.device, s.address));
         Ok(snap)
+    }
+
+    /// The final segment holding `address` on `device`, if any.
+    fn segment_at(&self, device: u32, address: u64) -> Option<&Segment> {
+        let after = self
+            .segments
+            .partition_point(|s| (s.device, s.address) <= (device, address));
+        after
+            .checked_sub(1)
+            .map(|i| &self.segments[i])
+            .filter(|s| s.device == device && address < s.address + s.size)
     }
 
     fn add_segment(&mut self, p: &Pickle, s: Val) -> Result<(), SnapshotError> {
@@ -720,10 +734,7 @@ impl<'p> Conversion<'p> {
             .map_or(&[][..], Vec::as_slice);
         let before = live_before(snap, device, history);
         for (&start, &end) in &before.segments.0 {
-            let seg = snap
-                .segments
-                .iter()
-                .find(|s| s.device == device && s.address <= start && start < s.address + s.size);
+            let seg = snap.segment_at(device, start);
             let e = Event {
                 action: if seg.is_some_and(|s| s.expandable) {
                     AllocatorAction::SEGMENT_MAP
@@ -825,10 +836,7 @@ fn devices_of(snap: &Snapshot) -> Vec<u32> {
 /// The private pool of the final segment holding `address` (0: the
 /// default pools, or a segment since given back).
 fn pool_of(snap: &Snapshot, device: u32, address: u64) -> u64 {
-    snap.segments
-        .iter()
-        .find(|s| s.device == device && s.address <= address && address < s.address + s.size)
-        .map_or(0, |s| s.pool)
+    snap.segment_at(device, address).map_or(0, |s| s.pool)
 }
 
 /// The history of every device in one order of time, in nanoseconds:

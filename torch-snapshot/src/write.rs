@@ -74,15 +74,16 @@ struct Live {
     bytes: u64,
     stack: u32,
     stream: u64,
+    /// A device allocation of PyTorch's allocator (`Event::segment`).
+    segment: bool,
 }
 
 #[derive(Default)]
 struct Device {
     events: Vec<Event>,
     tensors_seen: bool,
-    /// Every device allocation live; those of PyTorch's allocator.
+    /// Every device allocation live.
     driver: BTreeMap<u64, Live>,
-    segments: BTreeMap<u64, Live>,
     blocks: BTreeMap<u64, Live>,
 }
 
@@ -108,17 +109,14 @@ impl History {
             bytes: e.bytes,
             stack: e.stack,
             stream: e.stream,
+            segment: e.segment,
         };
         match e.action {
             Action::DriverAlloc => {
                 d.driver.insert(e.address, live);
-                if e.segment {
-                    d.segments.insert(e.address, live);
-                }
             }
             Action::DriverFree => {
                 d.driver.remove(&e.address);
-                d.segments.remove(&e.address);
             }
             Action::TensorAlloc => {
                 d.tensors_seen = true;
@@ -225,7 +223,7 @@ impl<W: Write> Emitter<'_, W> {
             return Ok(());
         }
         let mut placed = 0usize;
-        for (&a, s) in &d.segments {
+        for (&a, s) in d.driver.iter().filter(|(_, s)| s.segment) {
             let end = a.saturating_add(s.bytes);
             let mut pieces = Vec::new();
             let mut at = a;
@@ -260,9 +258,10 @@ impl<W: Write> Emitter<'_, W> {
         if placed < d.blocks.len() {
             for (&b, blk) in &d.blocks {
                 let inside = d
-                    .segments
+                    .driver
                     .range(..=b)
-                    .next_back()
+                    .rev()
+                    .find(|(_, s)| s.segment)
                     .is_some_and(|(&a, s)| b + blk.bytes <= a + s.bytes);
                 if !inside {
                     let block = Piece {
