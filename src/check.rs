@@ -54,10 +54,11 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         max_pinned: a.max_pinned,
         max_step_growth: a.max_step_growth,
         max_step_peak: a.max_step_peak,
+        max_role: a.max_role.iter().cloned().collect(),
     });
     budgets.validate().map_err(anyhow::Error::msg)?;
     if budgets.is_empty() {
-        bail!("no budget given: use --budget FILE, --max-peak, --max-pinned, --max-allocated, --max-leaked, --max-library-held, --max-cached-at-exit, --max-module-globals, --max-tensors-at-exit, --max-growth, --max-fragmentation, --max-ooms, --max-step-growth or --max-step-peak");
+        bail!("no budget given: use --budget FILE, --max-peak, --max-pinned, --max-allocated, --max-leaked, --max-library-held, --max-cached-at-exit, --max-module-globals, --max-tensors-at-exit, --max-growth, --max-fragmentation, --max-ooms, --max-step-growth, --max-step-peak or --max-role");
     }
     let mut runs = Vec::new();
     let tty = std::io::stderr().is_terminal();

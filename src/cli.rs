@@ -346,7 +346,8 @@ pub struct ReportArgs {
     A budget file holds [run], [device.N] and [process.\"PART OF COMMAND LINE\"] tables \
     of max_peak, max_pinned, max_allocated, max_leaked, max_cached_at_exit, \
     max_library_held, max_module_globals, max_tensors_at_exit, max_growth, \
-    max_fragmentation, max_ooms, max_step_growth and max_step_peak (docs/ci.md). \
+    max_fragmentation, max_ooms, max_step_growth, max_step_peak and max_role.ROLE \
+    (docs/ci.md). \
     Flags override the file's [run] table. Sizes take B, KiB, MiB, GiB, TiB (or KB, MB, \
     GB, TB). Exit codes: 0 every budget holds, 1 a budget is exceeded (each printed with \
     its figure and the sites responsible), 2 bad input or no budget given, 3 part of the \
@@ -438,6 +439,14 @@ pub struct CheckArgs {
     /// (the first 1,000). With no step marked the budget fails.
     #[arg(long, value_name = "SIZE")]
     pub max_step_peak: Option<gmem_prof_model::budgets::ByteSize>,
+    /// Bytes of tensors of one role allowed at a framework view's
+    /// allocated peak, as ROLE=SIZE (repeat for several roles): parameters,
+    /// gradients, optimizer_state, activations, temporaries, inputs,
+    /// kv_cache, library_workspaces, unknown. Roles are decided from the
+    /// trace's evidence with no change to the program (docs/design.md,
+    /// "Roles"); the report shows them at each view's peak.
+    #[arg(long, value_name = "ROLE=SIZE", value_parser = parse_role_budget)]
+    pub max_role: Vec<(String, gmem_prof_model::budgets::ByteSize)>,
     /// Highest fragmentation allowed in any one pool: stream-ordered pools,
     /// VMM reservations and the pools of a framework allocator (0 to 1).
     #[arg(long, value_name = "F")]
@@ -623,4 +632,21 @@ impl std::str::FromStr for Percent {
             )),
         }
     }
+}
+
+/// `--max-role ROLE=SIZE`: a role's key and its budget.
+fn parse_role_budget(s: &str) -> Result<(String, gmem_prof_model::budgets::ByteSize), String> {
+    let (role, size) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: give ROLE=SIZE, as in activations=8GiB"))?;
+    let known = gmem_prof_model::Role::from_key(role).ok_or_else(|| {
+        format!(
+            "{role:?}: no such role; the roles are {}",
+            gmem_prof_model::Role::ALL
+                .map(gmem_prof_model::Role::key)
+                .join(", ")
+        )
+    })?;
+    let size = size.parse().map_err(|e| format!("{size:?}: {e}"))?;
+    Ok((known.key().to_string(), size))
 }

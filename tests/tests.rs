@@ -21,6 +21,9 @@
 //!   stand-in for PyTorch's caching allocator, recorded and analyzed.
 //! - `steps`: training steps marked by PyTorch's optimizer (the stand-in's)
 //!   and by the program, each step's kept bytes against the program's.
+//! - `roles`: what each tensor is (parameters, gradients, optimizer state,
+//!   activations, …) in a training loop over the stand-in torch whose
+//!   tensors' roles are known by construction.
 //! - `ranges`: NVTX ranges and marks (NVTX3's own header, the `nvtx`
 //!   package), each range's rise and kept bytes against the program's,
 //!   ranges as steps, range budgets.
@@ -76,6 +79,9 @@ mod steps;
 
 #[path = "e2e/ranges.rs"]
 mod ranges;
+
+#[path = "e2e/roles.rs"]
+mod roles;
 
 #[path = "e2e/windows.rs"]
 mod windows;

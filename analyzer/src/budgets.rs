@@ -21,9 +21,10 @@
 //! max_pinned = "2GiB"        # pinned host memory live at once
 //! max_step_growth = "1MiB"   # kept per training step after the warm-up
 //! max_step_peak = "70GiB"    # the highest live bytes of any one step
+//! max_role.activations = "8GiB" # tensors of a role at the allocated peak
 //!
-//! [device.1]                 # device 1 only: max_peak, max_pinned,
-//! max_peak = "20GiB"         # max_allocated, max_fragmentation, max_ooms
+//! [device.1]                 # device 1 only: max_peak, max_pinned, max_allocated,
+//! max_peak = "20GiB"         # max_role, max_fragmentation, max_ooms
 //!
 //! [process."train.py"]       # processes whose command line contains "train.py":
 //! max_leaked = "16MiB"       # all but max_fragmentation and max_pinned
@@ -36,7 +37,7 @@
 
 use gmem_prof_model::budgets::*;
 use gmem_prof_model::{
-    Analysis, Category, FrameworkOom, FrameworkView, Oom, ProcessReport, ProcessSteps,
+    Analysis, Category, FrameworkOom, FrameworkView, Oom, ProcessReport, ProcessSteps, Role,
 };
 
 /// Applies every budget to the analysis of run `run`. Also returns
@@ -133,6 +134,7 @@ pub fn evaluate(
                 v.device == d.device
             }));
         }
+        out.extend(roles(run, a, &limits, &target, |v| v.device == d.device));
         if let Some(max) = limits.max_fragmentation {
             out.push(fragmentation(run, a, d, max));
         }
@@ -214,6 +216,7 @@ pub fn evaluate(
             if let Some(max) = limits.max_allocated {
                 out.push(allocated(run, a, target.clone(), max.0, |v| v.pid == p.pid));
             }
+            out.extend(roles(run, a, limits, &target, |v| v.pid == p.pid));
             for (budget, max) in limits.held() {
                 out.push(held(run, a, budget, target.clone(), max, Some(p.pid)));
             }
@@ -572,6 +575,61 @@ fn allocated(
             sites,
         },
     )
+}
+
+/// `max_role` budgets: each role's bytes at the allocated peak of the
+/// target's view that held most of it then, with the sites of that role
+/// at that peak.
+fn roles(
+    run: &str,
+    a: &Analysis,
+    limits: &Limits,
+    target: &Target,
+    of_target: impl Fn(&FrameworkView) -> bool,
+) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    for (key, max) in &limits.max_role {
+        let Some(role) = Role::from_key(key) else {
+            continue;
+        };
+        let top = a
+            .frameworks
+            .iter()
+            .filter(|v| of_target(v))
+            .filter_map(|v| Some((v, v.roles_at_peak.as_ref()?.roles.get(role))))
+            .max_by_key(|&(v, b)| (b, v.allocated_peak));
+        let sites = top.map_or_else(Vec::new, |(v, _)| {
+            v.peak_sites
+                .iter()
+                .filter(|s| a.tensor_sites.get(s.site as usize).and_then(|t| t.role) == Some(role))
+                .take(SITES_SHOWN)
+                .map(|s| Share {
+                    bytes: s.bytes,
+                    count: s.count,
+                    label: a.tensor_site_label(s.site),
+                    via: None,
+                })
+                .collect()
+        });
+        out.push(Outcome::bytes(
+            run,
+            Budget::MaxRole(role),
+            target.clone(),
+            top.map_or(0, |(_, b)| b),
+            max.0,
+            Evidence::Role {
+                role,
+                peak: top.map(|(v, _)| AllocatedPeak {
+                    pid: v.pid,
+                    device: v.device,
+                    time_ns: v.allocated_peak_time_ns,
+                }),
+                peak_bytes: top.map_or(0, |(v, _)| v.allocated_peak),
+                sites,
+            },
+        ));
+    }
+    out
 }
 
 /// Tensors still allocated when processes ended (of one process when `pid`

@@ -170,6 +170,12 @@ fn totals(a: &Analysis) -> RunTotals {
             .map(|v| v.allocated_peak)
             .max()
             .unwrap_or(0),
+        roles_at_peak: a
+            .frameworks
+            .iter()
+            .max_by_key(|v| v.allocated_peak)
+            .and_then(|v| v.roles_at_peak.as_ref())
+            .map(|r| r.roles),
         growing_tensor_sites: a.tensor_growth.len() as u64,
         library_held_bytes: a.library_bytes(),
         worst_fragmentation: a

@@ -13,9 +13,10 @@ use crate::framework::{AllocConfig, DriverMemory, FrameworkState};
 use crate::holding::{sites_holding, Holding, SiteClass, SiteStats};
 use crate::input::RangeBeginEv;
 use crate::input::{AllocatorEv, ApiEv, Event, MemoryEv, TimedEvent, TORCH_ASYNC};
-use crate::model::OomOutcome;
+use crate::model::{OomOutcome, Role};
 use crate::ranges::ProcRanges;
 use crate::regions::{PoolBlock, PoolId, Regions};
+use crate::roles::{stack_hint, Hint, Phase};
 use crate::sites::ProcDefs;
 use crate::steps::{FinishedStep, Measured, ProcSteps, Tracker};
 use crate::timeline::{Axis, Counts, Curve, Samples};
@@ -495,6 +496,8 @@ pub struct ProcState {
     library_allocations: Vec<(u32, u64)>,
     /// Whether a stack passes through a CUDA library, by stack id.
     library_stacks: FastMap<u32, bool>,
+    /// What a tensor's stack says it is, by stack id (`roles::stack_hint`).
+    role_hints: FastMap<u32, Hint>,
     pub first_time: Option<u64>,
     pub last_time: u64,
     pub ended: Option<u64>,
@@ -529,6 +532,18 @@ pub struct WindowState {
     pub closed: Option<u64>,
     pub live: u64,
     pub tensors_live: Option<u64>,
+}
+
+/// What a tensor's stack says it is (`roles::stack_hint`; a stack through
+/// a CUDA library's module is its workspace), once per stack.
+fn tensor_hint(cache: &mut FastMap<u32, Hint>, defs: &ProcDefs, stack: u32) -> Hint {
+    *cache.entry(stack).or_insert_with(|| {
+        if defs.stack_in_cuda_library(stack) {
+            Hint::Known(Role::Workspace)
+        } else {
+            stack_hint(defs, stack)
+        }
+    })
 }
 
 /// Whether a call's device-side record may carry another call's correlation
@@ -574,6 +589,7 @@ impl ProcState {
             own_allocation_curve: Curve::default(),
             library_allocations: Vec::new(),
             library_stacks: FastMap::default(),
+            role_hints: FastMap::default(),
             first_time: None,
             last_time: 0,
             ended: None,
@@ -1068,7 +1084,14 @@ impl Engine {
                 .library_allocations
                 .iter()
                 .any(|&(tid, at)| tid == a.tid && t >= at && t - at <= LIBRARY_WORKSPACE_NS);
-        let change = fw.apply(t, axis, a, library, &driver);
+        let hint = if library {
+            Hint::Known(Role::Workspace)
+        } else if a.action == AllocatorAction::ALLOC {
+            tensor_hint(&mut st.role_hints, &st.defs, a.stack)
+        } else {
+            Hint::Lifetime
+        };
+        let change = fw.apply(t, axis, a, hint, &driver);
         if let (Some(c), Some(steps)) = (&change, st.steps.as_deref_mut()) {
             let tensors = steps.tensors.get_or_insert_with(Tracker::default);
             let now = fw.sites[c.site as usize].held.live;
@@ -1134,6 +1157,9 @@ impl Engine {
             (Some(tracker), Some(fw)) => Some(tracker.end_step(|i| fw.sites[i as usize].held.live)),
             _ => None,
         };
+        if let Some(fw) = st.framework.as_deref_mut() {
+            fw.end_step(number);
+        }
         steps.count += 1;
         steps.sources |= 1 << (source & 7);
         if steps.measured.len() < crate::steps::STEPS_MEASURED {
@@ -1200,6 +1226,13 @@ impl Engine {
                     .as_ref()
                     .is_none_or(|d| (if b.domain != 0 { text(b.domain) } else { "" }) == d)
         });
+        if let Some(fw) = st.framework.as_deref_mut() {
+            let text = |id: u32| st.defs.strings.get(&id).map_or("", String::as_str);
+            let domain = if b.domain != 0 { text(b.domain) } else { "" };
+            if let Some(phase) = Phase::of_range(domain, text(b.name)) {
+                fw.phase_begin(b.id, phase);
+            }
+        }
         let ranges = st.ranges.get_or_insert_with(Box::default);
         ranges.begin(t, b, live, tensors_live, is_step);
     }
@@ -1207,6 +1240,9 @@ impl Engine {
     /// A range of the program's ended.
     fn range_end(&mut self, proc: u32, t: u64, id: u64) {
         let st = &mut self.procs[proc as usize];
+        if let (Some(fw), Some(axis)) = (st.framework.as_deref_mut(), self.axis.as_ref()) {
+            fw.phase_end(axis, id);
+        }
         let Some(ranges) = st.ranges.as_deref_mut() else {
             return;
         };
@@ -1439,7 +1475,8 @@ impl Engine {
             proc,
         };
         let ev = torch_async_event(AllocatorAction::ALLOC, m.device, stack, m.address, m.bytes);
-        let change = fw.apply(t, axis, &ev, false, &driver);
+        let hint = tensor_hint(&mut st.role_hints, &st.defs, stack);
+        let change = fw.apply(t, axis, &ev, hint, &driver);
         self.tensor_row(t, proc, m.device, m.address, change);
     }
 
@@ -1468,7 +1505,7 @@ impl Engine {
         };
         let change = freed.and_then(|address| {
             let ev = torch_async_event(AllocatorAction::FREE, device, 0, address, 0);
-            fw.apply(t, axis, &ev, false, &driver)
+            fw.apply(t, axis, &ev, Hint::Lifetime, &driver)
         });
         let reserved = self.regions.pools_size(&st.torch_pools, device);
         fw.set_reserved(t, axis, device, TORCH_ASYNC, reserved);

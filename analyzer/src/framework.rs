@@ -28,7 +28,9 @@ use gmem_prof_traces::record::{allocator, AllocatorAction};
 use crate::fast_map::FastMap;
 use crate::holding::{sites_holding, Holding, HoldsMemory};
 use crate::input::{AllocatorEv, TORCH_ASYNC};
+use crate::roles::{is_pending, Hint, Phase, Phases, RoleLive, Snapshot, PENDING_OPTIMIZER};
 use crate::timeline::{Axis, Curve, Samples};
+use gmem_prof_model::{Role, RoleBytes};
 
 const MIB: u64 = 1 << 20;
 /// The allocator's smallest block and rounding unit (`kMinBlockSize`).
@@ -179,6 +181,12 @@ struct Block {
     /// A CUDA library's workspace (`Engine`'s evidence: made on a thread
     /// right after the library allocated for itself there).
     library: bool,
+    /// Its role's index in `Role::ALL`, or `PENDING` while its lifetime
+    /// has not decided it (`roles`).
+    role: u8,
+    /// The part of the run (`Phases`) it was made in, and when.
+    part: u32,
+    made: u64,
 }
 
 /// Figures of one site of tensors: one stack on one device.
@@ -190,6 +198,8 @@ pub struct TensorSiteStats {
     /// Of `held.at_exit`, CUDA libraries' workspaces (`Block::library`):
     /// (bytes, count).
     pub library_at_exit: (u64, u64),
+    /// Bytes of its tensors by role, once each role was known.
+    pub roles: RoleBytes,
 }
 
 impl HoldsMemory for TensorSiteStats {
@@ -308,6 +318,8 @@ pub struct AllocatorOnDevice {
     /// Each pool's extent when the program took a snapshot of the
     /// allocator (the first `MAX_SNAPSHOTS`).
     pub snapshots: Vec<(u64, BTreeMap<PoolKey, PoolExtent>)>,
+    /// Its tensors by role over time and at its allocated peak.
+    pub roles: RoleLive,
 }
 
 /// Snapshots whose pools are kept, at most.
@@ -489,6 +501,7 @@ impl AllocatorOnDevice {
             unmatched_segments: Vec::new(),
             unknown_frees: 0,
             snapshots: Vec::new(),
+            roles: RoleLive::default(),
         }
     }
 
@@ -664,6 +677,105 @@ pub struct FrameworkState {
     /// The last block freed, with the allocation count when it was made:
     /// freed before another allocation, it was a temporary.
     last_alloc: Option<(u64, u32, u64)>,
+    /// PyTorch's phases, which decide the roles of tensors whose stacks
+    /// say nothing (`roles`).
+    pub phases: Phases,
+    /// (device, address, allocation count) of blocks whose role may still
+    /// be pending (some were decided or freed since), and how many are.
+    pending: Vec<(u32, u64, u64)>,
+    pending_live: usize,
+    /// The process's tensors by role at each step's allocated peak.
+    pub step_roles: StepRoles,
+}
+
+/// The process's tensors by role at its steps' allocated peaks, the peak of
+/// the step under way settled lazily (at its first fall) as a view's is.
+#[derive(Debug, Default)]
+pub struct StepRoles {
+    live: u64,
+    high: u64,
+    dirty: bool,
+    current: Snapshot,
+    /// (step number, its peak by role) of the first `STEPS_KEPT` steps.
+    pub finished: Vec<(u64, Snapshot)>,
+}
+
+impl StepRoles {
+    fn resolved(&mut self, seq: u64, role: Role, bytes: u64) {
+        self.current.resolved(seq, role, bytes);
+        for (_, s) in self.finished.iter_mut().rev() {
+            if s.seq < seq {
+                break;
+            }
+            s.resolved(seq, role, bytes);
+        }
+    }
+}
+
+/// The process's tensors by role now (its views summed).
+fn process_snapshot(devices: &BTreeMap<u32, AllocatorOnDevice>, seq: u64) -> Snapshot {
+    let mut out = Snapshot {
+        seq,
+        ..Snapshot::default()
+    };
+    for d in devices.values() {
+        out.roles = out.roles.plus(&d.roles.live);
+        out.pending += d.roles.pending;
+    }
+    out
+}
+
+/// A live block whose role was pending turned out to be `role`.
+fn resolve(
+    roles: &mut RoleLive,
+    steps: &mut StepRoles,
+    sites: &mut [TensorSiteStats],
+    axis: &Axis,
+    b: &mut Block,
+    role: Role,
+) {
+    b.role = role.index() as u8;
+    roles.resolve(axis, b.made, b.seq, role, b.size);
+    steps.resolved(b.seq, role, b.size);
+    sites[b.site as usize].roles.add(role, b.size);
+}
+
+/// A block the program freed (`immediate`: before another was allocated):
+/// a pending role is decided by when (`Phases::at_free`), then its bytes
+/// leave its role and the process's live bytes.
+fn freed(
+    roles: &mut RoleLive,
+    steps: &mut StepRoles,
+    sites: &mut [TensorSiteStats],
+    pending_live: &mut usize,
+    (phases, axis): (&Phases, &Axis),
+    b: &mut Block,
+    immediate: bool,
+) {
+    if is_pending(b.role) {
+        let role = phases.at_free(b.part, immediate, b.role == PENDING_OPTIMIZER);
+        resolve(roles, steps, sites, axis, b, role);
+        *pending_live = pending_live.saturating_sub(1);
+    }
+    released(roles, steps, pending_live, axis, b);
+}
+
+/// A block is no longer allocated: its bytes leave its role (or the
+/// pending ones) and the process's live bytes.
+fn released(
+    roles: &mut RoleLive,
+    steps: &mut StepRoles,
+    pending_live: &mut usize,
+    axis: &Axis,
+    b: &Block,
+) {
+    if is_pending(b.role) {
+        roles.pending = roles.pending.saturating_sub(b.size);
+        *pending_live = pending_live.saturating_sub(1);
+    } else {
+        roles.change(axis, Role::ALL[b.role as usize], b.size, false);
+    }
+    steps.live = steps.live.saturating_sub(b.size);
 }
 
 /// The view of an event's device, made on its first event, taking the
@@ -691,7 +803,120 @@ impl FrameworkState {
             allocations: 0,
             allocation_curve: Curve::default(),
             last_alloc: None,
+            phases: Phases::default(),
+            pending: Vec::new(),
+            pending_live: 0,
+            step_roles: StepRoles::default(),
         }
+    }
+
+    /// A phase of PyTorch's loop began (`Phases::begin`).
+    pub fn phase_begin(&mut self, id: u64, phase: Phase) {
+        self.phases.begin(id, phase);
+    }
+
+    /// A range ended; if it was a backward or an optimizer's step, what
+    /// it made and kept is decided.
+    pub fn phase_end(&mut self, axis: &Axis, id: u64) {
+        if let Some(phase) = self.phases.end(id) {
+            if phase != Phase::Forward {
+                self.settle_pending(axis, |phases, part, optimizer| {
+                    phases.at_phase_end(part, phase, optimizer)
+                });
+            }
+        }
+    }
+
+    /// Decides the pending blocks `decide` has a role for; drops the
+    /// entries of blocks decided or freed since.
+    fn settle_pending(&mut self, axis: &Axis, decide: impl Fn(&Phases, u32, bool) -> Option<Role>) {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.retain(|&(device, address, seq)| {
+            let Some(dev) = self.devices.get_mut(&device) else {
+                return false;
+            };
+            let Some(b) = dev.blocks.get_mut(&address) else {
+                return false;
+            };
+            if !b.allocated || b.seq != seq || !is_pending(b.role) {
+                return false;
+            }
+            match decide(&self.phases, b.part, b.role == PENDING_OPTIMIZER) {
+                Some(role) => {
+                    resolve(
+                        &mut dev.roles,
+                        &mut self.step_roles,
+                        &mut self.sites,
+                        axis,
+                        b,
+                        role,
+                    );
+                    self.pending_live = self.pending_live.saturating_sub(1);
+                    false
+                }
+                None => true,
+            }
+        });
+        self.pending = pending;
+    }
+
+    /// After the sweep, once stacks are symbolized: the live blocks of the
+    /// sites `library` names (their stacks run through a CUDA library or
+    /// the framework's code that keeps a library's workspace) are
+    /// workspaces, in every figure they were live for (they are kept to
+    /// the end, so they were live at every snapshot since they were made).
+    pub fn workspace_sites(&mut self, axis: &Axis, library: impl Fn(u32) -> bool) {
+        for dev in self.devices.values_mut() {
+            for b in dev.blocks.values_mut() {
+                if !b.allocated || is_pending(b.role) || !library(b.site) {
+                    continue;
+                }
+                let was = Role::ALL[b.role as usize];
+                if was == Role::Workspace {
+                    continue;
+                }
+                b.role = Role::Workspace.index() as u8;
+                b.library = true;
+                dev.roles
+                    .reclassify(axis, b.made, b.seq, was, Role::Workspace, b.size);
+                let steps = &mut self.step_roles;
+                steps.current.moved(b.seq, was, Role::Workspace, b.size);
+                for (_, s) in steps.finished.iter_mut().rev() {
+                    if s.seq < b.seq {
+                        break;
+                    }
+                    s.moved(b.seq, was, Role::Workspace, b.size);
+                }
+            }
+        }
+        // The site is the library's whole: each of its tensors was.
+        for (i, s) in self.sites.iter_mut().enumerate() {
+            if library(i as u32) {
+                let all = s.roles.total();
+                s.roles = RoleBytes::default();
+                s.roles.add(Role::Workspace, all);
+            }
+        }
+    }
+
+    /// Leaving a step's highest so far: its tensors by role are taken now.
+    fn settle_step(&mut self) {
+        if self.step_roles.dirty {
+            self.step_roles.dirty = false;
+            self.step_roles.current = process_snapshot(&self.devices, self.allocations);
+        }
+    }
+
+    /// The process finished step `number`: its peak by role is kept, and
+    /// the next step starts from what is live.
+    pub fn end_step(&mut self, number: u64) {
+        self.settle_step();
+        let steps = &mut self.step_roles;
+        if steps.finished.len() < gmem_prof_model::STEPS_KEPT {
+            steps.finished.push((number, steps.current));
+        }
+        steps.high = steps.live;
+        steps.current = process_snapshot(&self.devices, self.allocations);
     }
 
     fn site(&mut self, stack: u32, device: u32) -> u32 {
@@ -703,6 +928,7 @@ impl FrameworkState {
             stack,
             held: Holding::default(),
             library_at_exit: (0, 0),
+            roles: RoleBytes::default(),
         });
         self.site_index.insert((stack, device), i);
         self.devices
@@ -714,14 +940,15 @@ impl FrameworkState {
     }
 
     /// Applies one event at time `t`; returns the tensor it allocated or
-    /// freed, if it did. `library`: the block an `ALLOC` hands out is a
-    /// CUDA library's workspace (`Block::library`).
+    /// freed, if it did. `hint`: what the block an `ALLOC` hands out is,
+    /// when its stack or the moment says (a CUDA library's workspace:
+    /// `Block::library`).
     pub fn apply(
         &mut self,
         t: u64,
         axis: &Axis,
         ev: &AllocatorEv,
-        library: bool,
+        hint: Hint,
         driver: &dyn DriverMemory,
     ) -> Option<TensorChange> {
         if ev.action == AllocatorAction::FREE {
@@ -732,7 +959,7 @@ impl FrameworkState {
                     action: AllocatorAction::FREE_REQUESTED,
                     ..*ev
                 },
-                false,
+                Hint::Lifetime,
                 driver,
             );
             let completed = self.apply(
@@ -742,7 +969,7 @@ impl FrameworkState {
                     action: AllocatorAction::FREE_COMPLETED,
                     ..*ev
                 },
-                false,
+                Hint::Lifetime,
                 driver,
             );
             return freed.or(completed);
@@ -753,10 +980,16 @@ impl FrameworkState {
         };
         match ev.action {
             AllocatorAction::ALLOC => {
-                return Some(self.alloc(t, axis, ev, site.unwrap_or(0), library));
+                return Some(self.alloc(t, axis, ev, site.unwrap_or(0), hint));
             }
-            AllocatorAction::FREE_REQUESTED => return self.free_requested(axis, ev),
-            AllocatorAction::FREE_COMPLETED => return self.free_completed(axis, ev),
+            AllocatorAction::FREE_REQUESTED => {
+                self.settle_step();
+                return self.free_requested(axis, ev);
+            }
+            AllocatorAction::FREE_COMPLETED => {
+                self.settle_step();
+                return self.free_completed(axis, ev);
+            }
             AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
                 view_of(&mut self.devices, ev).segment_added(t, axis, ev, driver);
             }
@@ -786,8 +1019,18 @@ impl FrameworkState {
         axis: &Axis,
         ev: &AllocatorEv,
         site: u32,
-        library: bool,
+        hint: Hint,
     ) -> TensorChange {
+        let role = match hint {
+            Hint::Known(role) => Some(role),
+            Hint::Lifetime | Hint::Optimizer => None,
+        };
+        let part = self.phases.current();
+        // Entries of blocks decided or freed since are dropped now and
+        // then, so that the list stays as long as what is pending.
+        if self.pending.len() >= 4096 && self.pending.len() > 2 * self.pending_live {
+            self.settle_pending(axis, |_, _, _| None);
+        }
         let dev = view_of(&mut self.devices, ev);
         let rounded = self.config.round_size(ev.bytes);
         let size = dev.block_size(ev.address, rounded, &self.config);
@@ -812,14 +1055,42 @@ impl FrameworkState {
                 site,
                 allocated: true,
                 seq: self.allocations,
-                library,
+                library: role == Some(Role::Workspace),
+                role: hint.role_byte(),
+                part,
+                made: t,
             },
         ) {
             // A free we never saw: take the old block out.
             if old.allocated {
                 dev.allocated = dev.allocated.saturating_sub(old.size);
                 self.sites[old.site as usize].held.release(old.size, axis);
+                released(
+                    &mut dev.roles,
+                    &mut self.step_roles,
+                    &mut self.pending_live,
+                    axis,
+                    &old,
+                );
             }
+        }
+        match role {
+            Some(r) => {
+                dev.roles.change(axis, r, size, true);
+                self.sites[site as usize].roles.add(r, size);
+            }
+            None => {
+                dev.roles.pending += size;
+                self.pending
+                    .push((ev.device(), ev.address, self.allocations));
+                self.pending_live += 1;
+            }
+        }
+        let steps = &mut self.step_roles;
+        steps.live += size;
+        if steps.live > steps.high {
+            steps.high = steps.live;
+            steps.dirty = true;
         }
         self.last_alloc = Some((ev.address, ev.device(), self.allocations));
         dev.allocations += 1;
@@ -854,10 +1125,20 @@ impl FrameworkState {
     fn free_requested(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
         let dev = view_of(&mut self.devices, ev);
         // Leaving a peak: what was live at it is settled now.
-        settle_peak(dev, &self.sites);
+        settle_peak(dev, &self.sites, self.allocations);
         dev.at_device_peak.settle(&dev.sites, &self.sites);
         match dev.blocks.get_mut(&ev.address) {
             Some(b) if b.allocated => {
+                let immediate = self.last_alloc == Some((ev.address, ev.device(), b.seq));
+                freed(
+                    &mut dev.roles,
+                    &mut self.step_roles,
+                    &mut self.sites,
+                    &mut self.pending_live,
+                    (&self.phases, axis),
+                    b,
+                    immediate,
+                );
                 b.allocated = false;
                 let (size, site, seq) = (b.size, b.site, b.seq);
                 dev.frees += 1;
@@ -886,11 +1167,21 @@ impl FrameworkState {
     /// A freed block's memory is free again (`FREE_COMPLETED`).
     fn free_completed(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
         let dev = view_of(&mut self.devices, ev);
-        if let Some(b) = dev.blocks.remove(&ev.address) {
+        if let Some(mut b) = dev.blocks.remove(&ev.address) {
             if b.allocated {
                 // Completed without a request seen: both at once.
-                settle_peak(dev, &self.sites);
+                settle_peak(dev, &self.sites, self.allocations);
                 dev.at_device_peak.settle(&dev.sites, &self.sites);
+                let immediate = self.last_alloc == Some((ev.address, ev.device(), b.seq));
+                freed(
+                    &mut dev.roles,
+                    &mut self.step_roles,
+                    &mut self.sites,
+                    &mut self.pending_live,
+                    (&self.phases, axis),
+                    &mut b,
+                    immediate,
+                );
                 dev.frees += 1;
                 dev.allocated = dev.allocated.saturating_sub(b.size);
                 dev.allocated_curve.set(axis, dev.allocated);
@@ -1040,10 +1331,20 @@ impl FrameworkState {
     /// At the end of the process (or of the trace): settles the peaks and
     /// what is live.
     pub fn finish(&mut self, axis: &Axis, now: u64) {
+        // What is still pending was kept past every phase that could
+        // have told.
+        self.settle_pending(axis, |phases, _, optimizer| {
+            Some(if optimizer && phases.seen {
+                Role::OptimizerState
+            } else {
+                Role::Unknown
+            })
+        });
+        self.settle_step();
         for dev in self.devices.values_mut() {
             dev.frag_dirty = true;
             dev.sample(axis, now);
-            settle_peak(dev, &self.sites);
+            settle_peak(dev, &self.sites, self.allocations);
             dev.at_device_peak.settle(&dev.sites, &self.sites);
             for &(site, bytes, count) in &dev.peak_sites {
                 let s = &mut self.sites[site as usize];
@@ -1068,11 +1369,12 @@ impl FrameworkState {
 
 /// Copies the live sites into the peak's breakdown if a new peak was
 /// reached since it was last copied.
-fn settle_peak(dev: &mut AllocatorOnDevice, sites: &[TensorSiteStats]) {
+fn settle_peak(dev: &mut AllocatorOnDevice, sites: &[TensorSiteStats], seq: u64) {
     if !dev.peak_dirty {
         return;
     }
     dev.peak_dirty = false;
+    dev.roles.at_peak = dev.roles.snapshot(seq);
     dev.peak_sites.clear();
     dev.peak_sites.extend(sites_holding(&dev.sites, sites));
 }
@@ -1170,7 +1472,7 @@ mod tests {
             1,
             &axis,
             &tensor(AllocatorAction::ALLOC, 0x1000, 1000, 7),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         f.set_reserved(2, &axis, 0, TORCH_ASYNC, 64 * MIB);
@@ -1178,14 +1480,14 @@ mod tests {
             2,
             &axis,
             &tensor(AllocatorAction::ALLOC, 0x2000, 40 * MIB, 8),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         f.apply(
             3,
             &axis,
             &tensor(AllocatorAction::FREE, 0x2000, 0, 0),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         let d = &f.devices[&0];
@@ -1215,7 +1517,7 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_ALLOC, base, 20 * MIB),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         for (i, size) in [3 * MIB, 5 * MIB, 7 * MIB].into_iter().enumerate() {
@@ -1224,7 +1526,7 @@ mod tests {
                 2,
                 &axis,
                 &ev(AllocatorAction::ALLOC, at, size),
-                false,
+                Hint::Lifetime,
                 &driver,
             );
         }
@@ -1233,7 +1535,7 @@ mod tests {
             3,
             &axis,
             &ev(AllocatorAction::ALLOC, base + 15 * MIB, 4 * MIB),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         let dev = &f.devices[&0];
@@ -1245,21 +1547,21 @@ mod tests {
             4,
             &axis,
             &ev(AllocatorAction::FREE_REQUESTED, base, 0),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         f.apply(
             4,
             &axis,
             &ev(AllocatorAction::FREE_COMPLETED, base, 0),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         f.apply(
             4,
             &axis,
             &ev(AllocatorAction::FREE, base + 8 * MIB, 0),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         assert_eq!(f.devices[&0].frees, 2);
@@ -1279,7 +1581,7 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_ALLOC, 0x1000_0000, 2 * MIB),
-            false,
+            Hint::Lifetime,
             &NoDriver,
         );
         let dev = &f.devices[&0];
@@ -1296,7 +1598,7 @@ mod tests {
             2,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base, 40 * MIB),
-            false,
+            Hint::Lifetime,
             &driver,
         );
         assert_eq!(f.devices[&0].segments_matched, 1);
@@ -1311,21 +1613,21 @@ mod tests {
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base, 20 * MIB),
-            false,
+            Hint::Lifetime,
             &NoDriver,
         );
         f.apply(
             1,
             &axis,
             &ev(AllocatorAction::SEGMENT_MAP, base + 20 * MIB, 20 * MIB),
-            false,
+            Hint::Lifetime,
             &NoDriver,
         );
         f.apply(
             2,
             &axis,
             &ev(AllocatorAction::ALLOC, base + 10 * MIB, 2 * MIB),
-            false,
+            Hint::Lifetime,
             &NoDriver,
         );
         let e = f.devices[&0].extents();
@@ -1338,7 +1640,7 @@ mod tests {
             3,
             &axis,
             &ev(AllocatorAction::SEGMENT_UNMAP, base + 20 * MIB, 20 * MIB),
-            false,
+            Hint::Lifetime,
             &NoDriver,
         );
         assert_eq!(f.devices[&0].reserved, 20 * MIB);

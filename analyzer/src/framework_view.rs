@@ -46,6 +46,7 @@ struct Merged {
     /// Of `at_exit`, CUDA libraries' workspaces (`library_at_exit`).
     library_at_exit: (u64, u64),
     temporaries: u64,
+    roles: RoleBytes,
 }
 
 /// What a raw tensor site held at exit that is a CUDA library's workspace,
@@ -125,6 +126,19 @@ pub fn views(
         let Some(fw) = st.framework.as_deref_mut() else {
             continue;
         };
+        let library: Vec<bool> = fw
+            .sites
+            .iter()
+            .map(|s| {
+                s.stack != 0
+                    && defs
+                        .stack_frames(s.stack)
+                        .0
+                        .iter()
+                        .any(sites::is_cuda_library)
+            })
+            .collect();
+        fw.workspace_sites(axis, |site| library[site as usize]);
         let proc = Proc {
             pid,
             defs,
@@ -223,6 +237,7 @@ fn merge_tensor_sites(engine: &Engine, rules: &CodeRules) -> MergedSites {
                 at_exit_count: 0,
                 library_at_exit: (0, 0),
                 temporaries: 0,
+                roles: RoleBytes::default(),
             });
             m.add(pid, s, lib);
             keys.push(key);
@@ -283,6 +298,7 @@ impl Merged {
         self.library_at_exit.0 += lib.0;
         self.library_at_exit.1 += lib.1;
         self.temporaries += s.held.temporaries;
+        self.roles = self.roles.plus(&s.roles);
     }
 
     fn site(&self, id: u32, label: String) -> TensorSite {
@@ -302,6 +318,16 @@ impl Merged {
             live_at_exit_count: self.at_exit_count - self.library_at_exit.1,
             library_at_exit_bytes: self.library_at_exit.0,
             temporaries: self.temporaries,
+            // The role most of its bytes had (the first in `Role::ALL`
+            // of equals).
+            role: self
+                .roles
+                .iter()
+                .fold(None, |best: Option<(Role, u64)>, (r, b)| match best {
+                    Some((_, most)) if most >= b => best,
+                    _ => Some((r, b)),
+                })
+                .map(|(r, _)| r),
         }
     }
 }
@@ -389,12 +415,8 @@ fn device_view(
         })
         .map(|(pool, at)| PoolFragmentationAt { pool, at });
     let mut notes: Vec<String> = fw.config.unsupported.clone();
-    if dev.unknown_frees > 0 {
-        notes.push(format!(
-            "{} frees of tensors allocated before the collector attached (or whose \
-             allocation was lost) were not counted",
-            dev.unknown_frees
-        ));
+    if !fw.phases.seen && dev.allocations > 0 {
+        notes.push(NO_PHASES.into());
     }
     let sum = |pairs: &mut dyn Iterator<Item = (u64, u64)>| {
         pairs.fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
@@ -424,8 +446,11 @@ fn device_view(
         tensor_time_ns: rel(dev.at_device_peak.time),
         tensor_sites: by_site(&dev.at_device_peak.sites, ids),
     });
+    let (roles_at_peak, timeline_roles) = roles_of(dev, fw.phases.seen, axis, buckets);
     let view = FrameworkView {
         timeline_sites,
+        roles_at_peak,
+        timeline_roles,
         allocator,
         pid,
         device,
@@ -610,6 +635,40 @@ fn framework_oom(
         step: None,
         ranges: Vec::new(),
     }
+}
+
+/// A view's note when the trace has no PyTorch phases.
+const NO_PHASES: &str = "the trace has no PyTorch phases (gmem-prof's bootstrap marks them in \
+    programs that call backward or step a torch.optim optimizer): a tensor whose frames do not \
+    say what it is counts as a temporary only when freed before the next tensor was allocated, \
+    and as unknown otherwise";
+
+/// A view's tensors by role at its allocated peak, and each role's curve
+/// (roles that held bytes).
+fn roles_of(
+    dev: &mut crate::framework::AllocatorOnDevice,
+    by_phases: bool,
+    axis: &Axis,
+    buckets: usize,
+) -> (Option<RolesAtPeak>, Vec<RoleCurve>) {
+    let at_peak = (dev.allocated_peak > 0).then(|| RolesAtPeak {
+        roles: dev.roles.at_peak.roles_known(),
+        cached: dev
+            .reserved_at_allocated_peak
+            .saturating_sub(dev.allocated_peak),
+        by_phases,
+    });
+    let curves = Role::ALL
+        .into_iter()
+        .filter_map(|role| {
+            let live = dev.roles.curves[role.index()].finish(axis, buckets);
+            live.iter().any(|p| p.max > 0).then(|| RoleCurve {
+                role,
+                live: live.iter().map(|p| p.last).collect(),
+            })
+        })
+        .collect();
+    (at_peak, curves)
 }
 
 #[cfg(test)]

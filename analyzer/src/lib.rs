@@ -42,6 +42,7 @@ mod pipeline;
 mod ranges;
 mod regions;
 mod remedies;
+mod roles;
 mod site_figures;
 mod sites;
 mod steps;

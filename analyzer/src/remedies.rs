@@ -13,13 +13,16 @@
 //!   holds at the end;
 //! - segments holding no tensor kept while the allocator took a new one
 //!   for its reserved peak → `torch.cuda.empty_cache()` before that line;
-//! - the forward pass's tensors most of the allocated peak → activation
-//!   checkpointing or lower precision;
+//! - a role most of the allocated peak (docs/design.md, "Roles") →
+//!   sharding or an 8-bit optimizer for optimizer state, checkpointing or a
+//!   smaller micro-batch for activations, bfloat16 or FSDP for parameters
+//!   and gradients, a shorter or 8-bit KV cache, the line whose
+//!   temporaries set the peak;
 //! - JAX/XLA preallocating most of the device → its environment variables;
 //! - several processes on one device that came close to its memory, or
 //!   one ran out of what the others held → a share per process.
 
-use crate::model::{Analysis, FrameText, OomLimit, Remedy, TensorSite};
+use crate::model::{Analysis, OomLimit, Remedy, Role};
 
 /// Several processes on a device are a finding when together they came
 /// this close to its memory.
@@ -30,8 +33,6 @@ const PREALLOCATION_SHARE: f64 = 0.4;
 /// they are this share of it, and at least `IDLE_BYTES`.
 const IDLE_SHARE: f64 = 0.25;
 const IDLE_BYTES: u64 = 64 << 20;
-/// The forward pass's tensors dominate the peak from this share on.
-const ACTIVATIONS_SHARE: f64 = 0.5;
 
 /// Every remedy the analysis has evidence for, the errors' first.
 pub fn remedies(a: &Analysis) -> Vec<Remedy> {
@@ -41,7 +42,7 @@ pub fn remedies(a: &Analysis) -> Vec<Remedy> {
     expandable_segments(a, &mut out);
     growing_lines(a, &mut out);
     empty_cache(a, &mut out);
-    activations(a, &mut out);
+    roles(a, &mut out);
     jax_preallocation(a, &mut out);
     shared_devices(a, &mut out);
     out
@@ -252,63 +253,94 @@ fn empty_cache(a: &Analysis, out: &mut Vec<Remedy>) {
     }
 }
 
-/// A tensor made inside an `nn.Module` call: the forward pass.
-fn in_forward(frames: &[FrameText]) -> bool {
-    frames.iter().any(|f| {
-        f.python
-            && f.function.ends_with("._call_impl")
-            && f.location.contains("torch/nn/modules/module.py")
-    })
-}
+/// A role is worth a remedy from this share of a view's allocated peak
+/// (parameters with gradients from `WEIGHTS_SHARE`).
+const ROLE_SHARE: f64 = 0.25;
+const WEIGHTS_SHARE: f64 = 0.5;
+/// Less than this is not worth changing code for.
+const ROLE_MIN_BYTES: u64 = 1 << 20;
 
-/// A CUDA library's workspace that PyTorch made inside a module call
-/// (cuBLASLt's, made lazily by the first matmul that needs it): not an
-/// activation, and checkpointing does not shrink it.
-fn is_library_workspace(t: &TensorSite) -> bool {
-    t.library_at_exit_bytes > 0 || t.frames.iter().any(crate::sites::is_cuda_library)
-}
-
-/// What the forward pass allocated and still held at the allocated peak,
-/// in a process that ran a backward pass: there the forward's tensors are
-/// kept for it, and checkpointing trades recomputation for them. Without
-/// one (inference, a captured CUDA graph) the forward's peak is its own
-/// working set, which checkpointing does not shrink.
-fn activations(a: &Analysis, out: &mut Vec<Remedy>) {
+/// The roles that take most of a view's allocated peak, each with the
+/// change that shrinks it and what that saves (`Remedy::Role`). Roles
+/// come from the trace's evidence, so each remedy has its own: a
+/// backward pass for activations, an optimizer's step for its state.
+fn roles(a: &Analysis, out: &mut Vec<Remedy>) {
     for v in &a.frameworks {
+        let Some(at) = &v.roles_at_peak else {
+            continue;
+        };
         if v.allocated_peak == 0 {
             continue;
         }
-        let trained = a
-            .tensor_sites
-            .iter()
-            .any(|t| t.pids.contains(&v.pid) && crate::sites::in_backward(&t.frames));
-        if !trained {
-            continue;
+        let r = at.roles;
+        let weights = r.get(Role::Parameter) + r.get(Role::Gradient);
+        let candidates = [
+            (
+                Role::OptimizerState,
+                r.get(Role::OptimizerState),
+                ROLE_SHARE,
+            ),
+            (Role::Activation, r.get(Role::Activation), ROLE_SHARE),
+            (Role::Parameter, weights, WEIGHTS_SHARE),
+            (Role::KvCache, r.get(Role::KvCache), ROLE_SHARE),
+            (Role::Temporary, r.get(Role::Temporary), ROLE_SHARE),
+        ];
+        for (role, bytes, threshold) in candidates {
+            let share = bytes as f64 / v.allocated_peak as f64;
+            // Temporaries are told apart from what is kept only by the
+            // phases (without them, only a tensor freed at once is one:
+            // the peak's own request, which no change shrinks).
+            if bytes < ROLE_MIN_BYTES
+                || share < threshold
+                || (role == Role::Temporary && !at.by_phases)
+            {
+                continue;
+            }
+            let sites: Vec<(String, u64)> = v
+                .peak_sites
+                .iter()
+                .filter(|s| {
+                    let of = a.tensor_sites.get(s.site as usize).and_then(|t| t.role);
+                    of == Some(role) || (role == Role::Parameter && of == Some(Role::Gradient))
+                })
+                .take(3)
+                .map(|s| (a.tensor_site_label(s.site), s.bytes))
+                .collect();
+            let (change, saving_bytes) = match role {
+                Role::OptimizerState => (
+                    "shard the optimizer state across ranks (torch.distributed.optim.ZeroRedundancyOptimizer, or FSDP), or an 8-bit optimizer (bitsandbytes' AdamW8bit)".to_string(),
+                    bytes / 4 * 3,
+                ),
+                Role::Activation => (
+                    "torch.utils.checkpoint.checkpoint around the model's largest blocks, a smaller micro-batch, or the forward pass under torch.autocast(\"cuda\", dtype=torch.bfloat16)".to_string(),
+                    bytes / 2,
+                ),
+                Role::Parameter => (
+                    "bfloat16 parameters and gradients, or FSDP across ranks".to_string(),
+                    bytes / 2,
+                ),
+                Role::KvCache => (
+                    "a shorter maximum length or fewer sequences at once, or an 8-bit KV cache".to_string(),
+                    bytes / 2,
+                ),
+                _ => match sites.first() {
+                    Some((line, b)) => (format!("compute {line} in chunks or in place"), *b),
+                    None => continue,
+                },
+            };
+            out.push(Remedy::Role {
+                pid: v.pid,
+                device: v.device,
+                allocated_peak_bytes: v.allocated_peak,
+                role,
+                bytes,
+                share,
+                roles: r,
+                sites,
+                change,
+                saving_bytes,
+            });
         }
-        let forward: Vec<(String, u64)> = v
-            .peak_sites
-            .iter()
-            .filter(|s| {
-                a.tensor_sites
-                    .get(s.site as usize)
-                    .is_some_and(|t| in_forward(&t.frames) && !is_library_workspace(t))
-            })
-            .map(|s| (a.tensor_site_label(s.site), s.bytes))
-            .collect();
-        let forward_bytes: u64 = forward.iter().map(|(_, b)| b).sum();
-        let share = forward_bytes as f64 / v.allocated_peak as f64;
-        if share < ACTIVATIONS_SHARE {
-            continue;
-        }
-        out.push(Remedy::Activations {
-            pid: v.pid,
-            device: v.device,
-            allocated_peak_bytes: v.allocated_peak,
-            forward_bytes,
-            share,
-            sites: forward.into_iter().take(3).collect(),
-            change: "torch.utils.checkpoint.checkpoint around the model's largest blocks, or the forward pass under torch.autocast(\"cuda\", dtype=torch.bfloat16)".into(),
-        });
     }
 }
 

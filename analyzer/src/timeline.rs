@@ -154,6 +154,28 @@ impl Curve {
         self.open.max = self.open.max.max(v);
     }
 
+    /// Adds `delta` to the buckets from the one holding time `since` up to
+    /// the current one, not including it: something that has been live
+    /// since then is counted here only now (a tensor whose role became
+    /// known). The current bucket is the caller's to `set`.
+    pub fn add_since(&mut self, axis: &Axis, since: u64, delta: u64) {
+        self.shift_since(axis, since, delta as i64);
+    }
+
+    /// `add_since` of a change either way (a count taken back from one
+    /// curve and given to another).
+    pub fn shift_since(&mut self, axis: &Axis, since: u64, delta: i64) {
+        let from = axis.bucket_of(since);
+        if from >= axis.current {
+            return;
+        }
+        self.catch_up(axis);
+        for p in &mut self.points[from..axis.current] {
+            p.last = p.last.saturating_add_signed(delta);
+            p.max = p.max.saturating_add_signed(delta);
+        }
+    }
+
     /// The points up to and including `buckets - 1`.
     pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<Point> {
         self.catch_up(axis);

@@ -5,6 +5,7 @@
 //! is that event's absolute time on CUPTI's clock). Everything is ordered
 //! deterministically (by value, then by id), never by hash-map order.
 
+use crate::roles::{Role, RoleCurve, RolesAtPeak};
 use serde::{Deserialize, Serialize};
 
 use crate::reasons::{
@@ -162,18 +163,30 @@ pub enum Remedy {
         site: Option<String>,
         change: String,
     },
-    /// Tensors allocated by the forward pass (inside `nn.Module` calls)
-    /// and still held, for the backward pass, were most of the allocated
-    /// peak.
-    Activations {
+    /// Tensors of one role (docs/design.md, "Roles") were a large share
+    /// of a view's allocated peak: the change that shrinks that role, and
+    /// what it would save there by these figures. Parameters stand for
+    /// parameters and gradients together (`bytes` is both).
+    Role {
         pid: u32,
         device: u32,
         allocated_peak_bytes: u64,
-        forward_bytes: u64,
+        role: crate::Role,
+        bytes: u64,
         share: f64,
-        /// The largest of those tensor sites, with their bytes at the peak.
+        /// Every role's bytes at that peak (parameters are what optimizer
+        /// state and a KV cache are measured against).
+        roles: crate::RoleBytes,
+        /// The largest tensor sites of the role at the peak, with their
+        /// bytes.
         sites: Vec<(String, u64)>,
         change: String,
+        /// What the change saves at the peak: half the activations for
+        /// half the micro-batch, three quarters of 32-bit optimizer state
+        /// for an 8-bit optimizer, half of float32 parameters and
+        /// gradients in bfloat16, half a 16-bit KV cache in 8 bits, the
+        /// largest line's temporaries done in place.
+        saving_bytes: u64,
     },
     /// JAX/XLA took this share of the device at start for its own pool,
     /// and the device then ran short: an allocation failed on it, or other
@@ -1217,6 +1230,14 @@ pub struct FrameworkView {
     /// The largest tensor sites at the allocated peak (at most eight),
     /// each with its live bytes at each bucket's end: the timeline's bands.
     pub timeline_sites: Vec<SiteCurve>,
+    /// Its tensors at the allocated peak by what they are (docs/design.md,
+    /// "Roles").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles_at_peak: Option<RolesAtPeak>,
+    /// Each role's live bytes at each bucket's end (roles that held
+    /// bytes): the stacked timeline by role.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline_roles: Vec<RoleCurve>,
 }
 
 /// A framework's own memory pool (JAX's, CuPy's) as the framework counts
@@ -1417,6 +1438,9 @@ pub struct TensorSite {
     pub library_at_exit_bytes: u64,
     /// Freed before any other tensor was allocated.
     pub temporaries: u64,
+    /// What most of its bytes were (docs/design.md, "Roles").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
 }
 
 #[cfg(test)]

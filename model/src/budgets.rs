@@ -32,7 +32,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Category, FrameworkOom};
+use crate::{Category, FrameworkOom, Role};
 
 /// Sites (or errors) kept as evidence under one budget.
 pub const SITES_SHOWN: usize = 5;
@@ -116,6 +116,10 @@ pub struct Limits {
     pub max_step_growth: Option<ByteSize>,
     /// The highest live bytes any one step of a process may reach.
     pub max_step_peak: Option<ByteSize>,
+    /// Bytes of tensors of a role (its key: "activations",
+    /// "optimizer_state", …; `Role::from_key`) at the allocated peak.
+    #[serde(default)]
+    pub max_role: BTreeMap<String, ByteSize>,
 }
 
 impl Limits {
@@ -139,6 +143,12 @@ impl Limits {
             max_pinned: other.max_pinned.or(self.max_pinned),
             max_step_growth: other.max_step_growth.or(self.max_step_growth),
             max_step_peak: other.max_step_peak.or(self.max_step_peak),
+            max_role: self
+                .max_role
+                .iter()
+                .chain(&other.max_role)
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
         }
     }
 
@@ -202,7 +212,11 @@ impl Budgets {
         std::iter::once(&self.run)
             .chain(self.device.values())
             .chain(self.process.values())
-            .any(|l| l.max_allocated.is_some() || l.max_tensors_at_exit.is_some())
+            .any(|l| {
+                l.max_allocated.is_some()
+                    || l.max_tensors_at_exit.is_some()
+                    || !l.max_role.is_empty()
+            })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -221,6 +235,23 @@ impl Budgets {
             _ => Ok(()),
         };
         frac(self.run.max_fragmentation, "run")?;
+        let tables = std::iter::once(("run".to_string(), &self.run))
+            .chain(self.device.iter().map(|(d, l)| (format!("device.{d}"), l)))
+            .chain(
+                self.process
+                    .iter()
+                    .map(|(p, l)| (format!("process.{p:?}"), l)),
+            );
+        for (what, l) in tables {
+            for key in l.max_role.keys() {
+                if Role::from_key(key).is_none() {
+                    return Err(format!(
+                        "{what}: max_role.{key}: no such role; the roles are {}",
+                        Role::ALL.map(Role::key).join(", ")
+                    ));
+                }
+            }
+        }
         for (d, l) in &self.device {
             if d.parse::<u32>().is_err() {
                 return Err(format!(
@@ -257,10 +288,10 @@ impl Budgets {
     }
 }
 
-/// What a budget limits; written as its TOML key ("max_peak"), or
-/// "profiled" for the outcome that says whether every process was profiled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What a budget limits; written as its TOML key ("max_peak",
+/// "max_role.activations"), or "profiled" for the outcome that says
+/// whether every process was profiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
     Profiled,
     MaxPeak,
@@ -278,6 +309,14 @@ pub enum Budget {
     MaxStepPeak,
     MaxRise,
     MaxKept,
+    /// Tensors of one role at the allocated peak.
+    MaxRole(Role),
+}
+
+impl Serialize for Budget {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 impl fmt::Display for Budget {
@@ -299,6 +338,7 @@ impl fmt::Display for Budget {
             Budget::MaxStepPeak => "max_step_peak",
             Budget::MaxRise => "max_rise",
             Budget::MaxKept => "max_kept",
+            Budget::MaxRole(role) => return write!(f, "max_role.{}", role.key()),
         })
     }
 }
@@ -449,6 +489,15 @@ pub enum Evidence {
     /// (`None`: no view), with the tensor sites at that peak.
     Allocated {
         peak: Option<AllocatedPeak>,
+        sites: Vec<Share>,
+    },
+    /// The most tensors of `role` at the allocated peak of a framework
+    /// view of the target (`None`: no view), that peak's bytes, and the
+    /// sites of that role at it.
+    Role {
+        role: Role,
+        peak: Option<AllocatedPeak>,
+        peak_bytes: u64,
         sites: Vec<Share>,
     },
     /// The device's worst fragmentation was in a framework's pool.

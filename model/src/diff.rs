@@ -43,6 +43,9 @@ pub struct RunTotals {
     pub growing_sites: u64,
     /// The highest tensor bytes any framework allocator held at once.
     pub allocated_peak_bytes: u64,
+    /// Those tensors by role (docs/design.md, "Roles").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roles_at_peak: Option<crate::RoleBytes>,
     pub growing_tensor_sites: u64,
     /// Held at exit by CUDA libraries (handles, workspaces, graph pools).
     pub library_held_bytes: u64,

@@ -6,6 +6,8 @@
 //! - the analysis of one run ([`Analysis`], at the crate's root);
 //! - [`budgets`]: the limits of `gmem-prof check` and each budget's outcome;
 //! - [`diff`]: the comparison of two runs and its verdicts;
+//! - what its tensors are (`Role`): parameters, gradients, optimizer
+//!   state, activations, …, at each view's peak and in each step;
 //! - the program's steps (training iterations), each one's peak and what it
 //!   kept by site (`ProcessSteps`); its NVTX ranges, each name's peak,
 //!   rise and kept bytes (`ProcessRanges`);
@@ -25,6 +27,7 @@ pub mod budgets;
 pub mod diff;
 mod ranges;
 mod reasons;
+mod roles;
 mod steps;
 
 pub use analysis::*;
@@ -35,6 +38,7 @@ pub use ranges::{
 pub use reasons::{
     BlindSpot, InputWarning, MessageLevel, NotProfiled, ProcessMessage, UnprofiledPart,
 };
+pub use roles::{Role, RoleBytes, RoleCurve, RolesAtPeak};
 pub use steps::{
     ProcessSteps, SiteKept, SteadyStep, StepFigures, StepGrowth, StepSource, StepTensors,
     STEPS_KEPT, STEP_SITES,

@@ -102,6 +102,9 @@ pub struct StepTensors {
     pub allocated_peak: u64,
     pub kept_bytes: i64,
     pub kept_by_site: Vec<SiteKept>,
+    /// The tensors live at the step's allocated peak, by role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roles_at_peak: Option<crate::RoleBytes>,
 }
 
 /// Bytes a site kept over a step (negative: it released more than it

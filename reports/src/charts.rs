@@ -361,6 +361,42 @@ pub fn framework_memory(a: &Analysis, v: &FrameworkView) -> Chart {
     )
 }
 
+/// A view's tensors by role over time, stacked: each band a role's live
+/// bytes at each bucket's end, the top one the view's allocated bytes.
+pub fn framework_roles(a: &Analysis, v: &FrameworkView) -> Option<Chart> {
+    if v.timeline_roles.is_empty() {
+        return None;
+    }
+    let buckets = v.timeline_roles.iter().map(|c| c.live.len()).max()?;
+    let mut tops: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut below = vec![0u64; buckets];
+    for c in &v.timeline_roles {
+        for (acc, x) in below.iter_mut().zip(&c.live) {
+            *acc += x;
+        }
+        tops.push((c.role.to_string(), below.clone()));
+    }
+    // The top band first, so that each lower one is drawn over it.
+    let series: Vec<Series> = tops
+        .iter()
+        .rev()
+        .map(|(label, values)| Series {
+            label: label.clone(),
+            values,
+            from: 0,
+            area: true,
+            step_s: step(a),
+        })
+        .collect();
+    Some(bytes_chart(
+        format!("{}-roles.svg", framework_stem(v)),
+        format!("pid {} device {}: tensors by role", v.pid, v.device),
+        seconds(a, a.timeline.buckets.max(1)),
+        &series,
+        None,
+    ))
+}
+
 /// What a JAX or CuPy pool's arrays used (the framework's own count) and
 /// what the pool held from CUDA.
 pub fn framework_pool(a: &Analysis, p: &FrameworkPool) -> Chart {
@@ -499,6 +535,7 @@ pub fn all(a: &Analysis) -> Vec<Chart> {
     }
     for v in &a.frameworks {
         out.push(framework_memory(a, v));
+        out.extend(framework_roles(a, v));
         out.extend(framework_fragmentation(a, v));
         out.extend(crate::flame::framework(a, v));
     }

@@ -24,6 +24,45 @@ pub struct Run {
     pub analysis: Analysis,
 }
 
+/// The line of a budget on tensors at the allocated peak (all of them, or
+/// one role's).
+fn tensor_peak_words(o: &Outcome) -> String {
+    let (fig_b, max) = (o.figure.0 as u64, o.limit.0 as u64);
+    let budget = format!("budget {} ({max} bytes)", bytes(max));
+    let (peak, what) = match &o.evidence {
+        Evidence::Allocated { peak, .. } => (peak, None),
+        Evidence::Role {
+            role,
+            peak,
+            peak_bytes,
+            ..
+        } => (peak, Some((role, peak_bytes))),
+        _ => return String::new(),
+    };
+    match (peak, what) {
+        (Some(p), None) => format!(
+            "tensors peaked at {} ({fig_b} bytes) in pid {} on device {} at {:.3} s; {budget}",
+            bytes(fig_b),
+            p.pid,
+            p.device,
+            p.time_ns as f64 / 1e9,
+        ),
+        (Some(p), Some((role, peak_bytes))) => format!(
+            "{role} were {} ({fig_b} bytes) of the tensors' peak of {} in pid {} on device {} at {:.3} s; {budget}",
+            bytes(fig_b),
+            bytes(*peak_bytes),
+            p.pid,
+            p.device,
+            p.time_ns as f64 / 1e9,
+        ),
+        (None, what) => format!(
+            "no framework allocator's inside was seen (no tensors{} to count); budget {}",
+            if what.is_some() { " whose role" } else { "" },
+            bytes(max)
+        ),
+    }
+}
+
 /// One line: the figure against the budget, in words.
 pub fn summary(o: &Outcome) -> String {
     let (figure, limit) = (o.figure.0, o.limit.0);
@@ -57,20 +96,7 @@ pub fn summary(o: &Outcome) -> String {
             bytes(fig_b),
             budget()
         ),
-        Evidence::Allocated { peak, .. } => match peak {
-            Some(p) => format!(
-                "tensors peaked at {} ({fig_b} bytes) in pid {} on device {} at {:.3} s; {}",
-                bytes(fig_b),
-                p.pid,
-                p.device,
-                p.time_ns as f64 / 1e9,
-                budget()
-            ),
-            None => format!(
-                "no framework allocator's inside was seen (no tensors to count); budget {}",
-                bytes(max)
-            ),
-        },
+        Evidence::Allocated { .. } | Evidence::Role { .. } => tensor_peak_words(o),
         Evidence::PoolFragmentation {
             device,
             pid,
@@ -208,7 +234,7 @@ pub fn details(o: &Outcome) -> Vec<String> {
             .iter()
             .map(|s| format!("{} live at the peak from {}", bytes(s.bytes), s.label))
             .collect(),
-        Evidence::Allocated { sites, .. } => sites
+        Evidence::Allocated { sites, .. } | Evidence::Role { sites, .. } => sites
             .iter()
             .map(|s| format!("{} allocated at the peak from {}", bytes(s.bytes), s.label))
             .collect(),

@@ -97,6 +97,15 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
             b.growing_tensor_sites,
             n.growing_tensor_sites
         )?;
+        for (role, base, new) in role_rows(b, n) {
+            writeln!(
+                w,
+                "    {role} at that peak: {} → {} ({})",
+                bytes(base),
+                bytes(new),
+                signed_bytes(new as i64 - base as i64)
+            )?;
+        }
         changed_sites(
             w,
             &d.tensor_sites,
@@ -104,6 +113,26 @@ pub fn text(d: &Diff, base_name: &str, new_name: &str, w: &mut dyn Write) -> io:
         )?;
     }
     Ok(())
+}
+
+/// (role, base, new) for the roles either run held at its tensors' peak,
+/// the largest change first; empty when neither run has roles.
+fn role_rows(b: &RunTotals, n: &RunTotals) -> Vec<(gmem_prof_model::Role, u64, u64)> {
+    let (Some(base), Some(new)) = (
+        b.roles_at_peak
+            .or(n.roles_at_peak.map(|_| Default::default())),
+        n.roles_at_peak
+            .or(b.roles_at_peak.map(|_| Default::default())),
+    ) else {
+        return Vec::new();
+    };
+    let mut rows: Vec<_> = gmem_prof_model::Role::ALL
+        .into_iter()
+        .map(|r| (r, base.get(r), new.get(r)))
+        .filter(|&(_, x, y)| x > 0 || y > 0)
+        .collect();
+    rows.sort_by_key(|&(r, x, y)| (std::cmp::Reverse(x.abs_diff(y)), r));
+    rows
 }
 
 /// The rows comparing the runs' steady-state steps (`SteadySteps`):
@@ -215,6 +244,22 @@ pub fn markdown(d: &Diff, base_name: &str, new_name: &str) -> String {
     );
     if let Some(line) = steps_line(&d.base, &d.new) {
         let _ = writeln!(out, "{}\n", md(&line));
+    }
+    let roles = role_rows(&d.base, &d.new);
+    if !roles.is_empty() {
+        out.push_str(
+            "| Tensors at the allocated peak | Base | New | Change |\n|---|---|---|---|\n",
+        );
+        for (role, base, new) in roles {
+            let _ = writeln!(
+                out,
+                "| {role} | {} | {} | {} |",
+                bytes(base),
+                bytes(new),
+                signed_bytes(new as i64 - base as i64)
+            );
+        }
+        out.push('\n');
     }
     let moved: Vec<&SiteDiff> = d.sites.iter().filter(changed).take(SITES_SHOWN).collect();
     if !moved.is_empty() {
@@ -352,6 +397,9 @@ fn totals(d: &Diff) -> Markup {
             tr { th {} th.n { "base" } th.n { "new" } th.n { "change" } }
             @for (what, base, new) in rows {
                 tr { td { (what) } td.n { (bytes(base)) } td.n { (bytes(new)) } td.n { (change(base, new)) } }
+            }
+            @for (role, base, new) in role_rows(b, n) {
+                tr { td { (role.as_str()) " at the tensors' peak" } td.n { (bytes(base)) } td.n { (bytes(new)) } td.n { (change(base, new)) } }
             }
             tr { td { "allocations" } td.n { (b.allocations) } td.n { (n.allocations) } td.n {} }
             tr { td { "OOMs reaching the program" } td.n { (b.ooms_reached_program) } td.n { (n.ooms_reached_program) } td.n {} }

@@ -221,6 +221,7 @@ fn view_figures(a: &Analysis, v: &FrameworkView, stem: &str, charts: &[Chart]) -
         }
         (tensor_table(a, &v.peak_sites, v.allocated_peak, 20))
         (charts_named(charts, &format!("{stem}-peak-flame.svg")))
+        (crate::roles::html(v, charts))
         p {
             "At exit: " (bytes(e.live_tensor_bytes)) " in " (e.live_tensors)
             " tensors still allocated (the program's live objects, not leaks: a Python program's leak is what keeps growing, below)"
@@ -348,11 +349,12 @@ fn tensor_sites(a: &Analysis, charts: &[Chart]) -> Markup {
         h3 #tensor-sites { "Tensor sites" }
         p.meta { "Grouped by the innermost frame of the program's own code (Python files outside site-packages and the standard library; see " code { "gmem-prof report --help" } "), or by the PyTorch operator or backward node for tensors made on threads that run no Python. Click one for the full stack of its first tensor." }
         table {
-            tr { th { "#" } th { "where" } th.n { "at the allocated peak" } th.n { "max live" } th.n { "total" } th.n { "tensors" } th.n { "temporaries" } th.n { "live at exit" } }
+            tr { th { "#" } th { "where" } th { "role" } th.n { "at the allocated peak" } th.n { "max live" } th.n { "total" } th.n { "tensors" } th.n { "temporaries" } th.n { "live at exit" } }
             @for s in a.tensor_sites.iter().take(200) {
                 tr id={ "tensor-site-" (s.id) } {
                     td { (s.id) }
                     td { (frames_details(&s.label, &s.frames, s.truncated)) span.cat { "pid " (pid_list(&s.pids)) } }
+                    td { (s.role.map_or("", |r| r.as_str())) }
                     td.n { (bytes(s.at_peak_bytes)) }
                     td.n { (bytes(s.max_live)) }
                     td.n { (bytes(s.total_bytes)) }
@@ -362,7 +364,7 @@ fn tensor_sites(a: &Analysis, charts: &[Chart]) -> Markup {
                 }
             }
             @if a.tensor_sites.len() > 200 {
-                tr { td colspan="8" { "… and " (a.tensor_sites.len() - 200) " more (see the JSON output)" } }
+                tr { td colspan="9" { "… and " (a.tensor_sites.len() - 200) " more (see the JSON output)" } }
             }
         }
     }
@@ -394,6 +396,9 @@ pub fn summary(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
             |s| a.tensor_site_label(s),
             |ids| vec![None; ids.len()],
         )?;
+        if let Some(r) = &v.roles_at_peak {
+            writeln!(w, "{}", crate::roles::summary_line(r))?;
+        }
         writeln!(
             w,
             "  at exit: {} in {} live tensors{}, {} in {} ({} cached, no tensor)",

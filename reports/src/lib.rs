@@ -27,6 +27,7 @@ mod pools;
 mod ranges;
 pub mod reasons;
 pub mod remedies;
+mod roles;
 pub mod runs;
 mod steps;
 mod text;

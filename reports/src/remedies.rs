@@ -1,7 +1,7 @@
 //! The analysis's remedies in words: what to change, then why, with the
 //! figures from the trace.
 
-use gmem_prof_model::{Analysis, Remedy};
+use gmem_prof_model::{Analysis, Remedy, Role, RoleBytes};
 
 use crate::format::bytes;
 
@@ -177,26 +177,42 @@ pub fn advice(r: &Remedy) -> Advice {
                 bytes(*idle_segment_bytes),
             ),
         },
-        Remedy::Activations {
+        Remedy::Role {
             pid,
             device,
             allocated_peak_bytes,
-            forward_bytes,
+            role,
+            bytes: b,
             share,
+            roles,
             sites,
             change,
+            saving_bytes,
         } => Advice {
-            change: format!("keep fewer activations: {change}"),
+            change: format!("{}: {change}", role_change_head(*role)),
             because: format!(
-                "tensors the forward pass made and still held (inside nn.Module calls) were {} ({}) of pid {pid}'s {} allocated peak on device {device}; the largest from {}",
-                bytes(*forward_bytes),
+                "{} were {} ({}) of pid {pid}'s {} allocated peak on device {device}{}; {}",
+                if *role == Role::Parameter {
+                    "parameters and gradients"
+                } else {
+                    role.as_str()
+                },
+                bytes(*b),
                 percent(*share),
                 bytes(*allocated_peak_bytes),
-                sites
-                    .iter()
-                    .map(|(s, b)| format!("{s} ({})", bytes(*b)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                if sites.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", the largest from {}",
+                        sites
+                            .iter()
+                            .map(|(s, b)| format!("{s} ({})", bytes(*b)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+                role_saving(*role, *b, roles, *saving_bytes)
             ),
         },
         Remedy::JaxPreallocation {
@@ -249,4 +265,59 @@ fn plural_es(n: u32) -> &'static str {
 /// Every remedy of the analysis in words, in its order.
 pub fn all(a: &Analysis) -> Vec<Advice> {
     a.remedies.iter().map(advice).collect()
+}
+
+/// What a role remedy changes, in a few words.
+fn role_change_head(role: Role) -> &'static str {
+    match role {
+        Role::OptimizerState => "keep less optimizer state",
+        Role::Activation => "keep fewer activations",
+        Role::Parameter => "keep parameters and gradients in less memory",
+        Role::KvCache => "keep a smaller KV cache",
+        _ => "make fewer temporaries at the peak",
+    }
+}
+
+/// What a role remedy would save, computed from the peak's figures.
+fn role_saving(role: Role, b: u64, roles: &RoleBytes, saving: u64) -> String {
+    let params = roles.get(Role::Parameter);
+    match role {
+        Role::OptimizerState => {
+            let per = if params > 0 {
+                format!(
+                    "{:.1} bytes of state per byte of parameters (Adam keeps two tensors per parameter, SGD with momentum one); ",
+                    b as f64 / params as f64
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "{per}sharded across 2 ranks each keeps {} (saves {}), across 8 {} (saves {}); an 8-bit optimizer keeps a quarter of 32-bit state (saves {})",
+                bytes(b / 2),
+                bytes(b - b / 2),
+                bytes(b / 8),
+                bytes(b - b / 8),
+                bytes(saving)
+            )
+        }
+        Role::Activation => format!(
+            "half the micro-batch keeps half of them (saves {}); checkpointing keeps only each checkpointed block's inputs, and autocast to bfloat16 halves float32 activations",
+            bytes(saving)
+        ),
+        Role::Parameter => format!(
+            "bfloat16 halves float32 parameters and gradients (saves {}); FSDP across N ranks keeps 1/N of both",
+            bytes(saving)
+        ),
+        Role::KvCache => format!(
+            "it was {} the parameters' {}; an 8-bit cache halves a 16-bit one (saves {})",
+            if params > 0 {
+                format!("{:.1}×", b as f64 / params as f64)
+            } else {
+                "beside".to_string()
+            },
+            bytes(params),
+            bytes(saving)
+        ),
+        _ => format!("the largest line's temporaries were {} of them", bytes(saving)),
+    }
 }

@@ -70,6 +70,13 @@ pub(crate) fn text(a: &Analysis, w: &mut dyn Write) -> io::Result<()> {
                 "  step 1: {}",
                 step_words(first.peak_bytes, first.kept_bytes, t)
             )?;
+            if let Some(r) = first
+                .tensors
+                .as_ref()
+                .and_then(|t| t.roles_at_peak.as_ref())
+            {
+                writeln!(w, "    at its peak: {}", crate::roles::role_list(r))?;
+            }
             let (_, sites, tensors) = kept_of(first);
             for k in sites.iter().take(3) {
                 writeln!(
@@ -183,7 +190,7 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
         table {
             tr {
                 th.n { "step" } th.n { "ended at" } th.n { "peak" } th.n { "kept" }
-                @if tensors { th.n { "tensors' allocated peak" } th.n { "tensors kept" } }
+                @if tensors { th.n { "tensors' allocated peak" } th.n { "tensors kept" } th { "at that peak, by role" } }
             }
             @for s in p.steps.iter().take(STEPS_SHOWN) {
                 tr {
@@ -194,13 +201,14 @@ fn process_steps(a: &Analysis, p: &ProcessSteps) -> Markup {
                     @if let Some(t) = &s.tensors {
                         td.n { (bytes(t.allocated_peak)) }
                         td.n { (signed_bytes(t.kept_bytes)) }
+                        td { (t.roles_at_peak.as_ref().map(crate::roles::role_list).unwrap_or_default()) }
                     } @else if tensors {
-                        td.n {} td.n {}
+                        td.n {} td.n {} td {}
                     }
                 }
             }
             @if p.steps.len() > STEPS_SHOWN {
-                tr { td colspan="6" { "… and " (p.steps.len() - STEPS_SHOWN) " more (see the JSON output)" } }
+                tr { td colspan="7" { "… and " (p.steps.len() - STEPS_SHOWN) " more (see the JSON output)" } }
             }
         }
     }

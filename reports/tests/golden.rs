@@ -66,8 +66,19 @@ fn a_version_1_analysis_renders_the_same_page() {
         gmem_prof_reports::html(a, "torch_oom", &mut page).unwrap();
         page
     };
+    // What came after schema 1 without changing it (the tensors' roles,
+    // and the note on them) left out.
+    let mut without_roles = new.clone();
+    for v in &mut without_roles.frameworks {
+        v.roles_at_peak = None;
+        v.timeline_roles.clear();
+        v.notes.retain(|n| !n.contains("PyTorch phases"));
+    }
+    for s in &mut without_roles.tensor_sites {
+        s.role = None;
+    }
     assert!(
-        page(&old) == page(&new),
+        page(&old) == page(&without_roles),
         "the same words from either schema"
     );
     assert!(page(&new) == read("torch_oom.html").as_bytes());

@@ -191,47 +191,37 @@ fn segments_cached_at_the_reserved_peak_point_to_empty_cache() {
 }
 
 /// torch_activations.py: a 24-layer MLP whose forward pass keeps 6 GiB of
-/// ReLU outputs for the backward pass. The program measured what each
-/// forward pass left allocated; the first one also kept 1 MiB for good:
-/// cuBLASLt's workspace, which PyTorch makes lazily in the first module
-/// call that needs it and keeps to the end (the truth's `left_allocated`,
-/// what torch held once the program had dropped its objects). It is the
-/// library's, not an activation: the forward tensors at the peak are a
-/// later step's figure.
+/// ReLU outputs for the backward pass, recorded before gmem-prof marked
+/// PyTorch's phases. Its parameters are known by their frames
+/// (`Module.to()`): the program's own count of them. cuBLAS's and
+/// cuBLASLt's workspaces by their stacks and moments: what torch held once
+/// the program had dropped its objects (the truth's `left_allocated`).
+/// What only the phases could tell (activations kept for the backward) is
+/// unknown, and no role remedy is given without that evidence.
 #[test]
-fn activations_dominating_the_peak_point_to_checkpointing() {
+fn a_sample_without_phases_knows_its_parameters_and_workspaces_only() {
     let t = truth("torch_activations");
     let a = analysis(&sample("torch_activations.bin"), "activations");
-    let r = remedies(&a);
-    assert_eq!(r.len(), 1, "{r:?}");
-    let r = &r[0];
-    assert_eq!(r["kind"], "activations");
-    assert_eq!(r["allocated_peak_bytes"], t["allocated_peak"]);
-    let kept: Vec<u64> = t["steps"]
+    assert_eq!(remedies(&a), Vec::<Value>::new());
+    let v = &a["frameworks"][0];
+    assert_eq!(v["allocated_peak"], t["allocated_peak"]);
+    let roles = &v["roles_at_peak"]["roles"];
+    assert_eq!(roles["parameters"], t["parameters"]);
+    assert_eq!(roles["library workspaces"], t["left_allocated"]["bytes"]);
+    assert_eq!(
+        roles["unknown"].as_u64().unwrap(),
+        t["allocated_peak"].as_u64().unwrap()
+            - t["parameters"].as_u64().unwrap()
+            - t["left_allocated"]["bytes"].as_u64().unwrap()
+    );
+    assert!(v["notes"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["forward_kept"].as_u64().unwrap())
-        .collect();
-    let once = kept[0] - kept[1];
-    assert!(once > 0 && kept[1] == kept[2], "{kept:?}");
-    assert_eq!(r["forward_bytes"].as_u64().unwrap(), kept[1]);
-    let share = r["share"].as_f64().unwrap();
-    assert!((share - (kept[1] as f64 / t["allocated_peak"].as_f64().unwrap())).abs() < 1e-9);
-    assert!(share > 0.6, "{share}");
-    assert_eq!(
-        r["sites"][0][0],
-        format!("main at torch_activations.py:{}", t["lines"]["forward"]).as_str()
-    );
-    assert!(r["change"]
-        .as_str()
-        .unwrap()
-        .contains("torch.utils.checkpoint"));
-    // The forward pass's one-off block is among the workspaces held at
-    // exit, all of which are the library's.
-    let e = &a["frameworks"][0]["at_exit"];
+        .any(|n| n.as_str().unwrap().contains("no PyTorch phases")));
+    // The workspaces are held at exit as the library's.
+    let e = &v["at_exit"];
     assert_eq!(e["library_bytes"], t["left_allocated"]["bytes"]);
-    assert!(e["library_bytes"].as_u64().unwrap() >= once);
 }
 
 #[test]

@@ -23,7 +23,7 @@ by the program; `steps_signalled`: the same, signalling itself with SIGUSR2
 after steps 10 and 20), `phases` (a training loop's forward, backward and
 optimizer step, marked by no one; `phases_closure`: the same in a closure
 the optimizer's step calls) or `nvtx` (ranges of the `nvtx`
-package)."""
+package) or `roles` (a training loop whose tensors' roles are known)."""
 
 import asyncio
 import contextlib
@@ -279,6 +279,107 @@ def phases(library, closure=False):
         c10.fake_torch_oom(1 << 30, 8 << 30, 100 << 20)  # line:validation_oom
 
 
+ROLES_ITERATIONS = 3
+
+
+class KVCache:
+    """A generation cache, grown by replacing it with a larger copy as a
+    cat of past keys does."""
+
+    def __init__(self, c10):
+        self.c10 = c10
+        self.tensor = 0
+
+    def update(self, size):
+        grown = self.c10.fake_torch_malloc(size)  # line:role_kv_cache
+        if self.tensor:
+            self.c10.fake_torch_free(self.tensor)
+        self.tensor = grown
+
+
+def roles(library, closure=False):
+    """A training loop over the stand-in torch whose tensors' roles are
+    known by construction (MiB): an 8 MiB model placed by Module.to() (two
+    4 MiB parameters); per iteration, zero_grad freeing the 8 MiB of
+    gradients, a 2 MiB batch from Trainer._prepare_input (the last one
+    freed), a forward keeping a 4 MiB activation, freeing a 2 MiB
+    temporary, running a checkpointed block (a 6 MiB intermediate freed
+    inside it, a 2 MiB output kept) and making a 2 MiB loss the program
+    keeps until the next one; a backward recomputing the block (6 MiB,
+    freed), making the two 4 MiB gradients and a 2 MiB temporary, and
+    freeing the activations; the optimizer's step, making its 16 MiB state
+    (two 8 MiB) in the first step and a 2 MiB temporary. Then the
+    training state is freed and a generation loop grows a KV cache from 2
+    to 8 MiB. The allocated peak is the second iteration's backward
+    temporary: 46 MiB. With `closure`, each iteration's forward and
+    backward run in a closure the optimizer's step calls, as Lightning's
+    training step does: the same roles. FAKE_ROLES_ACTIVATION_MIB (even)
+    changes the 4 MiB activation, for a second run to compare;
+    FAKE_ROLES_ITERATIONS the number of iterations (a benchmark's trace)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
+    import torch
+    import torch.nn
+    from torch.optim import optimizer
+    from transformers.trainer import Trainer
+
+    c10 = load_c10(library)
+    malloc, free = c10.fake_torch_malloc, c10.fake_torch_free
+    activation_mib = int(os.environ.get("FAKE_ROLES_ACTIVATION_MIB", "4"))
+    model = torch.nn.Module([4 << 20, 4 << 20]).to(malloc)  # line:role_parameters
+    trainer = Trainer(malloc)
+    grads, state, batch, loss = [], [], [0], [0]
+
+    def update():
+        if not state:
+            state.extend(malloc(8 << 20) for _ in range(2))  # line:role_optimizer_state
+        free(malloc(2 << 20))  # line:role_update_temporary
+
+    def block():
+        free(malloc(6 << 20))  # line:role_checkpointed
+        return malloc(2 << 20)  # line:role_block_output
+
+    main_optimizer = optimizer.Optimizer(update)
+
+    def iteration():
+        activation = malloc(activation_mib << 20)  # line:role_activation
+        free(malloc(2 << 20))  # line:role_forward_temporary
+        output = block()
+        new_loss = malloc(2 << 20)  # line:role_loss
+        if loss[0]:
+            free(loss[0])
+        loss[0] = new_loss
+
+        def backward():
+            block_again = block()
+            grads.extend(malloc(4 << 20) for _ in range(2))  # line:role_gradients
+            free(malloc(2 << 20))  # line:role_backward_temporary
+            free(block_again)
+            free(activation)
+            free(output)
+
+        torch.autograd.backward(backward)
+
+    for _ in range(int(os.environ.get("FAKE_ROLES_ITERATIONS", ROLES_ITERATIONS))):
+        for g in grads:
+            free(g)
+        grads.clear()
+        new_batch = trainer._prepare_input(2 << 20)  # line:role_input
+        if batch[0]:
+            free(batch[0])
+        batch[0] = new_batch
+        if closure:
+            main_optimizer.step(iteration)
+        else:
+            iteration()
+            main_optimizer.step()
+    for t in grads + state + batch + loss:
+        free(t)
+    cache = KVCache(c10)
+    for size in (2, 4, 6, 8):
+        cache.update(size << 20)
+    return model
+
+
 def step_bench(library, n):
     """µs per step marked from Python: gmem_prof.step() n times, and n
     steps of the stand-in optimizer (its global hook, which the bootstrap
@@ -482,6 +583,10 @@ elif sys.argv[2:3] == ["steps"]:
     steps(sys.argv[3])
 elif sys.argv[2:3] == ["phases"]:
     phases(sys.argv[3])
+elif sys.argv[2:3] == ["roles"]:
+    kept = roles(sys.argv[3])
+elif sys.argv[2:3] == ["roles_closure"]:
+    kept = roles(sys.argv[3], closure=True)
 elif sys.argv[2:3] == ["phases_closure"]:
     phases(sys.argv[3], closure=True)
 elif sys.argv[2:3] == ["steps_signalled"]:

@@ -180,6 +180,18 @@ void fake_torch_init(void) {
   if (!async_backend()) native()->ready = true;
 }
 
+// With FAKE_TORCH_REUSE set (benchmarks: a long loop then holds its
+// segments, as the real allocator does), a freed block of the same rounded
+// size is handed out again first.
+static std::multimap<size_t, uint64_t> &freed_blocks() {
+  static std::multimap<size_t, uint64_t> freed;
+  return freed;
+}
+static bool reuse() {
+  static const bool on = getenv("FAKE_TORCH_REUSE") != nullptr;
+  return on;
+}
+
 // Blocks of `size` (rounded up to 512) from 20 MiB segments; a request that
 // does not fit in the last segment gets a new one.
 uint64_t fake_torch_malloc(size_t size) {
@@ -191,6 +203,16 @@ uint64_t fake_torch_malloc(size_t size) {
   }
   NativeCachingAllocator *a = native();
   size_t rounded = (size + 511) / 512 * 512;
+  if (reuse()) {
+    auto it = freed_blocks().find(rounded);
+    if (it != freed_blocks().end()) {
+      uint64_t p = it->second;
+      freed_blocks().erase(it);
+      a->blocks[p] = size;
+      a->trace(TraceEntry::ALLOC, p, size);
+      return p;
+    }
+  }
   for (auto &s : a->segments) {
     if (s.second.first - s.second.second >= rounded) {
       uint64_t p = s.first + s.second.second;
@@ -216,6 +238,7 @@ void fake_torch_free(uint64_t p) {
   if (it == a->blocks.end()) return;
   a->trace(TraceEntry::FREE_REQUESTED, p, it->second);
   a->trace(TraceEntry::FREE_COMPLETED, p, it->second);
+  if (reuse()) freed_blocks().emplace((it->second + 511) / 512 * 512, p);
   a->blocks.erase(it);
 }
 

@@ -3,7 +3,7 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch steps framework fixtures jax
-#                                   deviceview ums pools remedies snapshot pytest
+#                                   deviceview ums pools remedies snapshot pytest roles
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
 #                                   cupti (the programs through every CUPTI at hand;
@@ -403,6 +403,23 @@ print(api, n["alloc"], n["free"], n["failed"], n["launch"])
 # PyTorch memory snapshot pickles written by PyTorch itself (torch_snapshot.py)
 # with torch's figures: the whole history, a ring that lost its start, and the
 # same program recorded by gmem-prof; the pickles come back in snapshots.tar.xz.
+roles_phase() {
+    # What the memory is: each program recorded, then run under
+    # torch.profiler (one CUPTI subscriber at a time), the two compared.
+    note "roles against torch.profiler's memory categories"
+    local g="$ROOT/tests/gpu" dir="$WORK/roles"
+    mkdir -p "$dir"
+    for p in ${ROLE_PROGRAMS:-resnet50 gpt2 gpt2_ckpt generate}; do
+        record "roles_$p" python3 "$g/torch_roles.py" "$p" "$dir/$p.recorded.json"
+        (cd "$g" && python3 torch_roles.py "$p" "$dir/$p.profiled.json" --profile >/dev/null) || FAILED=1
+        "$GMEM" export -q --format json -o "$dir/$p.analysis.json" "$WORK/traces/roles_$p.bin"
+        (cd "$g" && python3 roles_check.py "$dir/$p.analysis.json" "$dir/$p.recorded.json" "$dir/$p.profiled.json") || FAILED=1
+        "$GMEM" report "$WORK/traces/roles_$p.bin" -o "$WORK/reports/roles_$p" 2>&1 | grep -A1 "by role" | sed 's/^/    /'
+        cp "$WORK/traces/roles_$p.bin" "$dir/"
+    done
+    tar -C "$WORK" -cJf "$OUT/roles.tar.xz" roles
+}
+
 snapshot_phase() {
     note "PyTorch snapshot pickles"
     local g="$ROOT/tests/gpu" dir="$WORK/snapshots"
@@ -436,6 +453,7 @@ for phase in $PHASES; do
         steps) steps_phase ;;
         pytest) pytest_phase ;;
         snapshot) snapshot_phase ;;
+        roles) roles_phase ;;
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;

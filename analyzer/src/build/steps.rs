@@ -56,6 +56,11 @@ pub fn process_steps(
             continue;
         };
         let tensor_id = |raw: u32| tensor_ids.get(proc)?.get(raw as usize).copied();
+        let roles_of = |number: u64| {
+            let fw = st.framework.as_deref()?;
+            let (_, at) = fw.step_roles.finished.iter().find(|(n, _)| *n == number)?;
+            Some(at.roles_known())
+        };
         let list: Vec<StepFigures> = steps
             .done
             .iter()
@@ -71,6 +76,7 @@ pub fn process_steps(
                     allocated_peak: t.peak,
                     kept_bytes: t.kept,
                     kept_by_site: kept_by_site(&t.kept_by_site, tensor_id),
+                    roles_at_peak: roles_of(s.number),
                 }),
             })
             .collect();

@@ -1,0 +1,2 @@
+"""Stand-in for `transformers`: the Trainer's input-moving method
+(trainer.py)."""
