@@ -680,10 +680,6 @@ pub struct FrameworkState {
     /// PyTorch's phases, which decide the roles of tensors whose stacks
     /// say nothing (`roles`).
     pub phases: Phases,
-    /// (device, address, allocation count) of blocks whose role may still
-    /// be pending (some were decided or freed since), and how many are.
-    pending: Vec<(u32, u64, u64)>,
-    pending_live: usize,
     /// The process's tensors by role at each step's allocated peak.
     pub step_roles: StepRoles,
 }
@@ -747,7 +743,6 @@ fn freed(
     roles: &mut RoleLive,
     steps: &mut StepRoles,
     sites: &mut [TensorSiteStats],
-    pending_live: &mut usize,
     (phases, axis): (&Phases, &Axis),
     b: &mut Block,
     immediate: bool,
@@ -755,23 +750,15 @@ fn freed(
     if is_pending(b.role) {
         let role = phases.at_free(b.part, immediate, b.role == PENDING_OPTIMIZER);
         resolve(roles, steps, sites, axis, b, role);
-        *pending_live = pending_live.saturating_sub(1);
     }
-    released(roles, steps, pending_live, axis, b);
+    released(roles, steps, axis, b);
 }
 
 /// A block is no longer allocated: its bytes leave its role (or the
 /// pending ones) and the process's live bytes.
-fn released(
-    roles: &mut RoleLive,
-    steps: &mut StepRoles,
-    pending_live: &mut usize,
-    axis: &Axis,
-    b: &Block,
-) {
+fn released(roles: &mut RoleLive, steps: &mut StepRoles, axis: &Axis, b: &Block) {
     if is_pending(b.role) {
         roles.pending = roles.pending.saturating_sub(b.size);
-        *pending_live = pending_live.saturating_sub(1);
     } else {
         roles.change(axis, Role::ALL[b.role as usize], b.size, false);
     }
@@ -804,8 +791,6 @@ impl FrameworkState {
             allocation_curve: Curve::default(),
             last_alloc: None,
             phases: Phases::default(),
-            pending: Vec::new(),
-            pending_live: 0,
             step_roles: StepRoles::default(),
         }
     }
@@ -827,22 +812,19 @@ impl FrameworkState {
         }
     }
 
-    /// Decides the pending blocks `decide` has a role for; drops the
-    /// entries of blocks decided or freed since.
+    /// Decides the pending blocks `decide` has a role for. It walks the
+    /// live blocks: a phase's end is rare beside the tensors of a phase,
+    /// and a list of the pending ones would cost every tensor a push.
     fn settle_pending(&mut self, axis: &Axis, decide: impl Fn(&Phases, u32, bool) -> Option<Role>) {
-        let mut pending = std::mem::take(&mut self.pending);
-        pending.retain(|&(device, address, seq)| {
-            let Some(dev) = self.devices.get_mut(&device) else {
-                return false;
-            };
-            let Some(b) = dev.blocks.get_mut(&address) else {
-                return false;
-            };
-            if !b.allocated || b.seq != seq || !is_pending(b.role) {
-                return false;
+        for dev in self.devices.values_mut() {
+            if dev.roles.pending == 0 {
+                continue;
             }
-            match decide(&self.phases, b.part, b.role == PENDING_OPTIMIZER) {
-                Some(role) => {
+            for b in dev.blocks.values_mut() {
+                if !b.allocated || !is_pending(b.role) {
+                    continue;
+                }
+                if let Some(role) = decide(&self.phases, b.part, b.role == PENDING_OPTIMIZER) {
                     resolve(
                         &mut dev.roles,
                         &mut self.step_roles,
@@ -851,13 +833,9 @@ impl FrameworkState {
                         b,
                         role,
                     );
-                    self.pending_live = self.pending_live.saturating_sub(1);
-                    false
                 }
-                None => true,
             }
-        });
-        self.pending = pending;
+        }
     }
 
     /// After the sweep, once stacks are symbolized: the live blocks of the
@@ -1026,11 +1004,6 @@ impl FrameworkState {
             Hint::Lifetime | Hint::Optimizer => None,
         };
         let part = self.phases.current();
-        // Entries of blocks decided or freed since are dropped now and
-        // then, so that the list stays as long as what is pending.
-        if self.pending.len() >= 4096 && self.pending.len() > 2 * self.pending_live {
-            self.settle_pending(axis, |_, _, _| None);
-        }
         let dev = view_of(&mut self.devices, ev);
         let rounded = self.config.round_size(ev.bytes);
         let size = dev.block_size(ev.address, rounded, &self.config);
@@ -1065,13 +1038,7 @@ impl FrameworkState {
             if old.allocated {
                 dev.allocated = dev.allocated.saturating_sub(old.size);
                 self.sites[old.site as usize].held.release(old.size, axis);
-                released(
-                    &mut dev.roles,
-                    &mut self.step_roles,
-                    &mut self.pending_live,
-                    axis,
-                    &old,
-                );
+                released(&mut dev.roles, &mut self.step_roles, axis, &old);
             }
         }
         match role {
@@ -1081,9 +1048,6 @@ impl FrameworkState {
             }
             None => {
                 dev.roles.pending += size;
-                self.pending
-                    .push((ev.device(), ev.address, self.allocations));
-                self.pending_live += 1;
             }
         }
         let steps = &mut self.step_roles;
@@ -1134,7 +1098,6 @@ impl FrameworkState {
                     &mut dev.roles,
                     &mut self.step_roles,
                     &mut self.sites,
-                    &mut self.pending_live,
                     (&self.phases, axis),
                     b,
                     immediate,
@@ -1177,7 +1140,6 @@ impl FrameworkState {
                     &mut dev.roles,
                     &mut self.step_roles,
                     &mut self.sites,
-                    &mut self.pending_live,
                     (&self.phases, axis),
                     &mut b,
                     immediate,

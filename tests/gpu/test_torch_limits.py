@@ -12,8 +12,10 @@ kept = []
 
 @pytest.mark.limit_gpu_memory("64 MiB")
 def test_within_its_limit():
+    # (Not x.sum(): a uint8 sum promotes to int64 and takes a 128 MiB copy,
+    # which this limit rightly refused once the first test was judged.)
     x = torch.ones(16 << 20, dtype=torch.uint8, device="cuda")
-    assert int(x.sum()) == 16 << 20
+    assert int(x[-1]) == 1
 
 
 @pytest.mark.limit_gpu_memory("64 MiB")

@@ -70,8 +70,8 @@ def generate():
         with torch.no_grad():
             model.generate(
                 ids,
-                max_new_tokens=256,
-                min_new_tokens=256,
+                max_new_tokens=64,
+                min_new_tokens=64,
                 do_sample=False,
                 use_cache=True,
                 pad_token_id=0,
