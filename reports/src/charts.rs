@@ -21,12 +21,23 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// How a series is drawn.
+#[derive(Clone, Copy)]
+enum Draw<'a> {
+    Line,
+    /// Filled down to zero, lightly (curves that overlap).
+    Area,
+    /// A band of a stacked chart: filled between these values (the band
+    /// below's top) and its own.
+    Band(&'a [u64]),
+}
+
 struct Series<'a> {
     label: String,
     values: &'a [u64],
     /// Values before this index are not drawn (not known then).
     from: usize,
-    area: bool,
+    draw: Draw<'a>,
     /// Seconds per value (the bucket width of the values' timeline).
     step_s: f64,
 }
@@ -84,19 +95,29 @@ fn bytes_chart(
             let legend = move |(x, y): (i32, i32)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
             };
-            if s.area {
-                chart
-                    .draw_series(AreaSeries::new(points, 0.0, color.mix(0.25)).border_style(color))
-                    .map_err(|e| e.to_string())?
-                    .label(s.label.clone())
-                    .legend(legend);
-            } else {
-                chart
-                    .draw_series(LineSeries::new(points, color.stroke_width(2)))
-                    .map_err(|e| e.to_string())?
-                    .label(s.label.clone())
-                    .legend(legend);
-            }
+            let drawn = match s.draw {
+                Draw::Area => chart
+                    .draw_series(AreaSeries::new(points, 0.0, color.mix(0.25)).border_style(color)),
+                Draw::Line => chart.draw_series(LineSeries::new(points, color.stroke_width(2))),
+                Draw::Band(below) => {
+                    // The band's top left to right, then its bottom back.
+                    let bottom = below
+                        .iter()
+                        .enumerate()
+                        .skip(s.from)
+                        .rev()
+                        .map(|(j, &v)| (j as f64 * s.step_s, v as f64));
+                    let outline: Vec<(f64, f64)> = points.into_iter().chain(bottom).collect();
+                    chart.draw_series(std::iter::once(Polygon::new(
+                        outline,
+                        color.mix(0.75).filled(),
+                    )))
+                }
+            };
+            drawn
+                .map_err(|e| e.to_string())?
+                .label(s.label.clone())
+                .legend(legend);
         }
         if let Some((t, v)) = mark {
             let x = t as f64 / 1e9;
@@ -139,7 +160,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
         label: "live (all kinds)".into(),
         values: &live,
         from: 0,
-        area: true,
+        draw: Draw::Area,
         step_s: step(a),
     }];
     if d.reserved_peak > d.peak_bytes {
@@ -147,7 +168,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
             label: "reserved by allocators".into(),
             values: &reserved,
             from: 0,
-            area: false,
+            draw: Draw::Line,
             step_s: step(a),
         });
     }
@@ -167,7 +188,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
             label: "used on the device (nvidia-smi)".into(),
             values: &device_used,
             from: first,
-            area: false,
+            draw: Draw::Line,
             step_s: step(a),
         });
     }
@@ -177,7 +198,7 @@ pub fn device_memory(a: &Analysis, d: &DeviceReport) -> Chart {
                 label: k.kind.clone(),
                 values: v,
                 from: 0,
-                area: false,
+                draw: Draw::Line,
                 step_s: step(a),
             });
         }
@@ -321,14 +342,14 @@ fn used_and_held(
             label: used_label.into(),
             values: &used,
             from: 0,
-            area: true,
+            draw: Draw::Area,
             step_s: step(a),
         },
         Series {
             label: held_label.into(),
             values: &held,
             from: 0,
-            area: false,
+            draw: Draw::Line,
             step_s: step(a),
         },
     ];
@@ -368,23 +389,24 @@ pub fn framework_roles(a: &Analysis, v: &FrameworkView) -> Option<Chart> {
         return None;
     }
     let buckets = v.timeline_roles.iter().map(|c| c.live.len()).max()?;
-    let mut tops: Vec<(String, Vec<u64>)> = Vec::new();
-    let mut below = vec![0u64; buckets];
+    // Each role's band from the top of the one below to its own top.
+    let mut tops: Vec<(String, Vec<u64>)> = vec![(String::new(), vec![0u64; buckets])];
     for c in &v.timeline_roles {
-        for (acc, x) in below.iter_mut().zip(&c.live) {
+        let mut top = tops[tops.len() - 1].1.clone();
+        for (acc, x) in top.iter_mut().zip(&c.live) {
             *acc += x;
         }
-        tops.push((c.role.to_string(), below.clone()));
+        tops.push((c.role.to_string(), top));
     }
-    // The top band first, so that each lower one is drawn over it.
+    // The legend lists the top band first, as the chart stacks them.
     let series: Vec<Series> = tops
-        .iter()
+        .windows(2)
         .rev()
-        .map(|(label, values)| Series {
-            label: label.clone(),
-            values,
+        .map(|pair| Series {
+            label: pair[1].0.clone(),
+            values: &pair[1].1,
             from: 0,
-            area: true,
+            draw: Draw::Band(&pair[0].1),
             step_s: step(a),
         })
         .collect();
@@ -470,7 +492,7 @@ fn growth_chart(
             label: format!("{what} {} (pid {})", g.site, g.pid),
             values: &g.curve,
             from: 0,
-            area: false,
+            draw: Draw::Line,
             step_s: step(a),
         })
         .collect();
@@ -512,7 +534,7 @@ pub fn processes(a: &Analysis) -> Option<Chart> {
             label: format!("pid {}", p.pid),
             values: c,
             from: 0,
-            area: false,
+            draw: Draw::Line,
             step_s: step(a),
         })
         .collect();
@@ -569,7 +591,7 @@ pub fn runs_overlay(name: String, title: String, device: u32, runs: &[(&str, &An
             label: label.clone(),
             values,
             from: 0,
-            area: false,
+            draw: Draw::Line,
             step_s: *step_s,
         })
         .collect();

@@ -14,11 +14,15 @@ categories at its allocated peak.
 """
 
 import json
+import os
 import sys
 
 import torch
 
 STEPS = 3
+# Tokens the generation loop makes (the profiler's analysis of it takes
+# minutes at 64).
+TOKENS = int(os.environ.get("ROLES_TOKENS", "64"))
 
 
 def resnet50():
@@ -70,8 +74,8 @@ def generate():
         with torch.no_grad():
             model.generate(
                 ids,
-                max_new_tokens=64,
-                min_new_tokens=64,
+                max_new_tokens=TOKENS,
+                min_new_tokens=TOKENS,
                 do_sample=False,
                 use_cache=True,
                 pad_token_id=0,
