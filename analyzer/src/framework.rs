@@ -697,12 +697,15 @@ pub struct StepRoles {
 }
 
 impl StepRoles {
+    /// The step snapshots taken since the `seq`th allocation: those a
+    /// tensor allocated then and live now was live at.
+    fn since(&mut self, seq: u64) -> impl Iterator<Item = &mut Snapshot> {
+        let kept = self.finished.iter_mut().rev().map(|(_, s)| s);
+        std::iter::once(&mut self.current).chain(kept.take_while(move |s| s.seq >= seq))
+    }
+
     fn resolved(&mut self, seq: u64, role: Role, bytes: u64) {
-        self.current.resolved(seq, role, bytes);
-        for (_, s) in self.finished.iter_mut().rev() {
-            if s.seq < seq {
-                break;
-            }
+        for s in self.since(seq) {
             s.resolved(seq, role, bytes);
         }
     }
@@ -857,12 +860,7 @@ impl FrameworkState {
                 b.library = true;
                 dev.roles
                     .reclassify(axis, b.made, b.seq, was, Role::Workspace, b.size);
-                let steps = &mut self.step_roles;
-                steps.current.moved(b.seq, was, Role::Workspace, b.size);
-                for (_, s) in steps.finished.iter_mut().rev() {
-                    if s.seq < b.seq {
-                        break;
-                    }
+                for s in self.step_roles.since(b.seq) {
                     s.moved(b.seq, was, Role::Workspace, b.size);
                 }
             }
