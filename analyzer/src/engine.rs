@@ -1085,7 +1085,7 @@ impl Engine {
                 .iter()
                 .any(|&(tid, at)| tid == a.tid && t >= at && t - at <= LIBRARY_WORKSPACE_NS);
         let hint = if library {
-            Hint::Known(Role::Workspace)
+            Hint::AfterLibrary
         } else if a.action == AllocatorAction::ALLOC {
             tensor_hint(&mut st.role_hints, &st.defs, a.stack)
         } else {
@@ -1230,7 +1230,9 @@ impl Engine {
             let text = |id: u32| st.defs.strings.get(&id).map_or("", String::as_str);
             let domain = if b.domain != 0 { text(b.domain) } else { "" };
             if let Some(phase) = Phase::of_range(domain, text(b.name)) {
-                fw.phase_begin(b.id, phase);
+                if let Some(axis) = self.axis.as_ref() {
+                    fw.phase_begin(axis, b.id, phase);
+                }
             }
         }
         let ranges = st.ranges.get_or_insert_with(Box::default);

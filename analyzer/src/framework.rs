@@ -682,12 +682,51 @@ pub struct FrameworkState {
     pub phases: Phases,
     /// The process's tensors by role at each step's allocated peak.
     pub step_roles: StepRoles,
+    /// Before the first phase: the tensors freed, not at once, that no
+    /// phase could tell yet (`EarlyFree`); `None` once a phase began, or
+    /// when more than `EARLY_FREES_KEPT` were (they stay unknown).
+    early_frees: Option<Vec<EarlyFree>>,
+}
+
+/// A tensor made and freed before the process's first phase, not at once:
+/// unknown while the process may have no phases at all (its whole run
+/// would be one part then, shutdown included); a temporary of the first
+/// forward once a phase begins (the part before the first phase is that
+/// forward, which the bootstrap does not mark).
+#[derive(Clone, Copy, Debug)]
+struct EarlyFree {
+    device: u32,
+    site: u32,
+    /// When it was made and freed, the process's allocation counts then,
+    /// and the step under way at its free.
+    made: u64,
+    freed: u64,
+    seq: u64,
+    freed_seq: u64,
+    step: u64,
+    bytes: u64,
+}
+
+/// The first forward of a large model frees some thousands of tensors; a
+/// program with no phases would add to the list for its whole run.
+const EARLY_FREES_KEPT: usize = 1 << 18;
+
+impl EarlyFree {
+    /// Whether it was live at `s`, the snapshot of step `step`: made by
+    /// then, and freed after (a snapshot at its free's allocation count
+    /// was taken before the free unless a later step took it).
+    fn live_at(&self, step: u64, s: &Snapshot) -> bool {
+        self.seq <= s.seq
+            && (s.seq < self.freed_seq || s.seq == self.freed_seq && step == self.step)
+    }
 }
 
 /// The process's tensors by role at its steps' allocated peaks, the peak of
 /// the step under way settled lazily (at its first fall) as a view's is.
 #[derive(Debug, Default)]
 pub struct StepRoles {
+    /// The number of the last step that ended (0 before the first).
+    ended: u64,
     live: u64,
     high: u64,
     dirty: bool,
@@ -707,6 +746,18 @@ impl StepRoles {
     fn resolved(&mut self, seq: u64, role: Role, bytes: u64) {
         for s in self.since(seq) {
             s.resolved(seq, role, bytes);
+        }
+    }
+
+    /// A tensor freed before the first phase, counted as `was`, is `role`
+    /// in every step snapshot it was live at.
+    fn relabel_freed(&mut self, e: &EarlyFree, was: Role, role: Role) {
+        let current = (self.ended + 1, &mut self.current);
+        let kept = self.finished.iter_mut().map(|(n, s)| (*n, s));
+        for (step, s) in kept.chain(std::iter::once(current)) {
+            if e.live_at(step, s) {
+                s.roles.moved(was, role, e.bytes);
+            }
         }
     }
 }
@@ -739,20 +790,43 @@ fn resolve(
     sites[b.site as usize].roles.add(role, b.size);
 }
 
-/// A block the program freed (`immediate`: before another was allocated):
-/// a pending role is decided by when (`Phases::at_free`), then its bytes
-/// leave its role and the process's live bytes.
+/// A block the program freed at `t` (`immediate`: before another was
+/// allocated): a pending role is decided by when (`Phases::at_free`), then
+/// its bytes leave its role and the process's live bytes. One freed before
+/// the first phase that no phase could tell yet is kept in `early`.
 fn freed(
-    roles: &mut RoleLive,
-    steps: &mut StepRoles,
-    sites: &mut [TensorSiteStats],
-    (phases, axis): (&Phases, &Axis),
+    fw: (
+        &mut [TensorSiteStats],
+        &mut StepRoles,
+        &mut Option<Vec<EarlyFree>>,
+    ),
+    (phases, axis, t, allocations): (&Phases, &Axis, u64, u64),
+    (roles, device): (&mut RoleLive, u32),
     b: &mut Block,
     immediate: bool,
 ) {
+    let (sites, steps, early) = fw;
     if is_pending(b.role) {
         let role = phases.at_free(b.part, immediate, b.role == PENDING_OPTIMIZER);
         resolve(roles, steps, sites, axis, b, role);
+        if role == Role::Unknown && !phases.seen {
+            if let Some(list) = early {
+                if list.len() == EARLY_FREES_KEPT {
+                    *early = None;
+                } else {
+                    list.push(EarlyFree {
+                        device,
+                        site: b.site,
+                        made: b.made,
+                        freed: t,
+                        seq: b.seq,
+                        freed_seq: allocations,
+                        step: steps.ended + 1,
+                        bytes: b.size,
+                    });
+                }
+            }
+        }
     }
     released(roles, steps, axis, b);
 }
@@ -795,12 +869,38 @@ impl FrameworkState {
             last_alloc: None,
             phases: Phases::default(),
             step_roles: StepRoles::default(),
+            early_frees: Some(Vec::new()),
         }
     }
 
-    /// A phase of PyTorch's loop began (`Phases::begin`).
-    pub fn phase_begin(&mut self, id: u64, phase: Phase) {
+    /// A phase of PyTorch's loop began (`Phases::begin`). The first one
+    /// tells that what was made and freed before it was the first
+    /// forward's temporaries (`EarlyFree`).
+    pub fn phase_begin(&mut self, axis: &Axis, id: u64, phase: Phase) {
+        if let Some(early) = self.early_frees.take() {
+            for e in &early {
+                self.relabel_freed(axis, e, Role::Unknown, Role::Temporary);
+            }
+        }
         self.phases.begin(id, phase);
+    }
+
+    /// A tensor already freed, counted as `was`, is `role` in every figure
+    /// it was live for.
+    fn relabel_freed(&mut self, axis: &Axis, e: &EarlyFree, was: Role, role: Role) {
+        if let Some(dev) = self.devices.get_mut(&e.device) {
+            let roles = &mut dev.roles;
+            let b = e.bytes as i64;
+            roles.curves[was.index()].shift_between(axis, e.made, e.freed, -b);
+            roles.curves[role.index()].shift_between(axis, e.made, e.freed, b);
+            // A view's peak is taken at its first fall after it: one at
+            // this free's allocation count was taken before the free.
+            if e.live_at(e.step, &roles.at_peak) {
+                roles.at_peak.roles.moved(was, role, e.bytes);
+            }
+        }
+        self.step_roles.relabel_freed(e, was, role);
+        self.sites[e.site as usize].roles.moved(was, role, e.bytes);
     }
 
     /// A range ended; if it was a backward or an optimizer's step, what
@@ -843,13 +943,16 @@ impl FrameworkState {
 
     /// After the sweep, once stacks are symbolized: the live blocks of the
     /// sites `library` names (their stacks run through a CUDA library or
-    /// the framework's code that keeps a library's workspace) are
-    /// workspaces, in every figure they were live for (they are kept to
-    /// the end, so they were live at every snapshot since they were made).
+    /// the framework's code that keeps a library's workspace), and those
+    /// made right after a library's own allocation and kept to the end
+    /// (`Hint::AfterLibrary`), are workspaces, in every figure they were
+    /// live for (kept to the end, they were live at every snapshot since
+    /// they were made).
     pub fn workspace_sites(&mut self, axis: &Axis, library: impl Fn(u32) -> bool) {
         for dev in self.devices.values_mut() {
             for b in dev.blocks.values_mut() {
-                if !b.allocated || is_pending(b.role) || !library(b.site) {
+                let site_is_library = library(b.site);
+                if !b.allocated || is_pending(b.role) || !(b.library || site_is_library) {
                     continue;
                 }
                 let was = Role::ALL[b.role as usize];
@@ -862,6 +965,11 @@ impl FrameworkState {
                     .reclassify(axis, b.made, b.seq, was, Role::Workspace, b.size);
                 for s in self.step_roles.since(b.seq) {
                     s.moved(b.seq, was, Role::Workspace, b.size);
+                }
+                if !site_is_library {
+                    self.sites[b.site as usize]
+                        .roles
+                        .moved(was, Role::Workspace, b.size);
                 }
             }
         }
@@ -888,6 +996,7 @@ impl FrameworkState {
     pub fn end_step(&mut self, number: u64) {
         self.settle_step();
         let steps = &mut self.step_roles;
+        steps.ended = number;
         if steps.finished.len() < gmem_prof_model::STEPS_KEPT {
             steps.finished.push((number, steps.current));
         }
@@ -960,11 +1069,11 @@ impl FrameworkState {
             }
             AllocatorAction::FREE_REQUESTED => {
                 self.settle_step();
-                return self.free_requested(axis, ev);
+                return self.free_requested(t, axis, ev);
             }
             AllocatorAction::FREE_COMPLETED => {
                 self.settle_step();
-                return self.free_completed(axis, ev);
+                return self.free_completed(t, axis, ev);
             }
             AllocatorAction::SEGMENT_ALLOC | AllocatorAction::SEGMENT_MAP => {
                 view_of(&mut self.devices, ev).segment_added(t, axis, ev, driver);
@@ -999,7 +1108,7 @@ impl FrameworkState {
     ) -> TensorChange {
         let role = match hint {
             Hint::Known(role) => Some(role),
-            Hint::Lifetime | Hint::Optimizer => None,
+            Hint::Lifetime | Hint::Optimizer | Hint::AfterLibrary => None,
         };
         let part = self.phases.current();
         let dev = view_of(&mut self.devices, ev);
@@ -1026,7 +1135,7 @@ impl FrameworkState {
                 site,
                 allocated: true,
                 seq: self.allocations,
-                library: role == Some(Role::Workspace),
+                library: matches!(hint, Hint::Known(Role::Workspace) | Hint::AfterLibrary),
                 role: hint.role_byte(),
                 part,
                 made: t,
@@ -1084,7 +1193,7 @@ impl FrameworkState {
 
     /// The program freed a tensor (`FREE_REQUESTED`): it is no longer
     /// allocated, though its block may wait for its stream's work.
-    fn free_requested(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
+    fn free_requested(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
         let dev = view_of(&mut self.devices, ev);
         // Leaving a peak: what was live at it is settled now.
         settle_peak(dev, &self.sites, self.allocations);
@@ -1093,10 +1202,9 @@ impl FrameworkState {
             Some(b) if b.allocated => {
                 let immediate = self.last_alloc == Some((ev.address, ev.device(), b.seq));
                 freed(
-                    &mut dev.roles,
-                    &mut self.step_roles,
-                    &mut self.sites,
-                    (&self.phases, axis),
+                    (&mut self.sites, &mut self.step_roles, &mut self.early_frees),
+                    (&self.phases, axis, t, self.allocations),
+                    (&mut dev.roles, ev.device()),
                     b,
                     immediate,
                 );
@@ -1126,7 +1234,7 @@ impl FrameworkState {
     }
 
     /// A freed block's memory is free again (`FREE_COMPLETED`).
-    fn free_completed(&mut self, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
+    fn free_completed(&mut self, t: u64, axis: &Axis, ev: &AllocatorEv) -> Option<TensorChange> {
         let dev = view_of(&mut self.devices, ev);
         if let Some(mut b) = dev.blocks.remove(&ev.address) {
             if b.allocated {
@@ -1135,10 +1243,9 @@ impl FrameworkState {
                 dev.at_device_peak.settle(&dev.sites, &self.sites);
                 let immediate = self.last_alloc == Some((ev.address, ev.device(), b.seq));
                 freed(
-                    &mut dev.roles,
-                    &mut self.step_roles,
-                    &mut self.sites,
-                    (&self.phases, axis),
+                    (&mut self.sites, &mut self.step_roles, &mut self.early_frees),
+                    (&self.phases, axis, t, self.allocations),
+                    (&mut dev.roles, ev.device()),
                     &mut b,
                     immediate,
                 );
@@ -1387,6 +1494,59 @@ mod tests {
             address,
             bytes,
             stream: 0,
+        }
+    }
+
+    /// Tensors freed before the first phase, not at once, are unknown
+    /// while the process may have no phases; once one begins they were
+    /// its first forward's temporaries, at the view's peak, in its
+    /// timeline and in their site's bytes.
+    #[test]
+    fn the_first_phase_makes_earlier_frees_temporaries() {
+        for phases in [false, true] {
+            let mut axis = Axis::new(0);
+            let mut f = FrameworkState::new(AllocConfig::default());
+            let mut at = |f: &mut FrameworkState, t: u64, action, address, bytes, stack| {
+                axis.advance(t);
+                let e = AllocatorEv {
+                    stack,
+                    ..ev(action, address, bytes)
+                };
+                f.apply(t, &axis, &e, Hint::Lifetime, &NoDriver);
+            };
+            // A 2 MiB tensor, then a 1 MiB one, freed in that order: the
+            // first not at once, the second at once (a temporary either way).
+            at(&mut f, 0, AllocatorAction::ALLOC, 0x1000_0000, 2 * MIB, 1);
+            at(&mut f, 1_000, AllocatorAction::ALLOC, 0x2000_0000, MIB, 2);
+            at(
+                &mut f,
+                2_000,
+                AllocatorAction::FREE,
+                0x1000_0000,
+                2 * MIB,
+                0,
+            );
+            at(&mut f, 3_000, AllocatorAction::FREE, 0x2000_0000, MIB, 0);
+            axis.advance(1_000_000_000);
+            if phases {
+                f.phase_begin(&axis, 1, Phase::Backward);
+            }
+            f.finish(&axis, 1_000_000_000);
+            let first = if phases {
+                Role::Temporary
+            } else {
+                Role::Unknown
+            };
+            let site = |stack| f.sites.iter().find(|s| s.stack == stack).unwrap();
+            assert_eq!(site(1).roles.get(first), 2 * MIB, "phases: {phases}");
+            assert_eq!(site(2).roles.get(Role::Temporary), MIB);
+            let peak = &f.devices[&0].roles.at_peak.roles;
+            assert_eq!(peak.get(first), 2 * MIB + if phases { MIB } else { 0 });
+            assert_eq!(peak.total(), 3 * MIB);
+            // Its bucket of the timeline: 2 MiB live under its role.
+            let curve = &f.devices[&0].roles.curves[first.index()];
+            let points = curve.clone().finish(&axis, axis.current + 1);
+            assert_eq!(points[0].max, 2 * MIB + if phases { MIB } else { 0 });
         }
     }
 

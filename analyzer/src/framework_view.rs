@@ -328,6 +328,7 @@ impl Merged {
                     _ => Some((r, b)),
                 })
                 .map(|(r, _)| r),
+            roles: self.roles,
         }
     }
 }

@@ -296,12 +296,23 @@ fn roles(a: &Analysis, out: &mut Vec<Remedy>) {
             {
                 continue;
             }
+            // The lines at the peak that made this role: a quarter or more
+            // of their bytes (a forward's line makes activations and
+            // temporaries alike, in shares that vary with the iteration).
             let sites: Vec<(String, u64)> = v
                 .peak_sites
                 .iter()
                 .filter(|s| {
-                    let of = a.tensor_sites.get(s.site as usize).and_then(|t| t.role);
-                    of == Some(role) || (role == Role::Parameter && of == Some(Role::Gradient))
+                    let Some(t) = a.tensor_sites.get(s.site as usize) else {
+                        return false;
+                    };
+                    let mine = match role {
+                        Role::Parameter => {
+                            t.roles.get(Role::Parameter) + t.roles.get(Role::Gradient)
+                        }
+                        _ => t.roles.get(role),
+                    };
+                    mine > 0 && mine >= t.roles.total() / 4
                 })
                 .take(3)
                 .map(|s| (a.tensor_site_label(s.site), s.bytes))

@@ -40,6 +40,10 @@ pub enum Hint {
     /// `torch/optim/`): a temporary if freed where it was made, its state
     /// if kept.
     Optimizer,
+    /// Made on a thread right after a CUDA library allocated for itself
+    /// there (PyTorch handing the library a workspace): a workspace if
+    /// kept to the end, else what its lifetime says.
+    AfterLibrary,
     Known(Role),
 }
 
@@ -47,7 +51,7 @@ impl Hint {
     /// The block's role byte at its allocation.
     pub fn role_byte(self) -> u8 {
         match self {
-            Hint::Lifetime => PENDING,
+            Hint::Lifetime | Hint::AfterLibrary => PENDING,
             Hint::Optimizer => PENDING_OPTIMIZER,
             Hint::Known(r) => r.index() as u8,
         }
@@ -318,9 +322,8 @@ impl Snapshot {
     /// A tensor allocated as the `seq`th allocation, live until now and
     /// counted as `was`, is `role`.
     pub fn moved(&mut self, seq: u64, was: Role, role: Role, bytes: u64) {
-        if seq <= self.seq && self.roles.get(was) >= bytes {
-            self.roles.0[was.index()] -= bytes;
-            self.roles.add(role, bytes);
+        if seq <= self.seq {
+            self.roles.moved(was, role, bytes);
         }
     }
 

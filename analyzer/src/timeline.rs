@@ -176,6 +176,23 @@ impl Curve {
         }
     }
 
+    /// Adds `delta` to a value that was live from `made` to `freed`, both
+    /// past (a freed tensor whose role became known): the buckets before
+    /// the one holding `freed` by their last and highest values, that one
+    /// by its highest (taken as reached while the value was live), the
+    /// current bucket included.
+    pub fn shift_between(&mut self, axis: &Axis, made: u64, freed: u64, delta: i64) {
+        self.catch_up(axis);
+        let to = axis.bucket_of(freed).min(axis.current);
+        let from = axis.bucket_of(made).min(to);
+        for p in &mut self.points[from..to] {
+            p.last = p.last.saturating_add_signed(delta);
+            p.max = p.max.saturating_add_signed(delta);
+        }
+        let p = &mut self.points[to];
+        p.max = p.max.saturating_add_signed(delta);
+    }
+
     /// The points up to and including `buckets - 1`.
     pub fn finish(&mut self, axis: &Axis, buckets: usize) -> Vec<Point> {
         self.catch_up(axis);

@@ -5,7 +5,7 @@
 //! is that event's absolute time on CUPTI's clock). Everything is ordered
 //! deterministically (by value, then by id), never by hash-map order.
 
-use crate::roles::{Role, RoleCurve, RolesAtPeak};
+use crate::roles::{Role, RoleBytes, RoleCurve, RolesAtPeak};
 use serde::{Deserialize, Serialize};
 
 use crate::reasons::{
@@ -1441,6 +1441,10 @@ pub struct TensorSite {
     /// What most of its bytes were (docs/design.md, "Roles").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
+    /// All its tensors' bytes by role (a forward's line makes
+    /// activations and temporaries alike).
+    #[serde(default, skip_serializing_if = "RoleBytes::is_empty")]
+    pub roles: RoleBytes,
 }
 
 #[cfg(test)]

@@ -106,6 +106,21 @@ impl RoleBytes {
         self.0.iter().sum()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// `bytes` counted as `was` turn out to be `role`; false (and nothing
+    /// moved) when `was` holds fewer.
+    pub fn moved(&mut self, was: Role, role: Role, bytes: u64) -> bool {
+        if self.get(was) < bytes {
+            return false;
+        }
+        self.0[was.index()] -= bytes;
+        self.add(role, bytes);
+        true
+    }
+
     /// (role, bytes) of the roles holding bytes, in `Role::ALL` order.
     pub fn iter(&self) -> impl Iterator<Item = (Role, u64)> + '_ {
         Role::ALL

@@ -124,6 +124,9 @@ fn roles_of_scenario(scenario: &str) {
     for (mark, role) in [
         ("role_activation", "activations"),
         ("role_forward_temporary", "temporaries"),
+        // Freed before the first phase: the first forward's temporaries.
+        ("role_sanity_hidden", "temporaries"),
+        ("role_sanity_output", "temporaries"),
         ("role_loss", "unknown"),
         ("role_gradients", "gradients"),
         ("role_backward_temporary", "temporaries"),

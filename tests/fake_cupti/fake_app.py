@@ -313,7 +313,9 @@ def roles(library, closure=False):
     to 8 MiB. The allocated peak is the second iteration's backward
     temporary: 46 MiB. With `closure`, each iteration's forward and
     backward run in a closure the optimizer's step calls, as Lightning's
-    training step does: the same roles. FAKE_ROLES_ACTIVATION_MIB (even)
+    training step does: the same roles. Before the loop, a sanity check's
+    forward frees its two temporaries (2 and 1 MiB) before any phase began.
+    FAKE_ROLES_ACTIVATION_MIB (even)
     changes the 4 MiB activation, for a second run to compare;
     FAKE_ROLES_ITERATIONS the number of iterations (a benchmark's trace)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
@@ -339,6 +341,13 @@ def roles(library, closure=False):
         return malloc(2 << 20)  # line:role_block_output
 
     main_optimizer = optimizer.Optimizer(update)
+    # A sanity check before training (Lightning runs validation steps
+    # first): a forward whose 2 MiB hidden state and 1 MiB output are freed
+    # in it, the first not at once, before any phase began.
+    hidden = malloc(2 << 20)  # line:role_sanity_hidden
+    output = malloc(1 << 20)  # line:role_sanity_output
+    free(hidden)
+    free(output)
 
     def iteration():
         activation = malloc(activation_mib << 20)  # line:role_activation
