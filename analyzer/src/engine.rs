@@ -1024,6 +1024,18 @@ impl Engine {
                     dev.device_view_used.put(axis, axis.current, Some(used));
                 }
             }
+            &Event::Copy {
+                dst,
+                src,
+                bytes,
+                from_host,
+            } => {
+                self.api_calls += 1;
+                let st = &mut self.procs[proc as usize];
+                if let (Some(fw), Some(axis)) = (st.framework.as_deref_mut(), self.axis.as_ref()) {
+                    fw.copied(axis, dst, src, bytes, from_host);
+                }
+            }
             &Event::CallDevice { device } => {
                 // The failed call that follows is charged to this device.
                 self.procs[proc as usize].last_device = device;

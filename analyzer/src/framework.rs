@@ -28,7 +28,9 @@ use gmem_prof_traces::record::{allocator, AllocatorAction};
 use crate::fast_map::FastMap;
 use crate::holding::{sites_holding, Holding, HoldsMemory};
 use crate::input::{AllocatorEv, TORCH_ASYNC};
-use crate::roles::{is_pending, Hint, Phase, Phases, RoleLive, Snapshot, PENDING_OPTIMIZER};
+use crate::roles::{
+    is_pending, Hint, Phase, Phases, RoleLive, Snapshot, PENDING, PENDING_OPTIMIZER,
+};
 use crate::timeline::{Axis, Curve, Samples};
 use gmem_prof_model::{Role, RoleBytes};
 
@@ -539,6 +541,17 @@ impl AllocatorOnDevice {
             })
     }
 
+    /// Whether `addr` lies in its device memory: a segment, or a live
+    /// tensor (a pool-backed view has no segments).
+    fn holds(&self, addr: u64) -> bool {
+        self.segment_of(addr).is_some()
+            || self
+                .blocks
+                .range(..=addr)
+                .next_back()
+                .is_some_and(|(&start, b)| b.allocated && addr - start < b.size)
+    }
+
     /// The segment holding `addr`.
     fn segment_of(&self, addr: u64) -> Option<(u64, &Segment)> {
         let (&start, seg) = self.segments.range(..=addr).next_back()?;
@@ -901,6 +914,37 @@ impl FrameworkState {
         }
         self.step_roles.relabel_freed(e, was, role);
         self.sites[e.site as usize].roles.moved(was, role, e.bytes);
+    }
+
+    /// The program copied `bytes` from `src` to `dst` (`from_host`: the
+    /// call says the source is host memory; else it is unless it lies in
+    /// the allocator's segments, its device memory). Data moved from the
+    /// host into a live tensor whose role its lifetime was to tell makes
+    /// it an input: a batch moved with `.to("cuda")`, which no frame
+    /// names.
+    pub fn copied(&mut self, axis: &Axis, dst: u64, src: u64, bytes: u64, from_host: bool) {
+        if bytes == 0 || !from_host && self.devices.values().any(|d| d.holds(src)) {
+            return;
+        }
+        for dev in self.devices.values_mut() {
+            let Some((&start, b)) = dev.blocks.range_mut(..=dst).next_back() else {
+                continue;
+            };
+            if dst - start >= b.size || !b.allocated {
+                continue;
+            }
+            if b.role == PENDING {
+                resolve(
+                    &mut dev.roles,
+                    &mut self.step_roles,
+                    &mut self.sites,
+                    axis,
+                    b,
+                    Role::Input,
+                );
+            }
+            return;
+        }
     }
 
     /// A range ended; if it was a backward or an optimizer's step, what

@@ -204,6 +204,14 @@ pub enum Event {
     Window {
         open: bool,
     },
+    /// A copy (`ApiFunc::copies`) of `bytes` from `src` to `dst`;
+    /// `from_host`: the call itself says the source is host memory.
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        from_host: bool,
+    },
 }
 
 /// A range's beginning, as the sweep needs it.
@@ -440,6 +448,18 @@ impl fast::Sink for Events {
 
     #[inline(always)]
     fn api(&mut self, index: u64, a: &record::ApiCall) {
+        if a.func.copies() {
+            if a.result == 0 {
+                let copy = Event::Copy {
+                    dst: a.address,
+                    src: a.handle,
+                    bytes: a.bytes.0,
+                    from_host: a.func == ApiFunc::MEMCPY_HTOD,
+                };
+                self.push(a.time.0.saturating_sub(a.duration.0), index, copy);
+            }
+            return;
+        }
         self.push(
             // Placed at the call's entry: the device-side record of what it
             // allocated falls inside the call, and must find the call first.

@@ -182,7 +182,7 @@ pub extern "C" fn gmem_prof_finish() {
 }
 
 /// For benchmarks that alternate recorded and unrecorded steps in one
-/// process (tests/gpu/bench_alloc.py, bench_resnet.py): 0 pauses recording,
+/// process (tests/gpu/bench_alloc.py, bench_train.py): 0 pauses recording,
 /// anything else resumes it (see `Collector::set_paused`; what happens while
 /// paused is missing from the trace). Returns 1 when it took effect, 0 when
 /// not (already so, profiling off, or no CUPTI subscription). Safe from any

@@ -133,6 +133,11 @@ fn roles_of_scenario(scenario: &str) {
         ("role_optimizer_state", "optimizer state"),
         ("role_update_temporary", "temporaries"),
         ("role_kv_cache", "KV cache"),
+        // Moved from host memory with a plain .to("cuda"): the copy tells.
+        ("role_prompt", "inputs"),
+        ("role_mask", "inputs"),
+        // Filled by a copy on the device: what its lifetime says.
+        ("role_prompt_clone", "temporaries"),
     ] {
         let at = format!("fake_app.py:{}", lines[mark]);
         assert_eq!(roles_at(&a, &at), one(role), "line {mark}");

@@ -309,15 +309,16 @@ def roles(library, closure=False):
     freed), making the two 4 MiB gradients and a 2 MiB temporary, and
     freeing the activations; the optimizer's step, making its 16 MiB state
     (two 8 MiB) in the first step and a 2 MiB temporary. Then the
-    training state is freed and a generation loop grows a KV cache from 2
-    to 8 MiB. The allocated peak is the second iteration's backward
-    temporary: 46 MiB. With `closure`, each iteration's forward and
-    backward run in a closure the optimizer's step calls, as Lightning's
-    training step does: the same roles. Before the loop, a sanity check's
-    forward frees its two temporaries (2 and 1 MiB) before any phase began.
-    FAKE_ROLES_ACTIVATION_MIB (even)
-    changes the 4 MiB activation, for a second run to compare;
-    FAKE_ROLES_ITERATIONS the number of iterations (a benchmark's trace)."""
+    training state is freed and a generation loop moves a 1 MiB prompt and
+    a 1 MiB mask to the device (inputs), copies the prompt on the device (a
+    temporary) and grows a KV cache from 2 to 8 MiB. The allocated peak is
+    the second iteration's backward temporary: 46 MiB. With `closure`, each
+    iteration's forward and backward run in a closure the optimizer's step
+    calls, as Lightning's training step does: the same roles. Before the
+    loop, a sanity check's forward frees its two temporaries (2 and 1 MiB)
+    before any phase began. FAKE_ROLES_ACTIVATION_MIB (even) changes the
+    4 MiB activation, for a second run to compare; FAKE_ROLES_ITERATIONS
+    the number of iterations (a benchmark's trace)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stand_ins"))
     import torch
     import torch.nn
@@ -383,9 +384,23 @@ def roles(library, closure=False):
             main_optimizer.step()
     for t in grads + state + batch + loss:
         free(t)
+    # Generation: a prompt and its mask moved to the device with a plain
+    # .to("cuda") (a copy from host memory, through cudaMemcpyAsync and
+    # through cudaMemcpy), a copy of the prompt made on the device (not an
+    # input), and a KV cache growing from 2 to 8 MiB.
+    copy = c10.fake_torch_copy
+    copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int]
+    prompt = malloc(1 << 20)  # line:role_prompt
+    copy(prompt, 0, 1 << 20, 0)
+    mask = malloc(1 << 20)  # line:role_mask
+    copy(mask, 0, 1 << 20, 1)
+    clone = malloc(1 << 20)  # line:role_prompt_clone
+    copy(clone, prompt, 1 << 20, 0)
     cache = KVCache(c10)
     for size in (2, 4, 6, 8):
         cache.update(size << 20)
+    for t in (clone, mask, prompt):
+        free(t)
     return model
 
 

@@ -332,6 +332,33 @@ uint32_t fake_cuMemGetInfo(size_t *free, size_t *total) {
     return ret;
 }
 
+enum { CB_MEMCPY_HTOD = 276, CB_MEMCPY_ASYNC = 306 };
+struct htod_params { uint64_t dstDevice; const void *srcHost; size_t ByteCount; };
+struct memcpy_async_params { uint64_t dst; uint64_t src; size_t ByteCount; void *hStream; };
+
+/* A call that raises its callbacks and does nothing else (the fake
+ * driver's memory is addresses only). */
+static uint32_t call_only(uint32_t cbid, const void *params) {
+    pthread_mutex_lock(&lock);
+    uint32_t corr = next_corr++;
+    pthread_mutex_unlock(&lock);
+    uint32_t ret = 0;
+    raise_call(cbid, corr, params, &ret, 0);
+    raise_call(cbid, corr, params, &ret, 1);
+    return ret;
+}
+
+/* cuMemcpyHtoD_v2, and cuMemcpyAsync (what cudaMemcpyAsync calls, as
+ * PyTorch's copy of a CPU tensor to the device does). */
+uint32_t fake_cuMemcpyHtoD(uint64_t dst, const void *src, size_t bytes) {
+    struct htod_params p = {dst, src, bytes};
+    return call_only(CB_MEMCPY_HTOD, &p);
+}
+uint32_t fake_cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
+    struct memcpy_async_params p = {dst, src, bytes, stream};
+    return call_only(CB_MEMCPY_ASYNC, &p);
+}
+
 enum { CB_IPC_OPEN = 567, CB_IPC_CLOSE = 330 };
 struct ipc_open_params { uint64_t *pdptr; unsigned char handle[64]; unsigned flags; };
 

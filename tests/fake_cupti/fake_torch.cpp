@@ -26,6 +26,8 @@
 extern "C" uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 extern "C" uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 extern "C" uint32_t fake_cuMemGetInfo(size_t *free, size_t *total);
+extern "C" uint32_t fake_cuMemcpyHtoD(uint64_t dst, const void *src, size_t bytes);
+extern "C" uint32_t fake_cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, void *stream);
 
 namespace c10 {
 struct GatheredContext {
@@ -240,6 +242,18 @@ void fake_torch_free(uint64_t p) {
   a->trace(TraceEntry::FREE_COMPLETED, p, it->second);
   if (reuse()) freed_blocks().emplace((it->second + 511) / 512 * 512, p);
   a->blocks.erase(it);
+}
+
+// A tensor's copy_(): from the host when `src` is 0 (a CPU tensor's
+// .to("cuda"): cudaMemcpyAsync, which calls cuMemcpyAsync; with `htod`,
+// cuMemcpyHtoD as cudaMemcpy does), else from the device tensor at `src`.
+void fake_torch_copy(uint64_t dst, uint64_t src, size_t bytes, int htod) {
+  static const char host[64] = {0};
+  if (src == 0 && htod) {
+    fake_cuMemcpyHtoD(dst, host, bytes);
+    return;
+  }
+  fake_cuMemcpyAsync(dst, src != 0 ? src : (uint64_t)host, bytes, nullptr);
 }
 
 // Call paths for `fake_torch_bench_native`: at each level one of two

@@ -808,6 +808,16 @@ impl ApiFunc {
     /// allocation of this process.
     pub const IPC_OPEN_MEM_HANDLE: ApiFunc = ApiFunc(40);
     pub const IPC_CLOSE_MEM_HANDLE: ApiFunc = ApiFunc(41);
+    /// A copy from host memory to the device (`cuMemcpyHtoD*`, its
+    /// stream-ordered forms): `address` the destination, `handle` the
+    /// source, `bytes` its size. The evidence that a tensor holds data
+    /// the program moved to the device (an input).
+    pub const MEMCPY_HTOD: ApiFunc = ApiFunc(50);
+    /// A copy between addresses of unified addressing (`cuMemcpy`,
+    /// `cuMemcpyAsync`, what the CUDA runtime's `cudaMemcpy*` calls with
+    /// most kinds): the same fields; the direction is where the two
+    /// addresses lie.
+    pub const MEMCPY: ApiFunc = ApiFunc(51);
 
     const NAMES: &'static [(ApiFunc, &'static str)] = &[
         (Self::MEM_ALLOC, "cuMemAlloc"),
@@ -840,6 +850,8 @@ impl ApiFunc {
         (Self::MEM_POOL_TRIM_TO, "cuMemPoolTrimTo"),
         (Self::IPC_OPEN_MEM_HANDLE, "cuIpcOpenMemHandle"),
         (Self::IPC_CLOSE_MEM_HANDLE, "cuIpcCloseMemHandle"),
+        (Self::MEMCPY_HTOD, "cuMemcpyHtoD"),
+        (Self::MEMCPY, "cuMemcpy"),
     ];
 
     pub fn name(self) -> Option<&'static str> {
@@ -850,10 +862,16 @@ impl ApiFunc {
     }
 
     /// Calls that obtain memory or address space (their stack is the
-    /// allocation site); the others give it back or manage pools.
+    /// allocation site); the others give it back, manage pools or copy.
     #[inline]
     pub fn allocates(self) -> bool {
         (1..20).contains(&self.0)
+    }
+
+    /// Copies (`MEMCPY_HTOD`, `MEMCPY`).
+    #[inline]
+    pub fn copies(self) -> bool {
+        (50..60).contains(&self.0)
     }
 }
 
@@ -875,10 +893,11 @@ pub struct ApiCall {
     pub result: u32,
     /// Requested bytes (allocations, reservations, maps, trims).
     pub bytes: Bytes,
-    /// The address returned (allocations) or passed in (frees, maps).
+    /// The address returned (allocations) or passed in (frees, maps); a
+    /// copy's destination.
     pub address: u64,
-    /// Stream handle for stream-ordered calls, pool handle for pool calls,
-    /// allocation handle for VMM calls; 0 otherwise.
+    /// Pool handle for pool calls, allocation handle for VMM calls, a
+    /// copy's source; 0 otherwise.
     pub handle: u64,
     pub stream: u64,
     pub stack: StackId,

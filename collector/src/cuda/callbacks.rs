@@ -393,7 +393,10 @@ impl Collector {
                 }));
             }
         }
-        let wants_stack = func.allocates() || result != 0 || self.config.free_stacks;
+        // A copy's stack says nothing the analyzer uses: only where it
+        // lands does.
+        let wants_stack =
+            func.allocates() || result != 0 || (self.config.free_stacks && !func.copies());
         let mut frames = [0u64; crate::stacks::MAX_FRAMES];
         let (n, truncated) = if wants_stack {
             self.capture_stack(&mut frames)

@@ -323,6 +323,43 @@ pub const WATCHED: &[Watched] = watched! {
                 ..Default::default()
             }
         }
+    // Copies: where data moved to the device lands tells an input tensor.
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2 | CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds
+        => MEMCPY_HTOD, cuMemcpyHtoD_v2_params, |q, ok| {
+            Params {
+                bytes: q.ByteCount as u64,
+                address: q.dstDevice,
+                handle: q.srcHost as u64,
+                ..Default::default()
+            }
+        }
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2 | CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz
+        => MEMCPY_HTOD, cuMemcpyHtoDAsync_v2_params, |q, ok| {
+            Params {
+                bytes: q.ByteCount as u64,
+                address: q.dstDevice,
+                handle: q.srcHost as u64,
+                stream: q.hStream as u64,
+            }
+        }
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy | CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds
+        => MEMCPY, cuMemcpy_params, |q, ok| {
+            Params {
+                bytes: q.ByteCount as u64,
+                address: q.dst,
+                handle: q.src,
+                ..Default::default()
+            }
+        }
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync | CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz
+        => MEMCPY, cuMemcpyAsync_params, |q, ok| {
+            Params {
+                bytes: q.ByteCount as u64,
+                address: q.dst,
+                handle: q.src,
+                stream: q.hStream as u64,
+            }
+        }
 };
 
 #[cfg(test)]
@@ -372,6 +409,38 @@ mod tests {
             };
             assert_eq!(p, want);
         }
+    }
+
+    #[test]
+    fn copies_read_destination_source_and_size() {
+        let host = [0u8; 16];
+        let q = cs::cuMemcpyHtoDAsync_v2_params {
+            dstDevice: 0x7000_0000,
+            srcHost: host.as_ptr().cast(),
+            ByteCount: 16,
+            hStream: std::ptr::without_provenance_mut(0x99),
+        };
+        let w = entry(Cb::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz);
+        assert_eq!(w.func, ApiFunc::MEMCPY_HTOD);
+        // SAFETY: p points to the struct of this cbid.
+        let p = unsafe { (w.read)((&raw const q).cast(), true) };
+        let want = Params {
+            bytes: 16,
+            address: 0x7000_0000,
+            handle: host.as_ptr() as u64,
+            stream: 0x99,
+        };
+        assert_eq!(p, want);
+        let q = cs::cuMemcpy_params {
+            dst: 0x7000_0000,
+            src: 0x5000,
+            ByteCount: 8,
+        };
+        let w = entry(Cb::CUPTI_DRIVER_TRACE_CBID_cuMemcpy);
+        assert_eq!(w.func, ApiFunc::MEMCPY);
+        // SAFETY: as above.
+        let p = unsafe { (w.read)((&raw const q).cast(), true) };
+        assert_eq!((p.bytes, p.address, p.handle), (8, 0x7000_0000, 0x5000));
     }
 
     #[test]
