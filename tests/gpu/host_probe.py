@@ -2,7 +2,7 @@
 of work timed a few times (median, ms). CUDA and the collector take no part
 in it, so between two runs of a benchmark it measures the host's own speed
 (frequency, other tenants), which moves step times of host-bound loops by
-as much as recording does. Printed by bench_alloc.py and bench_resnet.py;
+as much as recording does. Printed by bench_alloc.py and bench_train.py;
 overhead.sh divides each round's ratio by the ratio of the probes."""
 import statistics
 import time

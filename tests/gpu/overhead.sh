@@ -4,7 +4,8 @@
 # median step time; reported as the ratio of the medians of those runs, with
 # the spread (min..max over runs).
 #
-#   tests/gpu/overhead.sh [events] [resnet] [alloc] [launch]  (default: the first three)
+#   tests/gpu/overhead.sh [events] [resnet] [gpt2] [alloc] [launch] [marks]
+#                                                   (default: events resnet alloc)
 #
 # PIN_CPUS=LIST runs every run (plain and recorded alike) under
 # `taskset -c LIST`: the host's scheduler otherwise moves the program
@@ -27,6 +28,11 @@
 #         little more than what PyTorch does for each event once a trace
 #         tracker is attached: a bound on the floor a paused collector
 #         leaves).
+# gpt2:   a GPT-2-size model (transformers' config, 12 layers of 768) trained
+#         with AdamW under bf16 autocast, batch 8 of 512 tokens, GPT2_STEPS
+#         timed steps (default 40); GPT2_VARIANTS (default "plain full").
+# marks:  bench_marks.py, µs per optimizer step (the bootstrap's step record
+#         and phase range) and per NVTX range push and pop, plain and full.
 # alloc:  MLP training with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync;
 #         ALLOC_VARIANTS picks its variants (default "plain full nostacks").
 # allocnative: the same loop with PyTorch's default caching allocator, whose
@@ -231,12 +237,22 @@ for bench in $BENCHES; do
             done ;;
         resnet)
             for r in $(seq 1 "$ROUNDS"); do
-                for v in $(in_turn "$r" ${RESNET_VARIANTS:-plain full}); do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_resnet.py"; done
+                for v in $(in_turn "$r" ${RESNET_VARIANTS:-plain full}); do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_train.py"; done
             done
             for t in "$WORK"/overhead/resnet-*-1.bin; do
                 [ -f "$t" ] || continue
                 echo "  $(basename "$t"):"
                 "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
+            done ;;
+        gpt2)
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in $(in_turn "$r" ${GPT2_VARIANTS:-plain full}); do
+                    BENCH_MODEL=gpt2 BENCH_STEPS=${GPT2_STEPS:-40} one gpt2 $v "$r" python3 "$ROOT/tests/gpu/bench_train.py"
+                done
+            done ;;
+        marks)
+            for r in $(seq 1 "$ROUNDS"); do
+                for v in $(in_turn "$r" plain full); do one marks $v "$r" python3 "$ROOT/tests/gpu/bench_marks.py"; done
             done ;;
         launch)
             nvcc -O2 -arch=sm_90 -o "$WORK/bench_launch" "$ROOT/tests/gpu/bench_launch.cu"
@@ -285,8 +301,12 @@ per_round = {}
 p10_round = {}
 probe_round = {}
 inprocess = {}
+marks = {}
 for r in rows:
     res = r["result"]
+    if res["bench"] == "marks":
+        marks.setdefault(r["variant"], []).append(res)
+        continue
     if "inprocess_ratio" in res:
         inprocess.setdefault((res["bench"], r["variant"]), []).append(res)
     value = res.get("median_ms", res.get("ns_per_pair", res.get("ns_per_kernel")))
@@ -319,10 +339,10 @@ def round_ratios(bench, variant):
 def paired(bench, variant):
     ratios = list(round_ratios(bench, variant).values())
     return statistics.median(ratios), min(ratios), max(ratios), ratios
-unit = {"events": "ns/pair", "resnet50": "ms/step", "alloc": "ms/step", "allocnative": "ms/step",
+unit = {"events": "ns/pair", "resnet50": "ms/step", "gpt2": "ms/step", "alloc": "ms/step", "allocnative": "ms/step",
         "launch": "ns/kernel"}
 print("### overhead summary: ratio of medians of per-run values, spread = min..max over runs")
-for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
+for bench in ("events", "resnet50", "gpt2", "alloc", "allocnative", "launch"):
     plain = by.get((bench, "plain"))
     if not plain:
         continue
@@ -385,4 +405,12 @@ for bench in ("events", "resnet50", "alloc", "allocnative", "launch"):
         if adjusted:
             print(f"    {bench} {variant} paired, over the host probes' ratio: median "
                   f"{statistics.median(adjusted):.3f}: " + " ".join(f"{r:.3f}" for r in adjusted))
+# The marks: what recording adds to each, in µs (full minus plain).
+for field, what in (("step_us", "optimizer step"), ("range_us", "NVTX range push+pop")):
+    plain = [m[field] for m in marks.get("plain", [])]
+    full = [m[field] for m in marks.get("full", [])]
+    if plain and full:
+        p, f = statistics.median(plain), statistics.median(full)
+        print(f"  marks {what}: plain {p:.2f} µs ({min(plain):.2f}..{max(plain):.2f}), recorded {f:.2f} µs "
+              f"({min(full):.2f}..{max(full):.2f}): +{f - p:.2f} µs per mark")
 PY

@@ -3,12 +3,12 @@
 # with the real CLI and checks every expected figure from the traces.
 #
 #   tests/gpu/run.sh [PHASE...]     PHASE: programs killed torch steps framework fixtures jax
-#                                   deviceview ums pools remedies snapshot pytest roles
+#                                   deviceview ums pools remedies snapshot pytest roles inputs
 #                                   ipc privatepools
 #                                   multigpu (two GPUs: skipped on one)
 #                                   cupti (the programs through every CUPTI at hand;
 #                                   CUPTIS="13.4.92 toolkit" picks some)
-#                                   overhead, or one of overhead's: events resnet alloc
+#                                   overhead, or one of overhead's: events resnet gpt2 marks alloc
 #                                   allocnative launch (default: programs killed torch framework)
 #
 # Needs: nvcc, python3 with torch and cupy, and the built CLI + collector in
@@ -420,6 +420,16 @@ roles_phase() {
     tar -C "$WORK" -cJf "$OUT/roles.tar.xz" roles
 }
 
+inputs_phase() {
+    # Inputs moved with a plain .to("cuda"): the copy into each tensor.
+    note "inputs moved with .to(\"cuda\")"
+    record torch_inputs python3 "$ROOT/tests/gpu/torch_inputs.py" "$WORK/torch_inputs.json"
+    "$GMEM" export -q --format json -o "$WORK/torch_inputs.analysis.json" "$WORK/traces/torch_inputs.bin"
+    (cd "$ROOT/tests/gpu" && python3 inputs_check.py "$WORK/torch_inputs.analysis.json" "$WORK/torch_inputs.json") || FAILED=1
+    echo "    copies recorded, by call:"
+    "$GMEM" dump "$WORK/traces/torch_inputs.bin" | grep -o 'cuMemcpy[A-Za-z]*' | sort | uniq -c | sed 's/^/    /'
+}
+
 snapshot_phase() {
     note "PyTorch snapshot pickles"
     local g="$ROOT/tests/gpu" dir="$WORK/snapshots"
@@ -454,6 +464,7 @@ for phase in $PHASES; do
         pytest) pytest_phase ;;
         snapshot) snapshot_phase ;;
         roles) roles_phase ;;
+        inputs) inputs_phase ;;
         framework) framework ;;
         fixtures) fixtures ;;
         jax) jax_phase ;;
@@ -466,7 +477,7 @@ for phase in $PHASES; do
         cupti) cupti_phase ;;
         remedies) remedies_phase ;;
         overhead) bash "$ROOT/tests/gpu/overhead.sh" ;;
-        events|resnet|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
+        events|resnet|gpt2|marks|alloc|allocnative|launch) bash "$ROOT/tests/gpu/overhead.sh" "$phase" ;;
         *) echo "unknown phase $phase"; FAILED=1 ;;
     esac
 done
