@@ -290,7 +290,8 @@ fn roles_drive_the_summary_remedies_budgets_and_diff() {
 
 /// Real PyTorch on the H100 (traces/samples/roles_*.bin, tests/gpu/run.sh
 /// roles): resnet50 with SGD and momentum, a GPT-2-size model with AdamW
-/// under bf16 autocast, and the same with activation checkpointing, each
+/// under bf16 autocast, the same with activation checkpointing, and its
+/// generation loop with transformers' KV cache, each
 /// recorded and then run under torch.profiler, whose memory timeline's
 /// categories at its peak are the truth. They agree where the profiler
 /// names a category; where it cannot (activations under autocast, CUDA
@@ -301,7 +302,12 @@ fn roles_drive_the_summary_remedies_budgets_and_diff() {
 fn roles_on_real_pytorch_match_torch_profilers_categories() {
     let dir = scratch("roles-real");
     let mut activations = Vec::new();
-    for name in ["roles_resnet50", "roles_gpt2", "roles_gpt2_ckpt"] {
+    for name in [
+        "roles_resnet50",
+        "roles_gpt2",
+        "roles_gpt2_ckpt",
+        "roles_generate",
+    ] {
         let t: Value =
             serde_json::from_slice(&std::fs::read(sample(&format!("{name}.truth.json"))).unwrap())
                 .unwrap();
@@ -343,6 +349,16 @@ fn roles_on_real_pytorch_match_torch_profilers_categories() {
                 4096,
                 "activations",
             );
+        }
+        if name == "roles_generate" {
+            // transformers' cache (16 sequences of the 128-token prompt, 12
+            // layers' keys and values, 12 heads of 64 float32s each) is
+            // its "input", with the prompt's ids; the logits and hidden
+            // states it calls activations are unknown here (no phases).
+            let cache = 2 * 12 * 16 * 128 * 12 * 64 * 4;
+            assert_eq!(ours("KV cache"), cache, "{name}");
+            near(ours("KV cache"), theirs("input"), 128 << 10, "KV cache");
+            near(ours("unknown"), theirs("activation"), 128 << 10, "unknown");
         }
         activations.push(ours("activations"));
     }

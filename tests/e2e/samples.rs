@@ -969,17 +969,15 @@ fn ctypes_cuda_sites_are_python_lines_with_native_frames_inside() {
     }
 }
 
-/// Training steps marked by PyTorch's optimizer with no code change
-/// (tests/gpu/torch_steps.py): each step's tensors kept and allocated peak
-/// equal PyTorch's own figures at the step's end (memory_allocated, and
-/// max_memory_allocated since the step before), a second optimizer adds
-/// no step, step 1 names the momentum buffers at the `optimizer.step()`
-/// line and every later step keeps its tensor's block at the `kept` line.
-#[test]
-fn torch_steps_match_pytorchs_own_figures_step_by_step() {
-    let (a, t) = analysis_and_truth("torch_steps");
+/// Holds the steps `first..=last` of a torch_steps.py recording to the
+/// program's own figures: each step's tensors kept and allocated peak equal
+/// PyTorch's at the step's end (memory_allocated, and max_memory_allocated
+/// since the step before), a second optimizer adds no step, step 1 names
+/// the momentum buffers at the `optimizer.step()` line and every later
+/// step keeps its tensor's block at the `kept` line.
+fn hold_steps_to_truth(a: &Value, t: &Value, first: u64, last: u64) {
     let p = &a["steps"][0];
-    assert_eq!(p["count"], t["steps"]);
+    assert_eq!(p["count"].as_u64(), Some(last - first + 1));
     assert_eq!(p["marked_by"], "optimizer");
     let line = |mark: &str| format!("torch_steps.py:{}", t["lines"][mark]);
     let at = |k: &Value| {
@@ -990,10 +988,13 @@ fn torch_steps_match_pytorchs_own_figures_step_by_step() {
         (label, k["bytes"].as_i64().unwrap())
     };
     let steps = p["steps"].as_array().unwrap();
-    let allocated = t["allocated"].as_array().unwrap();
-    let peaks = t["peaks"].as_array().unwrap();
+    let allocated = &t["allocated"].as_array().unwrap()[first as usize - 1..last as usize];
+    let peaks = &t["peaks"].as_array().unwrap()[first as usize - 1..last as usize];
     assert_eq!(steps.len(), allocated.len());
-    let mut before = 0;
+    let mut before = match first {
+        1 => 0,
+        _ => t["allocated"][first as usize - 2].as_i64().unwrap(),
+    };
     for (s, (now, peak)) in steps.iter().zip(allocated.iter().zip(peaks)) {
         let n = s["number"].as_u64().unwrap();
         let now = now.as_i64().unwrap();
@@ -1024,6 +1025,16 @@ fn torch_steps_match_pytorchs_own_figures_step_by_step() {
         }
         before = now;
     }
+}
+
+/// Training steps marked by PyTorch's optimizer with no code change
+/// (tests/gpu/torch_steps.py), every step held to PyTorch's own figures.
+#[test]
+fn torch_steps_match_pytorchs_own_figures_step_by_step() {
+    let (a, t) = analysis_and_truth("torch_steps");
+    hold_steps_to_truth(&a, &t, 1, t["steps"].as_u64().unwrap());
+    let line = |mark: &str| format!("torch_steps.py:{}", t["lines"][mark]);
+    let allocated = t["allocated"].as_array().unwrap();
     // The one remedy: the line that keeps a tensor every step, judged by
     // the steps (the gradients, made once and held, rise over time but
     // not step after step), with PyTorch's figure per step.
@@ -1034,4 +1045,115 @@ fn torch_steps_match_pytorchs_own_figures_step_by_step() {
     assert!(r["site"].as_str().unwrap().ends_with(&line("kept")), "{r}");
     let kept_after_warm_up = allocated[29].as_i64().unwrap() - allocated[5].as_i64().unwrap();
     assert_eq!(r["bytes_per_step"].as_i64(), Some(kept_after_warm_up / 24));
+}
+
+/// The same program recorded with `record --steps 10-15`
+/// (torch_steps_window.bin): the trace holds those six steps alone, each
+/// with the figures PyTorch gave for it in that run, and the tensors live
+/// when the window opened are memory_allocated at step 9's end.
+#[test]
+fn torch_steps_window_holds_pytorchs_figures_for_its_steps() {
+    let (a, t) = analysis_and_truth("torch_steps_window");
+    hold_steps_to_truth(&a, &t, 10, 15);
+    let window = &a["processes"][0]["window"];
+    assert_eq!(window["tensors_at_open_bytes"], t["allocated"][8]);
+}
+
+/// Lightning's and Hugging Face's trainers (tests/gpu/trainer_steps.py,
+/// STEPS optimizer steps of a small model), with no code change: STEPS
+/// steps, and as many backward and optimizer-step phases; Lightning steps
+/// with a closure, so each backward lies inside its optimizer step.
+#[test]
+fn trainers_get_steps_and_phases_with_no_code_change() {
+    let program = std::fs::read_to_string(repo().join("tests/gpu/trainer_steps.py")).unwrap();
+    let steps: u64 = program
+        .lines()
+        .find_map(|l| l.strip_prefix("STEPS = "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("STEPS in trainer_steps.py");
+    for loop_ in ["lightning", "hf"] {
+        let name = format!("trainer_{loop_}");
+        let dir = scratch(&format!("sample-{name}"));
+        let a = export_json(&sample(&format!("{name}.bin")), &dir);
+        let counted: Vec<u64> = a["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["count"].as_u64().filter(|&c| c > 0))
+            .collect();
+        assert_eq!(counted, [steps], "{name}");
+        let p = a["ranges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["ranges"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["domain"] == "PyTorch")
+            })
+            .unwrap();
+        let ranges = p["ranges"].as_array().unwrap();
+        let id = |name: &str| {
+            ranges
+                .iter()
+                .position(|r| r["domain"] == "PyTorch" && r["name"] == name)
+                .unwrap_or_else(|| panic!("{name} in {ranges:?}"))
+        };
+        let spans = |name: &str| -> Vec<(u64, u64)> {
+            p["instances"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|i| i["range"].as_u64() == Some(id(name) as u64))
+                .map(|i| {
+                    let start = i["start_ns"].as_u64().unwrap();
+                    (start, i["end_ns"].as_u64().unwrap_or(u64::MAX))
+                })
+                .collect()
+        };
+        for phase in ["backward", "optimizer step"] {
+            assert_eq!(
+                ranges[id(phase)]["instances"].as_u64(),
+                Some(steps),
+                "{name} {phase}"
+            );
+        }
+        let inside = spans("optimizer step")
+            .iter()
+            .zip(spans("backward"))
+            .all(|(s, b)| s.0 <= b.0 && b.1 <= s.1);
+        assert_eq!(inside, loop_ == "lightning", "{name}");
+    }
+}
+
+/// A batch and its labels moved to the device with a plain `.to("cuda")`
+/// every iteration (tests/gpu/torch_inputs.py): each line's every byte is
+/// an input (one 512-byte-rounded block an iteration), told by the copy
+/// from host memory the collector watched, as no frame names it.
+#[test]
+fn tensors_filled_from_host_memory_are_inputs() {
+    let (a, t) = analysis_and_truth("torch_inputs");
+    for (name, line) in t["lines"].as_object().unwrap() {
+        let at = format!("torch_inputs.py:{line}");
+        let sites: Vec<&Value> = a["tensor_sites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["label"].as_str().unwrap().ends_with(&at))
+            .collect();
+        assert!(!sites.is_empty(), "{at}");
+        let total: u64 = sites
+            .iter()
+            .map(|s| s["total_bytes"].as_u64().unwrap())
+            .sum();
+        let inputs: u64 = sites
+            .iter()
+            .map(|s| s["roles"]["inputs"].as_u64().unwrap_or(0))
+            .sum();
+        let block = t["bytes"][name].as_u64().unwrap().div_ceil(512) * 512;
+        let want = block * t["iterations"].as_u64().unwrap();
+        assert_eq!((inputs, total), (want, want), "{name} at {at}");
+    }
 }

@@ -249,6 +249,11 @@ for bench in $BENCHES; do
                 for v in $(in_turn "$r" ${GPT2_VARIANTS:-plain full}); do
                     BENCH_MODEL=gpt2 BENCH_STEPS=${GPT2_STEPS:-40} one gpt2 $v "$r" python3 "$ROOT/tests/gpu/bench_train.py"
                 done
+            done
+            for t in "$WORK"/overhead/gpt2-*-1.bin; do
+                [ -f "$t" ] || continue
+                echo "  $(basename "$t"):"
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread):.*' | sed 's/^/    /'
             done ;;
         marks)
             for r in $(seq 1 "$ROUNDS"); do
