@@ -106,6 +106,16 @@ RES="$WORK/overhead/results.jsonl"
 # shellcheck source=tests/gpu/cupti_copies.sh
 . "$ROOT/tests/gpu/cupti_copies.sh"
 
+# The collector's own figures from the first round's recorded runs of
+# bench $1 (what each event, launch and walk cost, from the trace's notes).
+own_figures() {
+    for t in "$WORK/overhead/$1"-*-1.bin; do
+        [ -f "$t" ] || continue
+        echo "  $(basename "$t"):"
+        "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
+    done
+}
+
 one() {  # one BENCH VARIANT ROUND COMMAND...
     local bench=$1 variant=$2 round=$3 line flags=()
     shift 3
@@ -239,22 +249,14 @@ for bench in $BENCHES; do
             for r in $(seq 1 "$ROUNDS"); do
                 for v in $(in_turn "$r" ${RESNET_VARIANTS:-plain full}); do one resnet $v "$r" python3 "$ROOT/tests/gpu/bench_train.py"; done
             done
-            for t in "$WORK"/overhead/resnet-*-1.bin; do
-                [ -f "$t" ] || continue
-                echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
-            done ;;
+            own_figures resnet ;;
         gpt2)
             for r in $(seq 1 "$ROUNDS"); do
                 for v in $(in_turn "$r" ${GPT2_VARIANTS:-plain full}); do
                     BENCH_MODEL=gpt2 BENCH_STEPS=${GPT2_STEPS:-40} one gpt2 $v "$r" python3 "$ROOT/tests/gpu/bench_train.py"
                 done
             done
-            for t in "$WORK"/overhead/gpt2-*-1.bin; do
-                [ -f "$t" ] || continue
-                echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread):.*' | sed 's/^/    /'
-            done ;;
+            own_figures gpt2 ;;
         marks)
             for r in $(seq 1 "$ROUNDS"); do
                 for v in $(in_turn "$r" plain full); do one marks $v "$r" python3 "$ROOT/tests/gpu/bench_marks.py"; done
