@@ -13,7 +13,9 @@ use gmem_prof_traces::Record;
 
 use crate::clock::{Clock, PartClock, TIMED_EVERY};
 use crate::config::{self, Config, KernelMode};
-use crate::costs::{CostMeters, EVENT_ENTRY, EVENT_NATIVE, EVENT_PARTS, EVENT_PYTHON, EVENT_QUEUE};
+use crate::costs::{
+    CostMeters, EVENT_ENTRY, EVENT_NATIVE, EVENT_PARTS, EVENT_PART_COUNT, EVENT_PYTHON, EVENT_QUEUE,
+};
 use crate::cuda::activity;
 use crate::cuda::callbacks::{self, current_tid};
 use crate::cuda::cupti::{self, Cupti};
@@ -580,7 +582,7 @@ impl Collector {
         &self,
         event: gmem_prof_traces::record::AllocatorEvent,
         stack: EventStack,
-        mut parts: Option<&mut PartClock<4>>,
+        mut parts: Option<&mut PartClock<EVENT_PART_COUNT>>,
     ) {
         if let Some(p) = parts.as_mut() {
             p.mark(EVENT_ENTRY);

@@ -112,7 +112,7 @@ own_figures() {
     for t in "$WORK/overhead/$1"-*-1.bin; do
         [ -f "$t" ] || continue
         echo "  $(basename "$t"):"
-        "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
+        "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|CUDA library workspaces|kernel launches|writer thread|clock)[: ].*' | sed 's/^/    /'
     done
 }
 
@@ -277,7 +277,7 @@ for bench in $BENCHES; do
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
             for t in "$WORK"/overhead/allocnative-*-1.bin; do
                 echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|kernel launches|writer thread|clock):.*' | sed 's/^/    /'
+                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|CUDA library workspaces|kernel launches|writer thread|clock)[: ].*' | sed 's/^/    /'
             done ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do

@@ -37,6 +37,7 @@ use gmem_prof_traces::Record;
 
 use crate::clock::{PartClock, Sample};
 use crate::config::TensorStacks;
+use crate::costs::{EVENT_PART_COUNT, EVENT_WORKSPACE};
 use crate::cuda::callbacks::current_tid;
 use crate::stacks::elf::{self, FileSymbol};
 use crate::stacks::modules;
@@ -204,6 +205,15 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         };
         let oom = action == AllocatorAction::OOM;
         let started = c.clock.now();
+        // Counting is part of what an event costs: inside the time taken.
+        let timer = if stack {
+            &c.torch.with_stack
+        } else {
+            &c.torch.without_stack
+        };
+        let sample = timer.count();
+        let timed = sample == Sample::Timed;
+        let mut parts = (sample == Sample::Parts).then(PartClock::<EVENT_PART_COUNT>::start);
         let stack = if !stack {
             EventStack::None
         } else if action == AllocatorAction::ALLOC && c.torch.workspace_on_stack(c, entry) {
@@ -211,15 +221,9 @@ unsafe extern "C" fn on_trace_entry(_functor: *const [usize; 2], entry: *const u
         } else {
             EventStack::Framework
         };
-        // Counting is part of what an event costs: inside the time taken.
-        let timer = if stack != EventStack::None {
-            &c.torch.with_stack
-        } else {
-            &c.torch.without_stack
-        };
-        let sample = timer.count();
-        let timed = sample == Sample::Timed;
-        let mut parts = (sample == Sample::Parts).then(PartClock::<4>::start);
+        if let Some(p) = parts.as_mut() {
+            p.mark(EVENT_WORKSPACE);
+        }
         let event = AllocatorEvent {
             time: Nanos(started),
             allocator: allocator::TORCH_CACHING,
@@ -375,7 +379,8 @@ impl TorchHook {
                 // Events other threads record before this is set take
                 // their native stack.
                 self.autograd.get_or_init(Autograd::find);
-                self.workspaces.get_or_init(Workspaces::find);
+                self.workspaces
+                    .get_or_init(|| Workspaces::find(&library, bias));
                 self.state.store(ATTACHED, Ordering::Release);
                 c.sink.push(Record::Allocator(info(true, detail)));
             }
@@ -401,13 +406,19 @@ impl TorchHook {
     /// stack anyway, `python` asked for no native frames, and without
     /// Python every tensor's stack is native.
     fn workspace_on_stack(&self, c: &Collector, entry: *const u8) -> bool {
-        c.config.tensor_stacks == TensorStacks::Auto
-            && c.python.is_some()
-            && self
-                .workspaces
-                .get()
-                .and_then(|w| w.as_ref().ok())
-                .is_some_and(|w| w.on_stack(entry as u64, thread_stack_end()))
+        if c.config.tensor_stacks != TensorStacks::Auto || c.python.is_none() {
+            return false;
+        }
+        let Some(w) = self.workspaces.get().and_then(|w| w.as_ref().ok()) else {
+            return false;
+        };
+        let entry = entry as u64;
+        if w.learning() {
+            if let Some(stacks) = &c.stacks {
+                w.learn(entry, |out, sps| stacks.capture_with_sps(out, sps).0);
+            }
+        }
+        w.on_stack(entry, thread_stack_end())
     }
 
     /// Whether attaching is still to be tried.
