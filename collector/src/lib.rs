@@ -28,6 +28,7 @@ mod costs;
 /// CUDA through CUPTI: loading it, its per-release layouts, the driver
 /// calls watched (callbacks) and the device's records (activity).
 mod cuda;
+mod hashing;
 mod nvml;
 /// The program's NVTX ranges and marks (the collector is NVTX's tool too).
 mod nvtx;

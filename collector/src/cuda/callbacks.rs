@@ -145,8 +145,7 @@ unsafe fn launch_params(cbid: u32, p: *const c_void) -> Option<Launch> {
 }
 
 /// Name ids by the address of CUPTI's copy of the name.
-type NamesByAddress =
-    std::collections::HashMap<usize, KnownName, std::hash::BuildHasherDefault<AddressHasher>>;
+type NamesByAddress = std::collections::HashMap<usize, KnownName, crate::hashing::WordHash>;
 
 /// A kernel name a thread met at an address: its id, and its first bytes to
 /// check that the address still holds it. The whole text is not compared:
@@ -199,31 +198,6 @@ impl KnownName {
             .enumerate()
             // SAFETY: as above.
             .all(|(i, b)| unsafe { *symbol.add(i) } as u8 == *b)
-    }
-}
-
-/// Hashes an address with one multiplication, folded so that the aligned
-/// (zero) low bits of the address do not leave buckets unused. The std
-/// hasher's resistance to chosen keys buys nothing for addresses the
-/// driver picked, and cost a visible part of a launch.
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl std::hash::Hasher for AddressHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(self.0 ^ u64::from(*b));
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        let wide = u128::from(n ^ self.0) * 0x9e37_79b9_7f4a_7c15;
-        self.0 = (wide as u64) ^ ((wide >> 64) as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
 
