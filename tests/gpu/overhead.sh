@@ -275,10 +275,7 @@ for bench in $BENCHES; do
             "$BIN/gmem-prof" dump "$WORK/overhead/allocnative-full-1.bin" | awk '
                 / allocator_event .* alloc / {alloc++} / allocator_event .* (free_requested|free) / {free++}
                 END {printf "{\"allocs\": %d, \"frees\": %d}\n", alloc, free}' >"$WORK/overhead/allocnative-events.json"
-            for t in "$WORK"/overhead/allocnative-*-1.bin; do
-                echo "  $(basename "$t"):"
-                "$BIN/gmem-prof" dump "$t" | grep -oE '(stack capture|PyTorch allocator|CUDA library workspaces|kernel launches|writer thread|clock)[: ].*' | sed 's/^/    /'
-            done ;;
+            own_figures allocnative ;;
         alloc)
             for r in $(seq 1 "$ROUNDS"); do
                 for v in $(in_turn "$r" ${ALLOC_VARIANTS:-plain full nostacks}); do

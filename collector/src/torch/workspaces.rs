@@ -117,34 +117,11 @@ impl Workspaces {
     /// functions there).
     pub fn find(allocator: &str, bias: u64) -> Result<Workspaces, String> {
         let loaded = modules::find_loaded(LIBRARY).ok_or(format!("{LIBRARY} is not loaded"))?;
-        let file = MappedFile::open(&loaded.path)?;
-        let mut ranges = Vec::new();
-        elf::each_symbol(&file, |name, kind, symbol| {
-            if kind == SYMBOL_FUNCTION
-                && symbol.size > 0
-                && WORKSPACE_FUNCTIONS
-                    .iter()
-                    .any(|f| name.windows(f.len()).any(|w| w == *f))
-            {
-                let start = loaded.bias.wrapping_add(symbol.value);
-                ranges.push(start..start + symbol.size);
-            }
-        })
-        .map_err(|e| format!("{}: {e}", loaded.path))?;
+        let ranges = function_ranges(&loaded.path, loaded.bias, &WORKSPACE_FUNCTIONS)?;
         let mut w = Workspaces::from_ranges(ranges)
             .ok_or_else(|| format!("{} names none of the workspace functions", loaded.path))?;
         // Without it every block is scanned: slower, not wrong.
-        if let Ok(file) = MappedFile::open(allocator) {
-            let _ = elf::each_symbol(&file, |name, kind, symbol| {
-                if kind == SYMBOL_FUNCTION
-                    && symbol.size > 0
-                    && name.windows(ALLOCATE.len()).any(|w| w == ALLOCATE)
-                {
-                    let start = bias.wrapping_add(symbol.value);
-                    w.allocate.push(start..start + symbol.size);
-                }
-            });
-        }
+        w.allocate = function_ranges(allocator, bias, &[ALLOCATE]).unwrap_or_default();
         Ok(w)
     }
 
@@ -355,6 +332,25 @@ impl Workspaces {
             )
         })
     }
+}
+
+/// Where the functions of the library at `path` (loaded at `bias`) whose
+/// symbol names hold one of `names` lie in this process, from its symbol
+/// tables. Err: the file could not be read.
+fn function_ranges(path: &str, bias: u64, names: &[&[u8]]) -> Result<Vec<Range<u64>>, String> {
+    let file = MappedFile::open(path)?;
+    let mut ranges = Vec::new();
+    elf::each_symbol(&file, |name, kind, symbol| {
+        if kind == SYMBOL_FUNCTION
+            && symbol.size > 0
+            && names.iter().any(|f| name.windows(f.len()).any(|w| w == *f))
+        {
+            let start = bias.wrapping_add(symbol.value);
+            ranges.push(start..start + symbol.size);
+        }
+    })
+    .map_err(|e| format!("{path}: {e}"))?;
+    Ok(ranges)
 }
 
 #[cfg(test)]
