@@ -102,6 +102,13 @@ BENCHES=${*:-events resnet alloc}
 mkdir -p "$WORK/overhead"
 RES="$WORK/overhead/results.jsonl"
 
+# The host: where a loop's host sets its pace, the same build measured
+# 1.02 on one host and 1.19 on another (docs/overhead.md, 2026-12-07
+# evening), so every summary says which it ran on.
+echo "### host: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1);" \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//');" \
+    "clock source $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
+
 # cupti_lib V, the library of the `cupti-V` variants.
 # shellcheck source=tests/gpu/cupti_copies.sh
 . "$ROOT/tests/gpu/cupti_copies.sh"
