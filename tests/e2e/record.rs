@@ -777,6 +777,30 @@ fn a_kernel_name_at_a_reused_address_is_read_again() {
     assert_eq!(names, ["k_first", "k_second", &long('1'), &long('2')]);
 }
 
+/// A launch that names its function is known by the function and the
+/// name's address together (fake_app.c `functions`): two functions whose
+/// names came at one address keep their own names launch after launch, and
+/// a function unloaded and replaced at its handle gets the new one's name.
+#[test]
+fn a_launched_function_keeps_its_own_name() {
+    let dir = scratch("launch-functions");
+    let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["functions"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = dump_json(&dir.join("t.bin"));
+    let strings = of_type(&recs, "String");
+    let names: Vec<&str> = of_type(&recs, "KernelLaunch")
+        .iter()
+        .map(|k| {
+            strings
+                .iter()
+                .find(|s| s["id"] == k["name"])
+                .and_then(|s| s["text"].as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(names, ["k_alpha", "k_beta", "k_alpha", "k_beta", "k_gamma"]);
+}
+
 /// `--kernels`: launches (the default) give a `KernelLaunch` per launch at
 /// the moment of the launch, `timed` CUPTI's record of each run, `off` (and
 /// `--no-kernels`) neither; the process record says which.

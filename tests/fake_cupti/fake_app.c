@@ -20,6 +20,7 @@ uint32_t fake_cuMemAlloc(uint64_t *dptr, size_t bytes);
 uint32_t fake_cuMemFree(uint64_t dptr, size_t bytes);
 void fake_kernel(const char *name);
 void fake_kernel_on(void *stream, const char *name);
+void fake_kernel_fn(void *stream, void *function, const char *name);
 void *fake_cuStreamCreate(void);
 void fake_cuStreamDestroy(void *stream);
 void fake_cuModuleUnload(void);
@@ -197,6 +198,26 @@ int main(int argc, char **argv) {
         fake_kernel(name);
         return 0;
     }
+    if (!strcmp(mode, "functions")) {
+        /* Launches that name their function, as every driver launch call
+         * does: two functions whose names CUPTI hands over at the same
+         * address, each launched twice; then, after an unload, a new
+         * function at the first one's handle with a name at that address. */
+        static char name[64];
+        void *alpha = (void *)(uintptr_t)0xf000, *beta = (void *)(uintptr_t)0xf100;
+        strcpy(name, "k_alpha");
+        fake_kernel_fn(NULL, alpha, name);
+        strcpy(name, "k_beta");
+        fake_kernel_fn(NULL, beta, name);
+        strcpy(name, "k_alpha");
+        fake_kernel_fn(NULL, alpha, name);
+        strcpy(name, "k_beta");
+        fake_kernel_fn(NULL, beta, name);
+        fake_cuModuleUnload();
+        strcpy(name, "k_gamma");
+        fake_kernel_fn(NULL, alpha, name);
+        return 0;
+    }
     if (!strcmp(mode, "two_devices")) {
         /* 2 MiB on device 1, then 1 MiB on device 0, then a 2 TiB request
          * that fails on device 1: the failure is device 1's, though the
@@ -340,7 +361,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "launch_bench")) {
         /* ns per kernel launch, measured inside the program: launches of
-         * kernels with names as long as PyTorch's, in turn, on one stream.
+         * kernels with names as long as PyTorch's, in turn, on one stream,
+         * each naming its function as the driver's launch calls do.
          * Optionally KiB written between launches (a framework's own work,
          * which leaves the collector's data out of the caches) and how many
          * kernels take turns (8; a resnet50 step launches ~150 kinds). */
@@ -361,7 +383,7 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (long i = 0; i < n; i++) {
             if (sweep) memset(buffer, (int)i, sweep);
-            fake_kernel_on(s, names[i % kinds]);
+            fake_kernel_fn(s, (void *)(uintptr_t)(0x10000 + 16 * (i % kinds)), names[i % kinds]);
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);

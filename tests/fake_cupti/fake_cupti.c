@@ -454,16 +454,17 @@ uint32_t cuptiGetStreamIdEx(void *context, void *stream, uint8_t per_thread, uin
 /* How many times the collector asked for a stream's id. */
 uint32_t fake_stream_id_calls(void) { return __atomic_load_n(&stream_id_calls, __ATOMIC_SEQ_CST); }
 
-/* A kernel launch into `stream`: the launch callbacks when they are enabled
+/* A kernel launch of `function` (a CUfunction handle; NULL: the call names
+ * none) into `stream`: the launch callbacks when they are enabled
  * (`--kernels launches`), and the kernel's activity record when kernel
  * activity is (`--kernels timed`), as CUPTI gives them. */
-void fake_kernel_on(void *stream, const char *name) {
+void fake_kernel_fn(void *stream, void *function, const char *name) {
     pthread_mutex_lock(&lock);
     uint32_t corr = next_corr++;
     pthread_mutex_unlock(&lock);
     if (callback && enabled_cbids[CB_LAUNCH_KERNEL]) {
         static __thread uint64_t corr_data;
-        struct launch_params p = {NULL, 1, 1, 1, 256, 1, 1, 0, stream, NULL, NULL};
+        struct launch_params p = {function, 1, 1, 1, 256, 1, 1, 0, stream, NULL, NULL};
         uint32_t ret = 0;
         for (uint32_t site = 0; site < 2; site++) {
             CallbackData d = {0};
@@ -491,6 +492,10 @@ void fake_kernel_on(void *stream, const char *name) {
     k.name = name; /* string literals: valid until the process ends */
     enqueue(&k, sizeof k);
 }
+
+/* A launch that names no function (only CUPTI's copy of the name tells
+ * the kernel). */
+void fake_kernel_on(void *stream, const char *name) { fake_kernel_fn(stream, NULL, name); }
 
 /* A kernel launch into the legacy default stream. */
 void fake_kernel(const char *name) { fake_kernel_on(NULL, name); }
