@@ -758,17 +758,7 @@ fn a_kernel_name_at_a_reused_address_is_read_again() {
     let dir = scratch("launch-renamed");
     let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["renamed"]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let recs = dump_json(&dir.join("t.bin"));
-    let names: Vec<String> = of_type(&recs, "KernelLaunch")
-        .iter()
-        .map(|k| {
-            of_type(&recs, "String")
-                .into_iter()
-                .find(|s| s["id"] == k["name"])
-                .and_then(|s| s["text"].as_str().map(str::to_string))
-                .unwrap_or_default()
-        })
-        .collect();
+    let names = launch_names(&dump_json(&dir.join("t.bin")));
     let long = |c: char| {
         let mut n = "x".repeat(300);
         n.replace_range(250..251, &c.to_string());
@@ -786,18 +776,7 @@ fn a_launched_function_keeps_its_own_name() {
     let dir = scratch("launch-functions");
     let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["functions"]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let recs = dump_json(&dir.join("t.bin"));
-    let strings = of_type(&recs, "String");
-    let names: Vec<&str> = of_type(&recs, "KernelLaunch")
-        .iter()
-        .map(|k| {
-            strings
-                .iter()
-                .find(|s| s["id"] == k["name"])
-                .and_then(|s| s["text"].as_str())
-                .unwrap_or_default()
-        })
-        .collect();
+    let names = launch_names(&dump_json(&dir.join("t.bin")));
     assert_eq!(names, ["k_alpha", "k_beta", "k_alpha", "k_beta", "k_gamma"]);
 }
 

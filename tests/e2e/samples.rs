@@ -104,12 +104,8 @@ fn kernel_launches_are_the_kernels_cupti_saw_run() {
     let launches = dump_json(&sample("kinds_launches.bin"));
     let timed = dump_json(&sample("kinds_timed.bin"));
     let key = |recs: &[Value], k: &Value| {
-        let name = of_type(recs, "String")
-            .into_iter()
-            .find(|s| s["id"] == k["name"])
-            .and_then(|s| s["text"].as_str().map(str::to_string));
         (
-            name,
+            string_text(recs, &k["name"]),
             k["stream"].clone(),
             k["correlation"].clone(),
             k["grid"].clone(),

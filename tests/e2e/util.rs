@@ -369,6 +369,23 @@ pub fn of_type<'a>(recs: &'a [Value], ty: &str) -> Vec<&'a Value> {
     recs.iter().filter(|r| r["type"] == ty).collect()
 }
 
+/// The text of the `String` record whose id is `id`, if the dump defines it.
+pub fn string_text(recs: &[Value], id: &Value) -> Option<String> {
+    of_type(recs, "String")
+        .into_iter()
+        .find(|s| s["id"] == *id)
+        .and_then(|s| s["text"].as_str().map(str::to_string))
+}
+
+/// The names of the kernels launched, in the order of their `KernelLaunch`
+/// records ("" for a name the dump does not define).
+pub fn launch_names(recs: &[Value]) -> Vec<String> {
+    of_type(recs, "KernelLaunch")
+        .iter()
+        .map(|k| string_text(recs, &k["name"]).unwrap_or_default())
+        .collect()
+}
+
 /// Lookups over a dump: stacks and symbols by (stream, id/address), API
 /// calls by (stream, correlation id).
 pub struct Index<'a> {

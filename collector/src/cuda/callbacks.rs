@@ -217,9 +217,10 @@ impl KnownName {
 }
 
 thread_local! {
-    /// Kernel names this thread launched, by the address CUPTI gave the
-    /// name at (the driver's copy, one per function): a launch finds its
-    /// name's id without the process-wide lock. Valid for one `NAMES_EPOCH`
+    /// Kernel names this thread launched, by the launched function and the
+    /// address CUPTI gave the name at (the driver's copy, one per
+    /// function): a launch finds its name's id without the process-wide
+    /// lock. Valid for one `NAMES_EPOCH`
     /// (see `KnownName`).
     static LAUNCH_NAMES: std::cell::RefCell<UntilDestroyed<NamesByAddress>> =
         std::cell::RefCell::new(UntilDestroyed { epoch: 0, entries: NamesByAddress::default() });
