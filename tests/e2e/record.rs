@@ -755,10 +755,7 @@ fn launches_name_their_stream_after_its_handle_is_reused() {
 /// it differs early or only late (fake_app.c `renamed`).
 #[test]
 fn a_kernel_name_at_a_reused_address_is_read_again() {
-    let dir = scratch("launch-renamed");
-    let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["renamed"]));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let names = launch_names(&dump_json(&dir.join("t.bin")));
+    let names = recorded_launch_names("launch-renamed", "renamed");
     let long = |c: char| {
         let mut n = "x".repeat(300);
         n.replace_range(250..251, &c.to_string());
@@ -773,11 +770,17 @@ fn a_kernel_name_at_a_reused_address_is_read_again() {
 /// a function unloaded and replaced at its handle gets the new one's name.
 #[test]
 fn a_launched_function_keeps_its_own_name() {
-    let dir = scratch("launch-functions");
-    let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &["functions"]));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let names = launch_names(&dump_json(&dir.join("t.bin")));
+    let names = recorded_launch_names("launch-functions", "functions");
     assert_eq!(names, ["k_alpha", "k_beta", "k_alpha", "k_beta", "k_gamma"]);
+}
+
+/// Records fake_app's `mode` (it must exit 0) and gives the names of the
+/// kernels it launched, in order.
+fn recorded_launch_names(scratch_name: &str, mode: &str) -> Vec<String> {
+    let dir = scratch(scratch_name);
+    let out = run(&mut record_cmd_with(&dir, "t.bin", &["-f"], &[mode]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    launch_names(&dump_json(&dir.join("t.bin")))
 }
 
 /// `--kernels`: launches (the default) give a `KernelLaunch` per launch at

@@ -151,8 +151,7 @@ unsafe fn launch_params(cbid: u32, p: *const c_void) -> Option<Launch> {
 
 /// Name ids by the launched function's handle (0 where the call gave
 /// none) and the address of CUPTI's copy of the name.
-type NamesByAddress =
-    std::collections::HashMap<(usize, usize), KnownName, crate::hashing::WordHash>;
+type NamesByLaunch = std::collections::HashMap<(usize, usize), KnownName, crate::hashing::WordHash>;
 
 /// A kernel name a thread met at an address: its id, and its first bytes to
 /// check that the address still holds it. The whole text is not compared:
@@ -222,8 +221,8 @@ thread_local! {
     /// function): a launch finds its name's id without the process-wide
     /// lock. Valid for one `NAMES_EPOCH`
     /// (see `KnownName`).
-    static LAUNCH_NAMES: std::cell::RefCell<UntilDestroyed<NamesByAddress>> =
-        std::cell::RefCell::new(UntilDestroyed { epoch: 0, entries: NamesByAddress::default() });
+    static LAUNCH_NAMES: std::cell::RefCell<UntilDestroyed<NamesByLaunch>> =
+        std::cell::RefCell::new(UntilDestroyed { epoch: 0, entries: NamesByLaunch::default() });
     /// The device of the context this thread last launched in, by the
     /// context's unique id (CUPTI never reuses one).
     static LAUNCH_DEVICE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
